@@ -1,0 +1,49 @@
+# The two commands for a fresh machine: `make demo` and `make test`.
+BUILD     ?= build
+JOBS      ?= $(shell nproc)
+CMAKE_ARGS ?=
+DEB_PACKAGES := build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev \
+  clang-format clang-tidy libgtest-dev libgmock-dev libbenchmark-dev libasio-dev \
+  libssl-dev libcereal-dev libspdlog-dev libfmt-dev libcli11-dev libcaf-dev
+
+.PHONY: all deps build test demo bench format format-check tidy clean
+
+all: build
+
+# Installs what the build needs; apt-get update runs only when something is missing.
+deps:
+	@missing=$$(for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "make deps: installing$$(echo ' '$$missing)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
+	else echo "make deps: all packages present"; fi
+
+$(BUILD)/build.ninja:
+	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_ARGS)
+
+build: $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+demo: deps build
+	./$(BUILD)/bin/quickstart
+
+bench: build
+	./$(BUILD)/bin/baton-bench all
+
+format:
+	clang-format -i $$(git ls-files '*.cpp' '*.hpp')
+
+format-check:
+	clang-format --dry-run -Werror $$(git ls-files '*.cpp' '*.hpp')
+
+tidy: $(BUILD)/build.ninja
+	run-clang-tidy -quiet -p $(BUILD) $$(git ls-files 'src/*.cpp' | grep -v '\.fuzz\.cpp$$')
+
+clean:
+	rm -rf $(BUILD)

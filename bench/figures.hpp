@@ -1,0 +1,27 @@
+#pragma once
+
+// Figures the benchmarks print, one per line: `name value unit`.
+
+#include <cstddef>
+#include <cstdio>
+#include <string_view>
+
+namespace baton::bench {
+
+struct InprocFigures {
+  double rtt_p50_us;       // median request/reply round trip between two actors in one process
+  double throughput_msgs;  // messages per second, one sender actor to one receiver actor
+};
+
+/// baton: two actors in one Proc.
+InprocFigures baton_inproc(std::size_t rtt_iterations, std::size_t throughput_messages);
+/// The C++ Actor Framework doing the same, in the same run.
+InprocFigures caf_inproc(std::size_t rtt_iterations, std::size_t throughput_messages);
+
+inline void print_figure(std::string_view name, double value, std::string_view unit) {
+  std::printf("%.*s %.3f %.*s\n", static_cast<int>(name.size()), name.data(), value,
+              static_cast<int>(unit.size()), unit.data());
+  std::fflush(stdout);
+}
+
+}  // namespace baton::bench

@@ -1,0 +1,39 @@
+// baton-bench NAME: runs one benchmark and prints `name value unit` lines, each figure next to
+// a baseline measured in the same run.
+
+#include <cstring>
+#include <exception>
+#include <string_view>
+
+#include "figures.hpp"
+
+namespace {
+
+int run_inproc() {
+  using namespace baton::bench;
+  constexpr std::size_t kRtt = 20000;
+  constexpr std::size_t kMessages = 2000000;
+  const InprocFigures ours = baton_inproc(kRtt, kMessages);
+  const InprocFigures caf = caf_inproc(kRtt, kMessages);
+  print_figure("inproc_rtt_p50", ours.rtt_p50_us, "us");
+  print_figure("inproc_throughput", ours.throughput_msgs, "msg/s");
+  print_figure("caf_inproc_rtt_p50", caf.rtt_p50_us, "us");
+  print_figure("caf_inproc_throughput", caf.throughput_msgs, "msg/s");
+  print_figure("inproc_rtt_ratio", ours.rtt_p50_us / caf.rtt_p50_us, "x");
+  print_figure("inproc_throughput_ratio", ours.throughput_msgs / caf.throughput_msgs, "x");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string_view which = argc > 1 ? argv[1] : "";
+  try {
+    if (which == "inproc" || which == "all") return run_inproc();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "baton-bench: %s\n", e.what());
+    return 1;
+  }
+  std::fprintf(stderr, "usage: baton-bench inproc|all\n");
+  return 2;
+}

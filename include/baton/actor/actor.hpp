@@ -1,0 +1,200 @@
+#pragma once
+
+// Actors are plain classes deriving from baton::Actor, with endpoints listed once:
+//
+//   class Counter : public baton::Actor {
+//    public:
+//     explicit Counter(int start) : n_(start) {}
+//     int add(int k) { return n_ += k; }
+//     static constexpr auto endpoints = baton::endpoints<&Counter::add>();
+//    private:
+//     int n_;
+//   };
+//
+// Invariants (tests cite them):
+//   A-1 an actor handles one message at a time, coroutine endpoints included;
+//   A-2 messages from one sender to one actor are handled in the order they were sent;
+//   A-3 an endpoint that throws with a reply port fails only that call (ActorError);
+//       the actor keeps running;
+//   A-4 a throw with no reply port, or in the constructor, fails the actor and sends a
+//       SupervisionEvent to its parent; pending and later calls fail with SupervisionError;
+//   A-5 a message that cannot be delivered returns to its sender with the reason.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "baton/actor/endpoint.hpp"
+#include "baton/actor/future.hpp"
+#include "baton/wire/ids.hpp"
+
+namespace baton {
+
+class Proc;
+template <class A>
+class ActorRef;
+
+/// A failure reported to an actor's parent (and up the tree while nobody handles it).
+struct SupervisionEvent {
+  ActorId actor;        // the actor that failed
+  std::string message;  // what happened
+  std::string to_string() const { return actor.to_string() + ": " + message; }
+};
+
+/// A message that came back to its sender.
+struct Undeliverable {
+  PortId dest;
+  UndeliverableError::Reason reason;
+  std::string message;
+};
+
+namespace detail {
+
+class Cell;
+using CellPtr = std::shared_ptr<Cell>;
+
+using Factory = std::unique_ptr<Actor> (*)(const Body& args);
+
+struct ActorTypeInfo {
+  std::string_view name;
+  const EndpointInfo* endpoints = nullptr;
+  std::size_t endpoint_count = 0;
+  const EndpointInfo* find(std::uint64_t id) const {
+    for (std::size_t i = 0; i < endpoint_count; ++i) {
+      if (endpoints[i].id == id) return &endpoints[i];
+    }
+    return nullptr;
+  }
+};
+
+/// Registers a constructor of an actor type for one list of argument types; returns its id.
+std::uint64_t register_factory(std::string_view key, Factory factory, const ActorTypeInfo* type);
+
+template <class A>
+const ActorTypeInfo* actor_type_info() {
+  static const ActorTypeInfo info{type_name<A>(), endpoint_infos<A>().data(),
+                                  endpoint_infos<A>().size()};
+  return &info;
+}
+
+template <class A, class... Args>
+struct FactoryRegistration {
+  static std::unique_ptr<Actor> make(const Body& body) {
+    if constexpr (sizeof...(Args) == 0) {
+      if (!body.head.empty()) throw DecodeError("constructor arguments for a default constructor");
+      return std::make_unique<A>();
+    } else {
+      auto args = decode<std::tuple<Args...>>(body);
+      return std::apply([](auto&... a) { return std::make_unique<A>(std::move(a)...); }, args);
+    }
+  }
+  static std::string_view key() { return __PRETTY_FUNCTION__; }
+  // Registered at start-up in every process that contains this instantiation, so a worker
+  // running the same binary can construct the actor from its name and bytes.
+  static inline const std::uint64_t id = register_factory(key(), &make, actor_type_info<A>());
+};
+
+/// Sends a call (or a one-way message when `reply` is null) to an actor.
+void send_call(const ActorId& target, const CellPtr& cached, const EndpointInfo& endpoint,
+               Body args, std::shared_ptr<StateBase> reply);
+/// The cell of a local actor by id, or null.
+CellPtr resolve_actor(const ActorId& id);
+/// The cell of the actor running on this thread, or null.
+Cell* current_cell();
+const ActorId& cell_id(const Cell& c);
+CellPtr cell_ptr(Cell& c);
+Proc& cell_proc(Cell& c);
+/// Stops an actor after the messages already queued for it; the future completes when stopped.
+Future<void> stop_actor(const ActorId& target, const CellPtr& cached);
+
+}  // namespace detail
+
+class Actor {
+ public:
+  Actor();
+  virtual ~Actor() = default;
+  Actor(const Actor&) = delete;
+  Actor& operator=(const Actor&) = delete;
+
+  /// This actor's id.
+  const ActorId& id() const { return detail::cell_id(*cell_); }
+  /// The proc this actor runs in.
+  Proc& proc() const { return detail::cell_proc(*cell_); }
+
+  /// A child failed. Return true if handled; false fails this actor too (escalation).
+  virtual bool supervise(const SupervisionEvent& event) {
+    (void)event;
+    return false;
+  }
+  /// A one-way message this actor sent came back. Return true if handled; false fails
+  /// this actor, which reports to its parent.
+  virtual bool handle_undeliverable(const Undeliverable& u) {
+    (void)u;
+    return false;
+  }
+  /// Runs after the last message, when the actor stops.
+  virtual void on_stop() {}
+
+ protected:
+  /// A reference to this actor, to hand to others.
+  template <class A>
+  ActorRef<A> self() const {
+    return ActorRef<A>(id(), detail::cell_ptr(*cell_));
+  }
+  /// Spawns a child actor in this proc; its failures are reported to this actor's supervise().
+  template <class A, class... Args>
+  ActorRef<A> spawn(std::string name, Args&&... args);
+
+ private:
+  friend class detail::Cell;
+  detail::Cell* cell_ = nullptr;
+};
+
+/// A typed reference to an actor, local or (later) remote. Cheap to copy; serializable.
+template <class A>
+class ActorRef {
+ public:
+  ActorRef() = default;
+  ActorRef(ActorId id, detail::CellPtr cell) : id_(std::move(id)), cell_(std::move(cell)) {}
+
+  const ActorId& id() const { return id_; }
+
+  /// Calls endpoint `f` and returns a future for its result (A-3: a throw fails the future).
+  template <class F, class... Args>
+  Future<detail::reply_t<F>> call(F f, Args&&... args) const {
+    const auto& ep = detail::endpoint_for<A>(f);
+    auto state = std::make_shared<detail::State<detail::reply_t<F>>>();
+    detail::send_call(id_, cell_, ep, detail::encode_call_args<F>(std::forward<Args>(args)...),
+                      state);
+    return Future<detail::reply_t<F>>(std::move(state));
+  }
+  /// Sends to endpoint `f` without waiting for a reply; a throw there fails the actor.
+  template <class F, class... Args>
+  void send(F f, Args&&... args) const {
+    const auto& ep = detail::endpoint_for<A>(f);
+    detail::send_call(id_, cell_, ep, detail::encode_call_args<F>(std::forward<Args>(args)...),
+                      nullptr);
+  }
+  /// Stops the actor once the messages queued before this are handled.
+  Future<void> stop() const { return detail::stop_actor(id_, cell_); }
+
+  friend bool operator==(const ActorRef& a, const ActorRef& b) { return a.id_ == b.id_; }
+
+  template <class Ar>
+  void save(Ar& ar) const {
+    ar(id_);
+  }
+  template <class Ar>
+  void load(Ar& ar) {
+    ar(id_);
+    cell_ = detail::resolve_actor(id_);
+  }
+
+ private:
+  ActorId id_;
+  detail::CellPtr cell_;
+};
+
+}  // namespace baton

@@ -1,0 +1,60 @@
+#pragma once
+
+#include <chrono>
+#include <stdexcept>
+#include <string>
+
+namespace baton {
+
+/// A remote endpoint threw: carries the actor that threw and the exception's message.
+class ActorError : public std::runtime_error {
+ public:
+  ActorError(std::string actor, std::string endpoint, std::string message)
+      : std::runtime_error(actor + " failed in " + endpoint + ": " + message),
+        actor_(std::move(actor)),
+        endpoint_(std::move(endpoint)),
+        remote_message_(std::move(message)) {}
+
+  const std::string& actor() const { return actor_; }
+  const std::string& endpoint() const { return endpoint_; }
+  const std::string& remote_message() const { return remote_message_; }
+
+ private:
+  std::string actor_;
+  std::string endpoint_;
+  std::string remote_message_;
+};
+
+/// The actor that would have answered failed or stopped before it replied.
+class SupervisionError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A message could not be delivered; `reason()` says why.
+class UndeliverableError : public std::runtime_error {
+ public:
+  enum class Reason { unknown_actor, actor_stopped, actor_failed, link_lost, timeout };
+  UndeliverableError(Reason reason, const std::string& what)
+      : std::runtime_error(what), reason_(reason) {}
+  Reason reason() const { return reason_; }
+
+ private:
+  Reason reason_;
+};
+
+/// `Future::get(timeout)` ran out of time; the future stays usable.
+class TimeoutError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A wrong use of the API (an undeclared endpoint, a broken future, a stopped proc).
+class UsageError : public std::logic_error {
+ public:
+  using std::logic_error::logic_error;
+};
+
+const char* to_string(UndeliverableError::Reason reason);
+
+}  // namespace baton

@@ -1,0 +1,80 @@
+#pragma once
+
+// Executors run actors. Each actor is a serial strand (a Runnable) that an executor runs when it
+// has messages. ThreadPool is the production executor; ManualExecutor runs everything on the
+// calling thread, step by step, so unit tests check ordering and failure without sleeps.
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace baton {
+
+class Runnable {
+ public:
+  /// Runs a bounded batch of work; the runnable reschedules itself if more is left.
+  virtual void run() = 0;
+
+ protected:
+  ~Runnable() = default;
+};
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  /// Makes `r` eligible to run; `r` must stay alive until it has run.
+  virtual void schedule(Runnable* r) = 0;
+};
+
+/// A work-sharing thread pool. A strand woken by a worker runs next on that worker (a "next"
+/// slot, so request/reply chains stay on one core); idle workers spin briefly, then steal.
+class ThreadPool final : public Executor {
+ public:
+  /// `threads == 0` means one per hardware thread.
+  explicit ThreadPool(std::size_t threads = 0);
+  ~ThreadPool() override;
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  void schedule(Runnable* r) override;
+  std::size_t size() const { return workers_.size(); }
+
+ private:
+  struct Worker {
+    std::atomic<Runnable*> next{nullptr};
+    std::thread thread;
+  };
+  void work(std::size_t index);
+  Runnable* take(std::size_t index);
+  Runnable* steal(std::size_t index);
+
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Runnable*> queue_;
+  std::atomic<std::size_t> queued_{0};
+  std::atomic<int> sleeping_{0};
+  bool stopping_ = false;
+};
+
+/// Runs scheduled strands on the calling thread, one step at a time, in scheduling order.
+class ManualExecutor final : public Executor {
+ public:
+  void schedule(Runnable* r) override;
+  /// Runs one scheduled strand's batch; returns false if nothing was scheduled.
+  bool run_one();
+  /// Runs until nothing is scheduled; returns the number of batches run.
+  std::size_t run_until_idle();
+  std::size_t pending() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::deque<Runnable*> queue_;
+};
+
+}  // namespace baton

@@ -1,0 +1,111 @@
+#pragma once
+
+// A Proc hosts actors: it owns an executor (a thread pool by default) on which every actor runs
+// as a serial strand, and a table of its actors and ports.
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "baton/actor/actor.hpp"
+#include "baton/actor/executor.hpp"
+#include "baton/actor/port.hpp"
+
+namespace baton {
+
+/// One delivery, as seen by a trace hook (for tests and debugging).
+struct TraceEvent {
+  enum class Kind { construct, call, port, stop, supervision, undeliverable, resume };
+  Kind kind;
+  ActorId sender;
+  ActorId receiver;
+  std::string_view endpoint;  // the endpoint name for calls, else empty
+};
+
+namespace detail {
+class ProcState;
+}
+
+/// How a Proc runs; every field has a working default.
+struct ProcOptions {
+  /// The proc's name, unique in this process; actor ids start with it.
+  std::string name = "local";
+  /// Worker threads of the default pool (0: one per hardware thread).
+  std::size_t threads = 0;
+  /// Messages an actor handles before yielding its thread to others.
+  std::size_t max_batch = 64;
+  /// Called for a failure that no actor handled. Default: print the report and exit(1).
+  std::function<void(const SupervisionEvent&)> on_unhandled_failure;
+  /// Called for a one-way message from outside actors that came back. Default: log it.
+  std::function<void(const Undeliverable&)> on_undeliverable;
+  /// Called on every delivery, on the thread that handles it.
+  std::function<void(const TraceEvent&)> trace;
+};
+
+class Proc {
+ public:
+  using Options = ProcOptions;
+
+  /// A proc with its own thread pool.
+  explicit Proc(Options options = {});
+  /// A proc on an executor owned by the caller (e.g. a ManualExecutor in tests).
+  Proc(Options options, Executor& executor);
+  ~Proc();
+  Proc(const Proc&) = delete;
+  Proc& operator=(const Proc&) = delete;
+
+  const ProcId& id() const;
+
+  /// Spawns an actor; its constructor runs on the actor's strand with the serialized args.
+  template <class A, class... Args>
+  ActorRef<A> spawn(std::string name, Args&&... args) {
+    return spawn_as_child<A>(nullptr, std::move(name), std::forward<Args>(args)...);
+  }
+
+  /// Opens a port whose values queue for a thread outside actors.
+  template <class T>
+  std::pair<Port<T>, PortReceiver<T>> open_port() {
+    auto sink = std::make_shared<detail::QueueSink<T>>();
+    PortId id = register_port(sink, false);
+    return {Port<T>(std::move(id), sink), PortReceiver<T>(sink)};
+  }
+  /// Opens a port that accepts one value, delivered to the returned future.
+  template <class T>
+  std::pair<OncePort<T>, Future<T>> open_once_port() {
+    auto state = std::make_shared<detail::State<T>>();
+    auto sink = std::make_shared<detail::OnceSink>(state);
+    PortId id = register_port(sink, true);
+    return {OncePort<T>(std::move(id), sink), Future<T>(state)};
+  }
+
+  /// Stops every actor after its queued messages and waits for them; idempotent.
+  void stop();
+
+  /// The internal state (for the runtime).
+  detail::ProcState& state() { return *state_; }
+
+ private:
+  friend class Actor;
+  template <class A, class... Args>
+  ActorRef<A> spawn_as_child(detail::Cell* parent, std::string name, Args&&... args) {
+    static_assert(std::is_base_of_v<Actor, A>, "actors must derive from baton::Actor");
+    using Reg = detail::FactoryRegistration<A, std::decay_t<Args>...>;
+    auto [id, cell] = spawn_erased(parent, std::move(name), Reg::id,
+                                   encode(static_cast<const std::decay_t<Args>&>(args)...));
+    return ActorRef<A>(std::move(id), std::move(cell));
+  }
+  std::pair<ActorId, detail::CellPtr> spawn_erased(detail::Cell* parent, std::string name,
+                                                   std::uint64_t factory, Body args);
+  PortId register_port(detail::PortSinkPtr sink, bool once);
+
+  std::shared_ptr<detail::ProcState> state_;
+};
+
+template <class A, class... Args>
+ActorRef<A> Actor::spawn(std::string name, Args&&... args) {
+  return proc().spawn_as_child<A>(cell_, std::move(name), std::forward<Args>(args)...);
+}
+
+}  // namespace baton

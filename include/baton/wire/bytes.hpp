@@ -1,0 +1,48 @@
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace baton {
+
+/// An immutable, reference-counted byte buffer: copies share storage, slices never copy.
+class Bytes {
+ public:
+  Bytes() = default;
+  /// Copies `size` bytes from `data`.
+  static Bytes copy(const void* data, std::size_t size);
+  static Bytes copy(std::string_view s) { return copy(s.data(), s.size()); }
+  /// Takes ownership of a vector without copying it.
+  static Bytes adopt(std::vector<std::byte> v);
+  /// Takes ownership of a string without copying it.
+  static Bytes adopt(std::string s);
+  /// Wraps memory kept alive by `owner`.
+  static Bytes view(std::shared_ptr<const void> owner, const std::byte* data, std::size_t size) {
+    Bytes b;
+    b.owner_ = std::move(owner);
+    b.data_ = data;
+    b.size_ = size;
+    return b;
+  }
+
+  const std::byte* data() const { return data_; }
+  std::size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  std::span<const std::byte> span() const { return {data_, size_}; }
+  std::string_view str() const { return {reinterpret_cast<const char*>(data_), size_}; }
+  /// A view of [offset, offset + len) sharing this buffer's storage; throws if out of range.
+  Bytes slice(std::size_t offset, std::size_t len) const;
+
+  friend bool operator==(const Bytes& a, const Bytes& b);
+
+ private:
+  std::shared_ptr<const void> owner_;
+  const std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+}  // namespace baton

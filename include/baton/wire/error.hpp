@@ -1,0 +1,20 @@
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace baton {
+
+/// Malformed or over-limit bytes from a peer; the link that carried them is closed.
+class DecodeError : public std::runtime_error {
+ public:
+  explicit DecodeError(const std::string& what) : std::runtime_error("decode error: " + what) {}
+};
+
+/// A malformed id or address written by a user or a config file.
+class ParseError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+}  // namespace baton

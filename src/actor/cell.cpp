@@ -1,0 +1,482 @@
+#include "actor/cell.hpp"
+
+#include <cstdio>
+
+namespace baton::detail {
+namespace {
+
+thread_local Cell* t_current_cell = nullptr;
+thread_local Cell* t_constructing = nullptr;
+
+std::string describe(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(std::move(e));
+  } catch (const std::exception& ex) {
+    return ex.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+}  // namespace
+
+ResumeContext*& current_resume_context() {
+  thread_local ResumeContext* ctx = nullptr;
+  return ctx;
+}
+
+Cell* current_cell() {
+  return t_current_cell;
+}
+const ActorId& cell_id(const Cell& c) {
+  return c.id();
+}
+CellPtr cell_ptr(Cell& c) {
+  return c.shared_from_this();
+}
+
+// --- Message pool ---------------------------------------------------------------------------
+
+namespace {
+
+struct FreeNode {
+  FreeNode* next;
+};
+
+constexpr std::size_t kBatch = 256;
+
+// Full batches of free messages, shared by all threads.
+struct Depot {
+  std::mutex mu;
+  std::vector<FreeNode*> batches;
+};
+Depot& depot() {
+  static Depot* d = new Depot;  // never destroyed: threads may free messages during exit
+  return *d;
+}
+
+struct ThreadCache {
+  FreeNode* head = nullptr;
+  std::size_t count = 0;
+  ~ThreadCache() {
+    while (head != nullptr) {
+      FreeNode* n = head;
+      head = head->next;
+      ::operator delete(n);
+    }
+  }
+};
+thread_local ThreadCache t_cache;
+
+}  // namespace
+
+void* Message::operator new(std::size_t size) {
+  ThreadCache& c = t_cache;
+  if (c.head == nullptr) {
+    Depot& d = depot();
+    std::lock_guard lock(d.mu);
+    if (!d.batches.empty()) {
+      c.head = d.batches.back();
+      d.batches.pop_back();
+      c.count = kBatch;
+    }
+  }
+  if (c.head != nullptr) {
+    FreeNode* n = c.head;
+    c.head = n->next;
+    --c.count;
+    return n;
+  }
+  return ::operator new(size);
+}
+
+void Message::operator delete(void* p) noexcept {
+  ThreadCache& c = t_cache;
+  auto* n = static_cast<FreeNode*>(p);
+  if (c.count >= kBatch) {
+    // Hand a full batch to the depot (bounded, so an idle pool does not hoard memory).
+    Depot& d = depot();
+    std::unique_lock lock(d.mu);
+    if (d.batches.size() < 64) {
+      d.batches.push_back(c.head);
+      c.head = nullptr;
+      c.count = 0;
+    } else {
+      lock.unlock();
+      ::operator delete(p);
+      return;
+    }
+  }
+  n->next = c.head;
+  c.head = n;
+  ++c.count;
+}
+
+// --- MpscQueue ------------------------------------------------------------------------------
+
+MpscQueue::~MpscQueue() {
+  while (Message* m = pop()) delete m;
+}
+
+Message* MpscQueue::pop() {
+  Message* tail = tail_;
+  Message* next = tail->next.load(std::memory_order_acquire);
+  if (tail == &stub_) {
+    if (next == nullptr) return nullptr;
+    tail_ = next;
+    tail = next;
+    next = next->next.load(std::memory_order_acquire);
+  }
+  if (next != nullptr) {
+    tail_ = next;
+    return tail;
+  }
+  if (tail != head_.load(std::memory_order_acquire)) return nullptr;  // a push is in flight
+  push(&stub_);
+  next = tail->next.load(std::memory_order_acquire);
+  if (next != nullptr) {
+    tail_ = next;
+    return tail;
+  }
+  return nullptr;
+}
+
+// --- Cell -----------------------------------------------------------------------------------
+
+Cell::Cell(std::shared_ptr<ProcState> proc, ActorId id, Cell* parent)
+    : proc_(std::move(proc)), id_(std::move(id)), parent_(parent) {}
+
+Cell::~Cell() = default;
+
+void Cell::add_child(const CellPtr& child) {
+  std::lock_guard lock(children_mu_);
+  children_.push_back(child);
+}
+
+void Cell::enqueue(Message* m) {
+  if (proc_->closed.load(std::memory_order_acquire)) {
+    // The proc's executor is gone; nothing will run this strand again.
+    std::unique_ptr<Message> owned(m);
+    bounce(*owned);
+    return;
+  }
+  mailbox_.push(m);
+  schedule_if_idle();
+}
+
+void Cell::post_resume(std::coroutine_handle<> h) {
+  auto* m = new Message;
+  m->kind = Message::Kind::resume;
+  m->resume = h;
+  resumes_.push(m);
+  schedule_if_idle();
+}
+
+void Cell::schedule_if_idle() {
+  // The plain load spares a contended read-modify-write per message while the strand is busy.
+  // It is safe: the push above and run()'s "clear flag, then look for work" are both seq_cst,
+  // so either we see the flag cleared or run() sees our message.
+  if (!scheduled_.load() && !scheduled_.exchange(true)) {
+    keepalive_ = shared_from_this();
+    proc_->executor->schedule(this);
+  }
+}
+
+bool Cell::has_work() const {
+  return resumes_.maybe_nonempty() || (!awaiting_ && mailbox_.maybe_nonempty());
+}
+
+void Cell::run() {
+  CellPtr self = std::move(keepalive_);
+  Cell* prev_cell = std::exchange(t_current_cell, this);
+  ResumeContext* prev_ctx = std::exchange(current_resume_context(), this);
+  const std::size_t batch = proc_->options.max_batch;
+  for (std::size_t i = 0; i < batch; ++i) {
+    Message* m = resumes_.pop();
+    if (m == nullptr && !awaiting_) m = mailbox_.pop();
+    if (m == nullptr) break;
+    handle(m);
+  }
+  t_current_cell = prev_cell;
+  current_resume_context() = prev_ctx;
+  scheduled_.store(false);
+  // A producer that pushed before we cleared the flag saw it set and did not schedule us.
+  if (has_work() && !scheduled_.exchange(true)) {
+    keepalive_ = std::move(self);
+    proc_->executor->schedule(this);
+  }
+}
+
+void Cell::trace(const Message& m) {
+  if (!proc_->options.trace) return;
+  TraceEvent ev{TraceEvent::Kind::call, m.sender, id_, {}};
+  switch (m.kind) {
+    case Message::Kind::construct:
+      ev.kind = TraceEvent::Kind::construct;
+      break;
+    case Message::Kind::call:
+      ev.kind = TraceEvent::Kind::call;
+      ev.endpoint = m.endpoint != nullptr ? m.endpoint->name : std::string_view{};
+      break;
+    case Message::Kind::port:
+      ev.kind = TraceEvent::Kind::port;
+      break;
+    case Message::Kind::stop:
+      ev.kind = TraceEvent::Kind::stop;
+      break;
+    case Message::Kind::child_failed:
+      ev.kind = TraceEvent::Kind::supervision;
+      break;
+    case Message::Kind::undeliverable:
+      ev.kind = TraceEvent::Kind::undeliverable;
+      break;
+    case Message::Kind::resume:
+      ev.kind = TraceEvent::Kind::resume;
+      break;
+  }
+  proc_->options.trace(ev);
+}
+
+void Cell::handle(Message* raw) {
+  std::unique_ptr<Message> m(raw);
+  const Status st = status();
+  if (st == Status::stopped || st == Status::failed) {
+    bounce(*m);
+    return;
+  }
+  trace(*m);
+  switch (m->kind) {
+    case Message::Kind::construct: {
+      const Factories* f = find_factory(m->factory);
+      if (f == nullptr) {
+        fail(
+            "no constructor registered for this actor type and argument list "
+            "(all procs must run the same binary)");
+        return;
+      }
+      type_ = f->type;
+      try {
+        t_constructing = this;
+        actor_ = f->make(m->body);
+        t_constructing = nullptr;
+      } catch (...) {
+        t_constructing = nullptr;
+        fail(std::string(type_->name) +
+             " constructor threw: " + describe(std::current_exception()));
+        return;
+      }
+      status_.store(Status::running, std::memory_order_release);
+      return;
+    }
+    case Message::Kind::call:
+      handle_call(*m);
+      return;
+    case Message::Kind::port:
+      try {
+        m->x().thunk();
+      } catch (...) {
+        fail("port handler threw: " + describe(std::current_exception()));
+      }
+      return;
+    case Message::Kind::resume:
+      m->resume.resume();
+      after_resume();
+      return;
+    case Message::Kind::stop:
+      do_stop(*m);
+      return;
+    case Message::Kind::child_failed: {
+      bool handled = false;
+      try {
+        handled = actor_->supervise(*m->x().event);
+      } catch (...) {
+        fail("supervise() threw while handling " + m->x().event->to_string() + ": " +
+             describe(std::current_exception()));
+        return;
+      }
+      if (!handled) fail("child failed and was not handled: " + m->x().event->to_string());
+      return;
+    }
+    case Message::Kind::undeliverable: {
+      bool handled = false;
+      try {
+        handled = actor_->handle_undeliverable(*m->x().undeliverable);
+      } catch (...) {
+        handled = false;
+      }
+      if (!handled) {
+        fail("a message to " + m->x().undeliverable->dest.to_string() +
+             " was undeliverable: " + m->x().undeliverable->message);
+      }
+      return;
+    }
+  }
+}
+
+void Cell::handle_call(Message& m) {
+  const EndpointInfo& ep = *m.endpoint;
+  HandlerResult result;
+  try {
+    result = ep.fn(*actor_, m.body);
+  } catch (...) {
+    const std::string what = describe(std::current_exception());
+    if (m.reply) {
+      // the caller sees the failure; the actor keeps running.
+      m.reply->set_exception(
+          std::make_exception_ptr(ActorError(id_.to_string(), std::string(ep.name), what)));
+    } else {
+      fail(std::string(ep.name) + " threw with no caller to tell: " + what);
+    }
+    return;
+  }
+  if (result.task.valid()) {
+    task_ = std::move(result.task);
+    task_reply_ = std::move(m.reply);
+    task_endpoint_ = ep.name;
+    awaiting_ = true;
+    task_.start(nullptr, nullptr);
+    after_resume();
+    return;
+  }
+  if (m.reply) m.reply->set_body(result.body);
+}
+
+void Cell::after_resume() {
+  if (awaiting_ && task_.done()) finish_task();
+}
+
+void Cell::finish_task() {
+  awaiting_ = false;
+  auto reply = std::move(task_reply_);
+  const std::string_view endpoint = task_endpoint_;
+  Task<Body> task = std::move(task_);
+  try {
+    Body body = task.take();
+    if (reply) reply->set_body(body);
+  } catch (...) {
+    const std::string what = describe(std::current_exception());
+    if (reply) {
+      reply->set_exception(
+          std::make_exception_ptr(ActorError(id_.to_string(), std::string(endpoint), what)));
+    } else {
+      fail(std::string(endpoint) + " threw with no caller to tell: " + what);
+    }
+  }
+}
+
+void Cell::do_stop(Message& m) {
+  std::vector<CellPtr> children;
+  {
+    std::lock_guard lock(children_mu_);
+    for (auto& w : children_) {
+      if (auto c = w.lock()) children.push_back(std::move(c));
+    }
+    children_.clear();
+  }
+  for (auto& c : children) {
+    auto* s = new Message;
+    s->kind = Message::Kind::stop;
+    s->sender = id_;
+    c->enqueue(s);
+  }
+  if (actor_) {
+    try {
+      actor_->on_stop();
+    } catch (...) {
+      std::fprintf(stderr, "baton: %s on_stop() threw: %s\n", id_.to_string().c_str(),
+                   describe(std::current_exception()).c_str());
+    }
+  }
+  status_.store(Status::stopped, std::memory_order_release);
+  actor_.reset();
+  if (m.x().stopped) m.x().stopped->set_value();
+  proc_->cell_finished();
+}
+
+void Cell::fail(const std::string& reason) {
+  failure_ = reason;
+  status_.store(Status::failed, std::memory_order_release);
+  // a call in progress fails with SupervisionError.
+  if (awaiting_) {
+    awaiting_ = false;
+    task_ = {};
+    if (task_reply_) {
+      task_reply_->set_exception(std::make_exception_ptr(
+          SupervisionError(id_.to_string() + " failed while handling this call: " + reason)));
+      task_reply_.reset();
+    }
+  }
+  {
+    // Children of a failed actor are stopped: they belong to it.
+    std::lock_guard lock(children_mu_);
+    for (auto& w : children_) {
+      if (auto c = w.lock()) {
+        auto* s = new Message;
+        s->kind = Message::Kind::stop;
+        s->sender = id_;
+        c->enqueue(s);
+      }
+    }
+    children_.clear();
+  }
+  actor_.reset();
+  SupervisionEvent ev{id_, reason};
+  if (parent_ != nullptr) {
+    auto* m = new Message;
+    m->kind = Message::Kind::child_failed;
+    m->sender = id_;
+    m->x().event = std::make_unique<SupervisionEvent>(std::move(ev));
+    parent_->enqueue(m);
+  } else {
+    proc_->report_unhandled(ev);
+  }
+  proc_->cell_finished();
+}
+
+void Cell::bounce(Message& m) {
+  const bool failed = status() == Status::failed;
+  const std::string why =
+      id_.to_string() + (failed ? " has failed (" + failure_ + ")" : " has stopped");
+  switch (m.kind) {
+    case Message::Kind::call:
+    case Message::Kind::port:
+      if (failed && m.reply) {
+        m.reply->set_exception(std::make_exception_ptr(SupervisionError(why)));
+      } else {
+        return_to_sender(m,
+                         failed ? UndeliverableError::Reason::actor_failed
+                                : UndeliverableError::Reason::actor_stopped,
+                         why);
+      }
+      return;
+    case Message::Kind::stop:
+      if (m.x().stopped) m.x().stopped->set_value();
+      return;
+    case Message::Kind::child_failed:
+      // The parent is gone too; the proc hears of it so nothing is silent.
+      proc_->report_unhandled(*m.x().event);
+      return;
+    case Message::Kind::construct:
+    case Message::Kind::undeliverable:
+    case Message::Kind::resume:
+      return;  // the frame of a failed actor's task is already destroyed
+  }
+}
+
+}  // namespace baton::detail
+
+namespace baton {
+
+Actor::Actor() : cell_(detail::t_constructing) {
+  if (cell_ == nullptr) {
+    throw UsageError(
+        "actors are constructed by the runtime: use proc.spawn<A>(name, args...) "
+        "instead of constructing an actor directly");
+  }
+}
+
+Proc& detail::cell_proc(Cell& c) {
+  return *c.proc().owner;
+}
+
+}  // namespace baton

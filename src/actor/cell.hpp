@@ -1,0 +1,184 @@
+#pragma once
+
+// Internal: the cell that hosts one actor (its mailbox and strand), and the proc's tables.
+
+#include <atomic>
+#include <condition_variable>
+#include <coroutine>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "baton/actor/proc.hpp"
+
+namespace baton::detail {
+
+/// What only rare messages carry, kept out of line so the common call stays small.
+struct MessageExtra {
+  std::function<void()> thunk;  // port deliveries
+  std::unique_ptr<SupervisionEvent> event;
+  std::unique_ptr<Undeliverable> undeliverable;
+  std::shared_ptr<State<void>> stopped;  // completed when a stop finishes
+};
+
+struct Message {
+  enum class Kind : std::uint8_t {
+    construct,
+    call,
+    port,
+    stop,
+    child_failed,
+    undeliverable,
+    resume
+  };
+
+  std::atomic<Message*> next{nullptr};
+  Kind kind = Kind::call;
+  const EndpointInfo* endpoint = nullptr;  // for calls
+  std::uint64_t factory = 0;               // for construct
+  ActorId sender;
+  Body body;
+  std::shared_ptr<StateBase> reply;  // null for one-way messages
+  std::coroutine_handle<> resume;
+  std::unique_ptr<MessageExtra> extra;
+
+  MessageExtra& x() {
+    if (!extra) extra = std::make_unique<MessageExtra>();
+    return *extra;
+  }
+
+  // Messages are allocated on the sender's thread and freed on the receiver's; a pool of
+  // per-thread free lists that trade full batches keeps that off malloc's slow paths.
+  static void* operator new(std::size_t size);
+  static void operator delete(void* p) noexcept;
+};
+
+/// Vyukov's intrusive multi-producer single-consumer queue: one atomic exchange per push.
+class MpscQueue {
+ public:
+  MpscQueue() : head_(&stub_), tail_(&stub_) {}
+  ~MpscQueue();
+  MpscQueue(const MpscQueue&) = delete;
+  MpscQueue& operator=(const MpscQueue&) = delete;
+
+  void push(Message* m) {
+    m->next.store(nullptr, std::memory_order_relaxed);
+    Message* prev = head_.exchange(m);  // seq_cst: pairs with the strand's idle check
+    prev->next.store(m, std::memory_order_release);
+  }
+  /// Consumer only. May return null while a push is half done; maybe_nonempty() then says so.
+  Message* pop();
+  /// Consumer only: true if a pop may yield a message now or once a push in flight lands.
+  bool maybe_nonempty() const {
+    // Unless tail_ is the stub, it is itself a message not yet popped.
+    return tail_ != &stub_ || tail_->next.load(std::memory_order_seq_cst) != nullptr ||
+           head_.load(std::memory_order_seq_cst) != tail_;
+  }
+
+ private:
+  std::atomic<Message*> head_;
+  Message* tail_;
+  Message stub_;
+};
+
+class ProcState;
+
+class Cell final : public Runnable,
+                   public ResumeContext,
+                   public std::enable_shared_from_this<Cell> {
+ public:
+  enum class Status : std::uint8_t { starting, running, stopped, failed };
+
+  Cell(std::shared_ptr<ProcState> proc, ActorId id, Cell* parent);
+  ~Cell();
+
+  const ActorId& id() const { return id_; }
+  ProcState& proc() const { return *proc_; }
+  Cell* parent() const { return parent_; }
+  Status status() const { return status_.load(std::memory_order_acquire); }
+
+  /// Queues a message in FIFO order and schedules the strand if it was idle.
+  void enqueue(Message* m);
+  void run() override;
+  void post_resume(std::coroutine_handle<> h) override;
+
+  void add_child(const CellPtr& child);
+
+ private:
+  void schedule_if_idle();
+  bool has_work() const;
+  void handle(Message* m);
+  void handle_call(Message& m);
+  void finish_task();
+  void after_resume();
+  void do_stop(Message& m);
+  void fail(const std::string& reason);
+  void bounce(Message& m);
+  void trace(const Message& m);
+
+  std::shared_ptr<ProcState> proc_;
+  ActorId id_;
+  Cell* parent_;  // parents outlive children: the proc's table keeps every cell
+  std::unique_ptr<Actor> actor_;
+  const ActorTypeInfo* type_ = nullptr;
+
+  MpscQueue mailbox_;
+  MpscQueue resumes_;  // continuations of the running coroutine endpoint
+  std::atomic<bool> scheduled_{false};
+  CellPtr keepalive_;  // held while scheduled, so the executor's raw pointer stays valid
+  std::atomic<Status> status_{Status::starting};
+  std::string failure_;
+
+  // The coroutine endpoint in progress (A-1: no other message runs until it ends).
+  Task<Body> task_;
+  std::shared_ptr<StateBase> task_reply_;
+  std::string_view task_endpoint_;
+  bool awaiting_ = false;
+
+  std::mutex children_mu_;
+  std::vector<std::weak_ptr<Cell>> children_;
+  std::vector<std::shared_ptr<State<void>>> stop_waiters_;
+};
+
+class ProcState : public std::enable_shared_from_this<ProcState> {
+ public:
+  ProcState(Proc::Options options, Executor* executor, std::unique_ptr<ThreadPool> pool);
+
+  Proc::Options options;
+  ProcId id;
+  ActorId client;  // the sender id of messages sent from outside actors
+  Executor* executor;
+  std::unique_ptr<ThreadPool> pool;
+  Proc* owner = nullptr;
+
+  std::mutex mu;
+  std::unordered_map<ActorId, CellPtr> actors;
+  std::unordered_map<std::string, std::uint64_t> next_index;
+  std::unordered_map<std::uint64_t, PortSinkPtr> ports;
+  std::uint64_t next_port = 1;
+  std::condition_variable idle_cv;
+  std::size_t live = 0;  // cells not yet stopped or failed
+  bool stopping = false;
+  std::atomic<bool> closed{false};
+
+  void cell_finished();
+  void report_unhandled(const SupervisionEvent& ev);
+  void report_undeliverable(const Undeliverable& u);
+};
+
+/// The registry of every proc in this process, by name.
+std::shared_ptr<ProcState> find_proc(const ProcId& id);
+
+struct Factories {
+  Factory make = nullptr;
+  const ActorTypeInfo* type = nullptr;
+};
+const Factories* find_factory(std::uint64_t id);
+
+/// Returns a message to its sender as undeliverable, or fails its reply.
+void return_to_sender(Message& m, UndeliverableError::Reason reason, const std::string& why);
+
+}  // namespace baton::detail

@@ -1,0 +1,322 @@
+#include <cstdio>
+#include <cstdlib>
+
+#include "actor/cell.hpp"
+
+namespace baton {
+namespace detail {
+namespace {
+
+struct Directory {
+  std::mutex mu;
+  std::unordered_map<std::string, std::weak_ptr<ProcState>> procs;
+};
+Directory& directory() {
+  static Directory d;
+  return d;
+}
+
+struct FactoryRegistry {
+  std::mutex mu;
+  std::unordered_map<std::uint64_t, std::pair<std::string, Factories>> by_id;
+};
+FactoryRegistry& factories() {
+  static FactoryRegistry r;
+  return r;
+}
+
+const ActorId& current_sender_id(const ProcState* fallback) {
+  if (Cell* c = current_cell()) return c->id();
+  static const ActorId outside{ProcId{"client"}, "client", 0};
+  return fallback != nullptr ? fallback->client : outside;
+}
+
+}  // namespace
+
+std::uint64_t register_factory(std::string_view key, Factory factory, const ActorTypeInfo* type) {
+  const std::uint64_t id = fnv1a(key);
+  auto& r = factories();
+  std::lock_guard lock(r.mu);
+  auto [it, inserted] = r.by_id.try_emplace(id, std::string(key), Factories{factory, type});
+  if (!inserted && it->second.first != key) {
+    std::fprintf(stderr, "baton: factory id collision between %s and %.*s\n",
+                 it->second.first.c_str(), static_cast<int>(key.size()), key.data());
+    std::abort();
+  }
+  // Two endpoints of one type hashing alike would misroute calls: a bug to stop at once.
+  for (std::size_t i = 0; i < type->endpoint_count; ++i) {
+    for (std::size_t j = i + 1; j < type->endpoint_count; ++j) {
+      if (type->endpoints[i].id == type->endpoints[j].id) {
+        std::fprintf(stderr, "baton: endpoint id collision in %.*s\n",
+                     static_cast<int>(type->name.size()), type->name.data());
+        std::abort();
+      }
+    }
+  }
+  return id;
+}
+
+const Factories* find_factory(std::uint64_t id) {
+  auto& r = factories();
+  std::lock_guard lock(r.mu);
+  auto it = r.by_id.find(id);
+  return it == r.by_id.end() ? nullptr : &it->second.second;
+}
+
+std::shared_ptr<ProcState> find_proc(const ProcId& id) {
+  auto& d = directory();
+  std::lock_guard lock(d.mu);
+  auto it = d.procs.find(id.name);
+  return it == d.procs.end() ? nullptr : it->second.lock();
+}
+
+CellPtr resolve_actor(const ActorId& id) {
+  auto proc = find_proc(id.proc);
+  if (!proc) return nullptr;
+  std::lock_guard lock(proc->mu);
+  auto it = proc->actors.find(id);
+  return it == proc->actors.end() ? nullptr : it->second;
+}
+
+PortSinkPtr resolve_port(const PortId& id) {
+  auto proc = find_proc(id.actor.proc);
+  if (!proc) return nullptr;
+  std::lock_guard lock(proc->mu);
+  auto it = proc->ports.find(id.port);
+  return it == proc->ports.end() ? nullptr : it->second;
+}
+
+void return_to_sender(Message& m, UndeliverableError::Reason reason, const std::string& why) {
+  const PortId dest{m.sender, 0};
+  if (m.reply) {
+    m.reply->set_exception(std::make_exception_ptr(UndeliverableError(reason, why)));
+    return;
+  }
+  Undeliverable u{dest, reason, why};
+  if (CellPtr sender = resolve_actor(m.sender)) {
+    auto* back = new Message;
+    back->kind = Message::Kind::undeliverable;
+    back->sender = m.sender;
+    back->x().undeliverable = std::make_unique<Undeliverable>(std::move(u));
+    sender->enqueue(back);
+    return;
+  }
+  if (auto proc = find_proc(m.sender.proc)) {
+    proc->report_undeliverable(u);
+    return;
+  }
+  std::fprintf(stderr, "baton: undeliverable message from %s: %s\n", m.sender.to_string().c_str(),
+               why.c_str());
+}
+
+void send_call(const ActorId& target, const CellPtr& cached, const EndpointInfo& endpoint,
+               Body args, std::shared_ptr<StateBase> reply) {
+  CellPtr resolved;
+  Cell* cell = cached.get();
+  if (cell == nullptr) {
+    resolved = resolve_actor(target);
+    cell = resolved.get();
+  }
+  auto* m = new Message;
+  m->kind = Message::Kind::call;
+  m->endpoint = &endpoint;
+  m->body = std::move(args);
+  m->reply = std::move(reply);
+  Cell* current = current_cell();
+  m->sender = current != nullptr ? current->id() : current_sender_id(nullptr);
+  if (cell == nullptr) {
+    std::unique_ptr<Message> owned(m);
+    return_to_sender(*owned, UndeliverableError::Reason::unknown_actor,
+                     "no actor " + target.to_string() + " (" + std::string(endpoint.name) +
+                         "): it was never spawned, or its proc is gone");
+    return;
+  }
+  if (current == nullptr) m->sender = cell->proc().client;
+  cell->enqueue(m);
+}
+
+Future<void> stop_actor(const ActorId& target, const CellPtr& cached) {
+  CellPtr cell = cached ? cached : resolve_actor(target);
+  auto state = std::make_shared<State<void>>();
+  if (!cell) {
+    state->set_exception(std::make_exception_ptr(UndeliverableError(
+        UndeliverableError::Reason::unknown_actor, "no actor " + target.to_string() + " to stop")));
+    return Future<void>(state);
+  }
+  auto* m = new Message;
+  m->kind = Message::Kind::stop;
+  m->sender = current_sender_id(&cell->proc());
+  m->x().stopped = state;
+  cell->enqueue(m);
+  return Future<void>(state);
+}
+
+void send_port(const PortId& id, const PortSinkPtr& cached, Body body) {
+  PortSinkPtr sink = cached ? cached : resolve_port(id);
+  bool delivered = false;
+  std::string why = "no port " + id.to_string();
+  if (sink) {
+    try {
+      delivered = sink->deliver(body);
+      if (!delivered) why = "port " + id.to_string() + " accepts one value and already has it";
+    } catch (const std::exception& e) {
+      why = "port " + id.to_string() + " rejected the value: " + e.what();
+    }
+  }
+  if (delivered) return;
+  Message m;
+  m.sender = current_sender_id(nullptr);
+  if (Cell* c = current_cell()) m.sender = c->id();
+  return_to_sender(m, UndeliverableError::Reason::unknown_actor, why);
+}
+
+// --- ProcState ------------------------------------------------------------------------------
+
+ProcState::ProcState(Proc::Options opts, Executor* exec, std::unique_ptr<ThreadPool> own)
+    : options(std::move(opts)), executor(exec), pool(std::move(own)) {
+  id = ProcId::parse(options.name);
+  client = ActorId{id, "client", 0};
+}
+
+void ProcState::cell_finished() {
+  std::lock_guard lock(mu);
+  --live;
+  if (live == 0) idle_cv.notify_all();
+}
+
+void ProcState::report_unhandled(const SupervisionEvent& ev) {
+  if (options.on_unhandled_failure) {
+    options.on_unhandled_failure(ev);
+    return;
+  }
+  std::fprintf(stderr,
+               "baton: unhandled actor failure in proc %s\n  %s\n"
+               "  (no parent handled it; install Proc::Options::on_unhandled_failure or override "
+               "Actor::supervise to handle failures)\n",
+               id.name.c_str(), ev.to_string().c_str());
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+
+void ProcState::report_undeliverable(const Undeliverable& u) {
+  if (options.on_undeliverable) {
+    options.on_undeliverable(u);
+    return;
+  }
+  std::fprintf(stderr, "baton: undeliverable message to %s: %s\n", u.dest.to_string().c_str(),
+               u.message.c_str());
+}
+
+}  // namespace detail
+
+// --- Proc -----------------------------------------------------------------------------------
+
+namespace {
+std::shared_ptr<detail::ProcState> register_proc(std::shared_ptr<detail::ProcState> s) {
+  auto& d = detail::directory();
+  std::lock_guard lock(d.mu);
+  auto& slot = d.procs[s->id.name];
+  if (!slot.expired()) {
+    throw UsageError("a proc named '" + s->id.name +
+                     "' already exists in this process; give each Proc a unique name");
+  }
+  slot = s;
+  return s;
+}
+}  // namespace
+
+Proc::Proc(Options options) {
+  auto pool = std::make_unique<ThreadPool>(options.threads);
+  Executor* exec = pool.get();
+  state_ =
+      register_proc(std::make_shared<detail::ProcState>(std::move(options), exec, std::move(pool)));
+  state_->owner = this;
+}
+
+Proc::Proc(Options options, Executor& executor) {
+  state_ =
+      register_proc(std::make_shared<detail::ProcState>(std::move(options), &executor, nullptr));
+  state_->owner = this;
+}
+
+Proc::~Proc() {
+  stop();
+  state_->pool.reset();  // joins the workers
+  state_->closed.store(true, std::memory_order_release);
+  {
+    // Cells point at the proc state; dropping the table breaks that cycle.
+    std::lock_guard lock(state_->mu);
+    state_->actors.clear();
+    state_->ports.clear();
+  }
+  auto& d = detail::directory();
+  std::lock_guard lock(d.mu);
+  auto it = d.procs.find(state_->id.name);
+  if (it != d.procs.end() && it->second.lock() == state_) d.procs.erase(it);
+}
+
+const ProcId& Proc::id() const {
+  return state_->id;
+}
+
+void Proc::stop() {
+  std::vector<detail::CellPtr> roots;
+  {
+    std::lock_guard lock(state_->mu);
+    if (state_->stopping && state_->live == 0) return;
+    state_->stopping = true;
+    for (auto& [id, cell] : state_->actors) {
+      if (cell->parent() == nullptr) roots.push_back(cell);
+    }
+  }
+  for (auto& c : roots) {
+    auto* m = new detail::Message;
+    m->kind = detail::Message::Kind::stop;
+    m->sender = state_->client;
+    c->enqueue(m);
+  }
+  if (auto* manual = dynamic_cast<ManualExecutor*>(state_->executor)) {
+    manual->run_until_idle();
+    return;
+  }
+  std::unique_lock lock(state_->mu);
+  state_->idle_cv.wait(lock, [&] { return state_->live == 0; });
+}
+
+std::pair<ActorId, detail::CellPtr> Proc::spawn_erased(detail::Cell* parent, std::string name,
+                                                       std::uint64_t factory, Body args) {
+  if (!is_valid_name(name)) {
+    throw UsageError("invalid actor name '" + name + "': use 1-128 characters of [A-Za-z0-9_.-]");
+  }
+  ActorId id;
+  detail::CellPtr cell;
+  {
+    std::lock_guard lock(state_->mu);
+    if (state_->stopping) {
+      throw UsageError("proc " + state_->id.name + " is stopping; it cannot spawn '" + name + "'");
+    }
+    id = ActorId{state_->id, name, state_->next_index[name]++};
+    cell = std::make_shared<detail::Cell>(state_, id, parent);
+    auto* m = new detail::Message;
+    m->kind = detail::Message::Kind::construct;
+    m->factory = factory;
+    m->body = std::move(args);
+    m->sender = parent != nullptr ? parent->id() : state_->client;
+    cell->enqueue(m);
+    state_->actors.emplace(id, cell);
+    ++state_->live;
+  }
+  if (parent != nullptr) parent->add_child(cell);
+  return {std::move(id), std::move(cell)};
+}
+
+PortId Proc::register_port(detail::PortSinkPtr sink, bool once) {
+  (void)once;
+  std::lock_guard lock(state_->mu);
+  const std::uint64_t n = state_->next_port++;
+  state_->ports.emplace(n, std::move(sink));
+  detail::Cell* c = detail::current_cell();
+  return PortId{c != nullptr ? c->id() : state_->client, n};
+}
+
+}  // namespace baton
