@@ -151,7 +151,7 @@ Future<void> stop_actor(const ActorId& target, const CellPtr& cached) {
   return Future<void>(state);
 }
 
-void send_port(const PortId& id, const PortSinkPtr& cached, Body body) {
+void send_port(const PortId& id, const PortSinkPtr& cached, const Body& body) {
   PortSinkPtr sink = cached ? cached : resolve_port(id);
   bool delivered = false;
   std::string why = "no port " + id.to_string();
@@ -283,7 +283,8 @@ void Proc::stop() {
   state_->idle_cv.wait(lock, [&] { return state_->live == 0; });
 }
 
-std::pair<ActorId, detail::CellPtr> Proc::spawn_erased(detail::Cell* parent, std::string name,
+std::pair<ActorId, detail::CellPtr> Proc::spawn_erased(detail::Cell* parent,
+                                                       const std::string& name,
                                                        std::uint64_t factory, Body args) {
   if (!is_valid_name(name)) {
     throw UsageError("invalid actor name '" + name + "': use 1-128 characters of [A-Za-z0-9_.-]");

@@ -34,7 +34,7 @@ class Recorder : public Actor {
 class Sender : public Actor {
  public:
   explicit Sender(int who) : who_(who) {}
-  void blast(ActorRef<Recorder> to, int n) {
+  void blast(const ActorRef<Recorder>& to, int n) {
     for (int i = 0; i < n; ++i) to.send(&Recorder::note, who_, i);
   }
   static constexpr auto endpoints = baton::endpoints<&Sender::blast>();
@@ -209,7 +209,7 @@ TEST_F(Fixture, ActorsCannotBeConstructedDirectly) {
 
 class Forwarder : public Actor {
  public:
-  void forward(ActorRef<Recorder> to) { to.send(&Recorder::note, 9, 9); }
+  void forward(const ActorRef<Recorder>& to) { to.send(&Recorder::note, 9, 9); }
   bool handle_undeliverable(const Undeliverable& u) override {
     returned_.push_back(u);
     return true;
@@ -316,10 +316,10 @@ TEST_F(Fixture, CoroutineEndpointExceptionFailsTheCaller) {
 
 class PortUser : public Actor {
  public:
-  void report(Port<std::string> out, int n) {
+  void report(const Port<std::string>& out, int n) {
     for (int i = 0; i < n; ++i) out.send("value " + std::to_string(i));
   }
-  void answer(OncePort<int> out) { out.send(99); }
+  void answer(const OncePort<int>& out) { out.send(99); }
   static constexpr auto endpoints = baton::endpoints<&PortUser::report, &PortUser::answer>();
 };
 
@@ -345,7 +345,7 @@ TEST_F(Fixture, PortsCarryValuesFromActorsToTheClient) {
 
 class Stoppable : public Actor {
  public:
-  explicit Stoppable(Port<std::string> log) : log_(log) {}
+  explicit Stoppable(Port<std::string> log) : log_(std::move(log)) {}
   void work(int i) { log_.send("work " + std::to_string(i)); }
   void on_stop() override { log_.send("on_stop"); }
   static constexpr auto endpoints = baton::endpoints<&Stoppable::work>();

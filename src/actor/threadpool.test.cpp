@@ -34,7 +34,7 @@ class Checker : public Actor {
 class Blaster : public Actor {
  public:
   explicit Blaster(int who) : who_(who) {}
-  int blast(ActorRef<Checker> to, std::int64_t n) {
+  int blast(const ActorRef<Checker>& to, std::int64_t n) {
     for (std::int64_t i = 0; i < n; ++i) to.send(&Checker::note, who_, i);
     return who_;
   }
@@ -96,6 +96,7 @@ TEST(ThreadPool, ClientThreadsGetTheirOwnReplies) {
   auto echo = proc.spawn<Echo>("echo");
   std::atomic<int> wrong{0};
   std::vector<std::thread> threads;
+  threads.reserve(4);
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < 2000; ++i) {

@@ -30,7 +30,7 @@ class PortSink {
 using PortSinkPtr = std::shared_ptr<PortSink>;
 
 /// Sends bytes to a port; an unknown or closed port makes the value undeliverable (logged).
-void send_port(const PortId& id, const PortSinkPtr& cached, Body body);
+void send_port(const PortId& id, const PortSinkPtr& cached, const Body& body);
 /// The sink of a local port by id, or null.
 PortSinkPtr resolve_port(const PortId& id);
 

@@ -89,14 +89,14 @@ class Proc {
  private:
   friend class Actor;
   template <class A, class... Args>
-  ActorRef<A> spawn_as_child(detail::Cell* parent, std::string name, Args&&... args) {
+  ActorRef<A> spawn_as_child(detail::Cell* parent, const std::string& name, Args&&... args) {
     static_assert(std::is_base_of_v<Actor, A>, "actors must derive from baton::Actor");
     using Reg = detail::FactoryRegistration<A, std::decay_t<Args>...>;
-    auto [id, cell] = spawn_erased(parent, std::move(name), Reg::id,
+    auto [id, cell] = spawn_erased(parent, name, Reg::id,
                                    encode(static_cast<const std::decay_t<Args>&>(args)...));
     return ActorRef<A>(std::move(id), std::move(cell));
   }
-  std::pair<ActorId, detail::CellPtr> spawn_erased(detail::Cell* parent, std::string name,
+  std::pair<ActorId, detail::CellPtr> spawn_erased(detail::Cell* parent, const std::string& name,
                                                    std::uint64_t factory, Body args);
   PortId register_port(detail::PortSinkPtr sink, bool once);
 
@@ -105,7 +105,7 @@ class Proc {
 
 template <class A, class... Args>
 ActorRef<A> Actor::spawn(std::string name, Args&&... args) {
-  return proc().spawn_as_child<A>(cell_, std::move(name), std::forward<Args>(args)...);
+  return proc().spawn_as_child<A>(cell_, name, std::forward<Args>(args)...);
 }
 
 }  // namespace baton
