@@ -164,6 +164,15 @@ void Cell::enqueue(Message* m) {
   schedule_if_idle();
 }
 
+void Cell::post_port(std::function<void()> thunk) {
+  auto* m = new Message;
+  m->kind = Message::Kind::port;
+  m->sender = proc_->client;
+  if (Cell* c = current_cell()) m->sender = c->id();
+  m->x().thunk = std::move(thunk);
+  enqueue(m);
+}
+
 void Cell::post_resume(std::coroutine_handle<> h) {
   auto* m = new Message;
   m->kind = Message::Kind::resume;

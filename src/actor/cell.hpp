@@ -106,6 +106,8 @@ class Cell final : public Runnable,
   void post_resume(std::coroutine_handle<> h) override;
 
   void add_child(const CellPtr& child);
+  /// Queues a port delivery to run on this actor.
+  void post_port(std::function<void()> thunk);
 
  private:
   void schedule_if_idle();

@@ -154,20 +154,61 @@ Future<void> stop_actor(const ActorId& target, const CellPtr& cached) {
 void send_port(const PortId& id, const PortSinkPtr& cached, const Body& body) {
   PortSinkPtr sink = cached ? cached : resolve_port(id);
   bool delivered = false;
-  std::string why = "no port " + id.to_string();
+  std::string why =
+      "no port " + id.to_string() + " (closed, or a once-port that already has its value)";
   if (sink) {
     try {
       delivered = sink->deliver(body);
-      if (!delivered) why = "port " + id.to_string() + " accepts one value and already has it";
+      if (!delivered) why = "port " + id.to_string() + " is a once-port that already has its value";
     } catch (const std::exception& e) {
       why = "port " + id.to_string() + " rejected the value: " + e.what();
     }
   }
-  if (delivered) return;
+  if (delivered) {
+    if (dynamic_cast<OnceSink*>(sink.get()) != nullptr) {
+      // A once-port is done after its value: forget it so the table does not grow.
+      if (auto proc = find_proc(id.actor.proc)) {
+        std::lock_guard lock(proc->mu);
+        proc->ports.erase(id.port);
+      }
+    }
+    return;
+  }
   Message m;
   m.sender = current_sender_id(nullptr);
   if (Cell* c = current_cell()) m.sender = c->id();
   return_to_sender(m, UndeliverableError::Reason::unknown_actor, why);
+}
+
+namespace {
+class ActorPortSink final : public PortSink {
+ public:
+  ActorPortSink(std::weak_ptr<Cell> cell, std::function<void(const Body&)> handler)
+      : cell_(std::move(cell)),
+        handler_(std::make_shared<std::function<void(const Body&)>>(std::move(handler))) {}
+  bool deliver(const Body& body) override {
+    CellPtr cell = cell_.lock();
+    if (!cell) return false;
+    const Cell::Status st = cell->status();
+    if (st == Cell::Status::stopped || st == Cell::Status::failed) return false;
+    cell->post_port([h = handler_, body] { (*h)(body); });
+    return true;
+  }
+
+ private:
+  std::weak_ptr<Cell> cell_;
+  std::shared_ptr<std::function<void(const Body&)>> handler_;
+};
+}  // namespace
+
+std::pair<PortId, PortSinkPtr> open_actor_port(Cell& cell,
+                                               std::function<void(const Body&)> handler) {
+  auto sink = std::make_shared<ActorPortSink>(cell.shared_from_this(), std::move(handler));
+  ProcState& proc = cell.proc();
+  std::lock_guard lock(proc.mu);
+  const std::uint64_t n = proc.next_port++;
+  proc.ports.emplace(n, sink);
+  return {PortId{cell.id(), n}, sink};
 }
 
 // --- ProcState ------------------------------------------------------------------------------

@@ -339,8 +339,44 @@ TEST_F(Fixture, PortsCarryValuesFromActorsToTheClient) {
   EXPECT_EQ(answer.get(), 99);
   EXPECT_EQ(unhandled.size(), 1u);  // the undeliverable second answer failed the actor
   if (!unhandled.empty()) {
-    EXPECT_THAT(unhandled[0].message, HasSubstr("accepts one value"));
+    EXPECT_THAT(unhandled[0].message, HasSubstr("once-port that already has its value"));
   }
+}
+
+class Summer : public Actor {
+ public:
+  Port<int> inbox() {
+    return open_port<int>([this](int v) {
+      if (v < 0) throw std::runtime_error("negative value on the port");
+      sum_ += v;
+      ++count_;
+    });
+  }
+  std::vector<int> totals() { return {sum_, count_}; }
+  static constexpr auto endpoints = baton::endpoints<&Summer::inbox, &Summer::totals>();
+
+ private:
+  int sum_ = 0;
+  int count_ = 0;
+};
+
+TEST_F(Fixture, ActorOwnedPortsRunTheirHandlerOnTheActor) {
+  Proc proc(options(), exec);
+  auto summer = proc.spawn<Summer>("summer");
+  auto inbox_f = summer.call(&Summer::inbox);
+  exec.run_until_idle();
+  Port<int> inbox = inbox_f.get();
+  EXPECT_EQ(inbox.id().actor, summer.id());
+  // The port travels as bytes and still reaches the actor.
+  auto copy = decode<Port<int>>(encode(inbox));
+  for (int i = 1; i <= 10; ++i) (i % 2 ? inbox : copy).send(i);
+  auto totals = summer.call(&Summer::totals);
+  exec.run_until_idle();
+  EXPECT_EQ(totals.get(), (std::vector<int>{55, 10}));
+  inbox.send(-1);  // a throwing port handler fails the actor
+  exec.run_until_idle();
+  ASSERT_EQ(unhandled.size(), 1u);
+  EXPECT_THAT(unhandled[0].message, HasSubstr("negative value on the port"));
 }
 
 class Stoppable : public Actor {

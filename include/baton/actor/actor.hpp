@@ -28,6 +28,7 @@
 
 #include "baton/actor/endpoint.hpp"
 #include "baton/actor/future.hpp"
+#include "baton/actor/port.hpp"
 #include "baton/wire/ids.hpp"
 
 namespace baton {
@@ -146,6 +147,11 @@ class Actor {
   /// Spawns a child actor in this proc; its failures are reported to this actor's supervise().
   template <class A, class... Args>
   ActorRef<A> spawn(std::string name, Args&&... args);
+
+  /// Opens a port whose values are handled by `handler` on this actor, one message at a time
+  /// like endpoints; a throw in the handler fails the actor.
+  template <class T, class F>
+  Port<T> open_port(F handler);
 
  private:
   friend class detail::Cell;

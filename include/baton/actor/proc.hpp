@@ -103,6 +103,19 @@ class Proc {
   std::shared_ptr<detail::ProcState> state_;
 };
 
+namespace detail {
+/// A port whose values become messages in an actor's mailbox.
+std::pair<PortId, PortSinkPtr> open_actor_port(Cell& cell,
+                                               std::function<void(const Body&)> handler);
+}  // namespace detail
+
+template <class T, class F>
+Port<T> Actor::open_port(F handler) {
+  auto [id, sink] = detail::open_actor_port(
+      *cell_, [h = std::move(handler)](const Body& body) mutable { h(decode<T>(body)); });
+  return Port<T>(std::move(id), std::move(sink));
+}
+
 template <class A, class... Args>
 ActorRef<A> Actor::spawn(std::string name, Args&&... args) {
   return proc().spawn_as_child<A>(cell_, name, std::forward<Args>(args)...);
