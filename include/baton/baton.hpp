@@ -9,6 +9,7 @@
 #include "baton/actor/port.hpp"
 #include "baton/actor/proc.hpp"
 #include "baton/actor/task.hpp"
+#include "baton/slice/slice.hpp"
 #include "baton/wire/address.hpp"
 #include "baton/wire/archive.hpp"
 #include "baton/wire/envelope.hpp"

@@ -1,0 +1,167 @@
+#pragma once
+
+// Mesh geometry, pure math. A Slice is (offset, sizes, strides) over a flat space of locations
+// (global ranks); a Shape names the Slice's dimensions; a Point is one member's coordinates.
+// Ranks are row-major indices within a shape (0..len); locations are positions in the base.
+//
+// Shape::of({{"hosts", 2}, {"gpus", 8}}).at("hosts", 1).range("gpus", 0, 4)
+//   -> {gpus: 4}, locations 8..11
+
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <cereal/cereal.hpp>
+#include <cereal/types/string.hpp>
+#include <cereal/types/vector.hpp>
+
+namespace baton {
+
+/// A wrong use of mesh geometry: an unknown dimension, an index or range out of bounds.
+class SliceError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+/// The most dimensions a shape may have (also bounds what a decoder allocates).
+inline constexpr std::size_t kMaxDims = 64;
+
+class Slice {
+ public:
+  Slice() = default;
+  /// Throws SliceError if the vectors differ in length or a location would overflow.
+  Slice(std::size_t offset, std::vector<std::size_t> sizes, std::vector<std::size_t> strides);
+  static Slice row_major(std::vector<std::size_t> sizes);
+
+  std::size_t offset() const { return offset_; }
+  const std::vector<std::size_t>& sizes() const { return sizes_; }
+  const std::vector<std::size_t>& strides() const { return strides_; }
+  std::size_t num_dims() const { return sizes_.size(); }
+  /// Number of members: the product of the sizes (1 for no dimensions).
+  std::size_t len() const;
+
+  /// offset + sum(coord * stride); throws if a coordinate is out of bounds.
+  std::size_t location(std::span<const std::size_t> coords) const;
+  /// The coordinates of a location; throws if the location is not in this slice.
+  std::vector<std::size_t> coordinates(std::size_t location) const;
+  std::size_t location_of_rank(std::size_t rank) const;
+  std::optional<std::size_t> rank_of_location(std::size_t location) const;
+  std::vector<std::size_t> locations() const;
+  bool contains(std::size_t location) const { return rank_of_location(location).has_value(); }
+  std::string to_string() const;
+  bool operator==(const Slice&) const = default;
+
+  template <class Ar>
+  void save(Ar& ar) const {
+    ar(offset_, sizes_, strides_);
+  }
+  template <class Ar>
+  void load(Ar& ar) {
+    std::size_t offset = 0;
+    std::vector<std::size_t> sizes;
+    std::vector<std::size_t> strides;
+    ar(offset, sizes, strides);
+    *this = Slice(offset, std::move(sizes), std::move(strides));
+  }
+
+ private:
+  std::optional<std::vector<std::size_t>> try_coordinates(std::size_t location) const;
+
+  std::size_t offset_ = 0;
+  std::vector<std::size_t> sizes_;
+  std::vector<std::size_t> strides_;
+};
+
+/// One member of a shape: its coordinates, by dimension name, and its rank in the shape.
+struct Point {
+  std::vector<std::string> labels;
+  std::vector<std::size_t> coords;
+  std::size_t rank = 0;
+
+  /// The coordinate along `label`; throws SliceError if the point has no such dimension.
+  std::size_t operator[](std::string_view label) const;
+  std::string to_string() const;
+  bool operator==(const Point&) const = default;
+
+  template <class Ar>
+  void save(Ar& ar) const {
+    ar(labels, coords, rank);
+  }
+  template <class Ar>
+  void load(Ar& ar);
+};
+
+class Shape {
+ public:
+  /// The shape with no dimensions: one member.
+  Shape() = default;
+  /// Throws SliceError for duplicate, empty or invalid labels, or a count that differs from the
+  /// slice's dimensions.
+  Shape(std::vector<std::string> labels, Slice slice);
+  /// A row-major shape at offset 0, e.g. Shape::of({{"hosts", 2}, {"gpus", 8}}).
+  static Shape of(const std::vector<std::pair<std::string, std::size_t>>& dims);
+
+  const std::vector<std::string>& labels() const { return labels_; }
+  const Slice& slice() const { return slice_; }
+  std::size_t num_dims() const { return labels_.size(); }
+  std::size_t len() const { return slice_.len(); }
+  std::size_t size(std::string_view dim) const;
+  bool has(std::string_view dim) const;
+
+  Point point(std::size_t rank) const;
+  /// Every member in rank order.
+  std::vector<Point> points() const;
+  std::size_t rank_of(std::span<const std::size_t> coords) const;
+  /// The global location of the member with this rank.
+  std::size_t location(std::size_t rank) const;
+  std::vector<std::size_t> locations() const { return slice_.locations(); }
+
+  /// Selects one index of `dim` and drops the dimension.
+  Shape at(std::string_view dim, std::size_t index) const;
+  /// Keeps [begin, end) of `dim` with a step; the dimension stays.
+  Shape range(std::string_view dim, std::size_t begin, std::size_t end, std::size_t step = 1) const;
+  /// All dimensions into one named `name`; throws if no single stride can express it.
+  Shape flatten(std::string name) const;
+  Shape rename(std::string_view from, std::string to) const;
+  /// One dimension into several whose sizes multiply to its size, e.g. hosts into dp x pp.
+  Shape split(std::string_view dim,
+              const std::vector<std::pair<std::string, std::size_t>>& into) const;
+
+  /// `{hosts: 2, gpus: 8}`
+  std::string to_string() const;
+  bool operator==(const Shape&) const = default;
+
+  template <class Ar>
+  void save(Ar& ar) const {
+    ar(labels_, slice_);
+  }
+  template <class Ar>
+  void load(Ar& ar) {
+    std::vector<std::string> labels;
+    Slice slice;
+    ar(labels, slice);
+    *this = Shape(std::move(labels), std::move(slice));
+  }
+
+ private:
+  std::size_t dim_index(std::string_view dim) const;
+
+  std::vector<std::string> labels_;
+  Slice slice_;
+};
+
+template <class Ar>
+void Point::load(Ar& ar) {
+  ar(labels, coords, rank);
+  if (labels.size() != coords.size() || labels.size() > kMaxDims) {
+    throw SliceError("malformed point: " + std::to_string(labels.size()) + " labels and " +
+                     std::to_string(coords.size()) + " coordinates");
+  }
+}
+
+}  // namespace baton
