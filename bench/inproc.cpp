@@ -5,7 +5,7 @@
 #include <chrono>
 #include <vector>
 
-#include "baton/actor/proc.hpp"
+#include "baton/baton.hpp"
 #include "figures.hpp"
 
 namespace baton::bench {

@@ -62,7 +62,7 @@ struct ThreadCache {
     while (head != nullptr) {
       FreeNode* n = head;
       head = head->next;
-      ::operator delete(n);
+      ::operator delete (n, std::align_val_t{alignof(Message)});
     }
   }
 };
@@ -87,7 +87,7 @@ void* Message::operator new(std::size_t size) {
     --c.count;
     return n;
   }
-  return ::operator new(size);
+  return ::operator new (size, std::align_val_t{alignof(Message)});
 }
 
 void Message::operator delete(void* p) noexcept {
@@ -103,7 +103,7 @@ void Message::operator delete(void* p) noexcept {
       c.count = 0;
     } else {
       lock.unlock();
-      ::operator delete(p);
+      ::operator delete (p, std::align_val_t{alignof(Message)});
       return;
     }
   }
@@ -143,8 +143,8 @@ Message* MpscQueue::pop() {
 
 // --- Cell -----------------------------------------------------------------------------------
 
-Cell::Cell(std::shared_ptr<ProcState> proc, ActorId id, Cell* parent)
-    : proc_(std::move(proc)), id_(std::move(id)), parent_(parent) {}
+Cell::Cell(std::shared_ptr<ProcState> proc, const ActorId& id, Cell* parent)
+    : proc_(std::move(proc)), id_(intern_id(id)), parent_(parent) {}
 
 Cell::~Cell() = default;
 
@@ -167,8 +167,8 @@ void Cell::enqueue(Message* m) {
 void Cell::post_port(std::function<void()> thunk) {
   auto* m = new Message;
   m->kind = Message::Kind::port;
-  m->sender = proc_->client;
-  if (Cell* c = current_cell()) m->sender = c->id();
+  m->sender = &proc_->client;
+  if (Cell* c = current_cell()) m->sender = &c->id();
   m->x().thunk = std::move(thunk);
   enqueue(m);
 }
@@ -176,7 +176,8 @@ void Cell::post_port(std::function<void()> thunk) {
 void Cell::post_resume(std::coroutine_handle<> h) {
   auto* m = new Message;
   m->kind = Message::Kind::resume;
-  m->resume = h;
+  m->resume = h.address();
+  m->sender = &id_;
   resumes_.push(m);
   schedule_if_idle();
 }
@@ -218,7 +219,7 @@ void Cell::run() {
 
 void Cell::trace(const Message& m) {
   if (!proc_->options.trace) return;
-  TraceEvent ev{TraceEvent::Kind::call, m.sender, id_, {}};
+  TraceEvent ev{TraceEvent::Kind::call, *m.sender, id_, {}};
   switch (m.kind) {
     case Message::Kind::construct:
       ev.kind = TraceEvent::Kind::construct;
@@ -288,7 +289,7 @@ void Cell::handle(Message* raw) {
       }
       return;
     case Message::Kind::resume:
-      m->resume.resume();
+      std::coroutine_handle<>::from_address(m->resume).resume();
       after_resume();
       return;
     case Message::Kind::stop:
@@ -385,7 +386,7 @@ void Cell::do_stop(Message& m) {
   for (auto& c : children) {
     auto* s = new Message;
     s->kind = Message::Kind::stop;
-    s->sender = id_;
+    s->sender = &id_;
     c->enqueue(s);
   }
   if (actor_) {
@@ -422,7 +423,7 @@ void Cell::fail(const std::string& reason) {
       if (auto c = w.lock()) {
         auto* s = new Message;
         s->kind = Message::Kind::stop;
-        s->sender = id_;
+        s->sender = &id_;
         c->enqueue(s);
       }
     }
@@ -433,7 +434,7 @@ void Cell::fail(const std::string& reason) {
   if (parent_ != nullptr) {
     auto* m = new Message;
     m->kind = Message::Kind::child_failed;
-    m->sender = id_;
+    m->sender = &id_;
     m->x().event = std::make_unique<SupervisionEvent>(std::move(ev));
     parent_->enqueue(m);
   } else {

@@ -24,7 +24,11 @@ struct MessageExtra {
   std::shared_ptr<State<void>> stopped;  // completed when a stop finishes
 };
 
-struct Message {
+/// A stable address for an id, kept for the life of the process: local actors' and clients'
+/// ids are interned once each, so messages can point at their sender.
+const ActorId& intern_id(const ActorId& id);
+
+struct alignas(64) Message {
   enum class Kind : std::uint8_t {
     construct,
     call,
@@ -37,12 +41,15 @@ struct Message {
 
   std::atomic<Message*> next{nullptr};
   Kind kind = Kind::call;
-  const EndpointInfo* endpoint = nullptr;  // for calls
-  std::uint64_t factory = 0;               // for construct
-  ActorId sender;
+  union {
+    const EndpointInfo* endpoint = nullptr;  // for calls
+    std::uint64_t factory;                   // for construct
+    void* resume;                            // for resume: a coroutine handle's address
+  };
+  // Interned (see intern_id), so the common message carries a pointer, not two strings.
+  const ActorId* sender = nullptr;
   Body body;
   std::shared_ptr<StateBase> reply;  // null for one-way messages
-  std::coroutine_handle<> resume;
   std::unique_ptr<MessageExtra> extra;
 
   MessageExtra& x() {
@@ -92,7 +99,7 @@ class Cell final : public Runnable,
  public:
   enum class Status : std::uint8_t { starting, running, stopped, failed };
 
-  Cell(std::shared_ptr<ProcState> proc, ActorId id, Cell* parent);
+  Cell(std::shared_ptr<ProcState> proc, const ActorId& id, Cell* parent);
   ~Cell();
 
   const ActorId& id() const { return id_; }
@@ -122,8 +129,8 @@ class Cell final : public Runnable,
   void trace(const Message& m);
 
   std::shared_ptr<ProcState> proc_;
-  ActorId id_;
-  Cell* parent_;  // parents outlive children: the proc's table keeps every cell
+  const ActorId& id_;  // interned
+  Cell* parent_;       // parents outlive children: the proc's table keeps every cell
   std::unique_ptr<Actor> actor_;
   const ActorTypeInfo* type_ = nullptr;
 
@@ -151,7 +158,7 @@ class ProcState : public std::enable_shared_from_this<ProcState> {
 
   Proc::Options options;
   ProcId id;
-  ActorId client;  // the sender id of messages sent from outside actors
+  const ActorId& client;  // interned; the sender of messages sent from outside actors
   Executor* executor;
   std::unique_ptr<ThreadPool> pool;
   Proc* owner = nullptr;

@@ -1,6 +1,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include <unordered_set>
+
 #include "actor/cell.hpp"
 
 namespace baton {
@@ -87,13 +89,14 @@ PortSinkPtr resolve_port(const PortId& id) {
 }
 
 void return_to_sender(Message& m, UndeliverableError::Reason reason, const std::string& why) {
-  const PortId dest{m.sender, 0};
+  const ActorId& from = *m.sender;
+  const PortId dest{from, 0};
   if (m.reply) {
     m.reply->set_exception(std::make_exception_ptr(UndeliverableError(reason, why)));
     return;
   }
   Undeliverable u{dest, reason, why};
-  if (CellPtr sender = resolve_actor(m.sender)) {
+  if (CellPtr sender = resolve_actor(from)) {
     auto* back = new Message;
     back->kind = Message::Kind::undeliverable;
     back->sender = m.sender;
@@ -101,11 +104,11 @@ void return_to_sender(Message& m, UndeliverableError::Reason reason, const std::
     sender->enqueue(back);
     return;
   }
-  if (auto proc = find_proc(m.sender.proc)) {
+  if (auto proc = find_proc(from.proc)) {
     proc->report_undeliverable(u);
     return;
   }
-  std::fprintf(stderr, "baton: undeliverable message from %s: %s\n", m.sender.to_string().c_str(),
+  std::fprintf(stderr, "baton: undeliverable message from %s: %s\n", from.to_string().c_str(),
                why.c_str());
 }
 
@@ -123,7 +126,7 @@ void send_call(const ActorId& target, const CellPtr& cached, const EndpointInfo&
   m->body = std::move(args);
   m->reply = std::move(reply);
   Cell* current = current_cell();
-  m->sender = current != nullptr ? current->id() : current_sender_id(nullptr);
+  m->sender = current != nullptr ? &current->id() : &current_sender_id(nullptr);
   if (cell == nullptr) {
     std::unique_ptr<Message> owned(m);
     return_to_sender(*owned, UndeliverableError::Reason::unknown_actor,
@@ -131,7 +134,7 @@ void send_call(const ActorId& target, const CellPtr& cached, const EndpointInfo&
                          "): it was never spawned, or its proc is gone");
     return;
   }
-  if (current == nullptr) m->sender = cell->proc().client;
+  if (current == nullptr) m->sender = &cell->proc().client;
   cell->enqueue(m);
 }
 
@@ -145,7 +148,7 @@ Future<void> stop_actor(const ActorId& target, const CellPtr& cached) {
   }
   auto* m = new Message;
   m->kind = Message::Kind::stop;
-  m->sender = current_sender_id(&cell->proc());
+  m->sender = &current_sender_id(&cell->proc());
   m->x().stopped = state;
   cell->enqueue(m);
   return Future<void>(state);
@@ -175,8 +178,8 @@ void send_port(const PortId& id, const PortSinkPtr& cached, const Body& body) {
     return;
   }
   Message m;
-  m.sender = current_sender_id(nullptr);
-  if (Cell* c = current_cell()) m.sender = c->id();
+  m.sender = &current_sender_id(nullptr);
+  if (Cell* c = current_cell()) m.sender = &c->id();
   return_to_sender(m, UndeliverableError::Reason::unknown_actor, why);
 }
 
@@ -214,9 +217,17 @@ std::pair<PortId, PortSinkPtr> open_actor_port(Cell& cell,
 // --- ProcState ------------------------------------------------------------------------------
 
 ProcState::ProcState(Proc::Options opts, Executor* exec, std::unique_ptr<ThreadPool> own)
-    : options(std::move(opts)), executor(exec), pool(std::move(own)) {
-  id = ProcId::parse(options.name);
-  client = ActorId{id, "client", 0};
+    : options(std::move(opts)),
+      id(ProcId::parse(options.name)),
+      client(intern_id(ActorId{id, "client", 0})),
+      executor(exec),
+      pool(std::move(own)) {}
+
+const ActorId& intern_id(const ActorId& id) {
+  static std::mutex mu;
+  static auto* ids = new std::unordered_set<ActorId>;  // never destroyed: see cell.hpp
+  std::lock_guard lock(mu);
+  return *ids->insert(id).first;
 }
 
 void ProcState::cell_finished() {
@@ -313,7 +324,7 @@ void Proc::stop() {
   for (auto& c : roots) {
     auto* m = new detail::Message;
     m->kind = detail::Message::Kind::stop;
-    m->sender = state_->client;
+    m->sender = &state_->client;
     c->enqueue(m);
   }
   if (auto* manual = dynamic_cast<ManualExecutor*>(state_->executor)) {
@@ -343,7 +354,7 @@ std::pair<ActorId, detail::CellPtr> Proc::spawn_erased(detail::Cell* parent,
     m->kind = detail::Message::Kind::construct;
     m->factory = factory;
     m->body = std::move(args);
-    m->sender = parent != nullptr ? parent->id() : state_->client;
+    m->sender = parent != nullptr ? &parent->id() : &state_->client;
     cell->enqueue(m);
     state_->actors.emplace(id, cell);
     ++state_->live;
