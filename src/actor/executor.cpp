@@ -19,6 +19,8 @@ thread_local std::size_t t_worker = 0;
 // How long an idle worker spins before it sleeps: long enough to catch the reply of a
 // request/reply exchange, short enough not to burn a core when the proc is idle.
 constexpr auto kSpin = std::chrono::microseconds(50);
+// How often a sleeping worker looks for a strand stuck in a busy worker's slot.
+constexpr auto kStuckCheck = std::chrono::milliseconds(2);
 
 }  // namespace
 
@@ -43,15 +45,8 @@ ThreadPool::~ThreadPool() {
 void ThreadPool::schedule(Runnable* r) {
   if (t_pool == this) {
     // Run the woken strand next on this worker; the one it displaces goes to the shared queue.
-    Runnable* displaced = workers_[t_worker]->next.exchange(r, std::memory_order_acq_rel);
-    if (displaced == nullptr) {
-      if (sleeping_.load(std::memory_order_acquire) > 0 &&
-          queued_.load(std::memory_order_relaxed) == 0) {
-        cv_.notify_one();  // let an idle worker steal it if this one stays busy
-      }
-      return;
-    }
-    r = displaced;
+    r = workers_[t_worker]->next.exchange(r, std::memory_order_acq_rel);
+    if (r == nullptr) return;
   }
   {
     std::lock_guard lock(mu_);
@@ -61,7 +56,7 @@ void ThreadPool::schedule(Runnable* r) {
   if (sleeping_.load(std::memory_order_acquire) > 0) cv_.notify_one();
 }
 
-Runnable* ThreadPool::steal(std::size_t index) {
+Runnable* ThreadPool::steal(std::size_t index, std::vector<std::uint64_t>& seen) {
   if (queued_.load(std::memory_order_acquire) > 0) {
     std::lock_guard lock(mu_);
     if (!queue_.empty()) {
@@ -72,49 +67,67 @@ Runnable* ThreadPool::steal(std::size_t index) {
     }
   }
   for (std::size_t k = 1; k < workers_.size(); ++k) {
-    auto& other = workers_[(index + k) % workers_.size()]->next;
-    if (other.load(std::memory_order_relaxed) != nullptr) {
-      if (Runnable* r = other.exchange(nullptr, std::memory_order_acq_rel)) return r;
+    const std::size_t victim = (index + k) % workers_.size();
+    Worker& w = *workers_[victim];
+    if (w.next.load(std::memory_order_relaxed) == nullptr) {
+      seen[victim] = ~std::uint64_t{0};
+      continue;
     }
+    // Its owner will run it as soon as its current strand yields; steal only if the owner is
+    // still on the same strand as when we first saw the slot full.
+    const std::uint64_t runs = w.runs.load(std::memory_order_relaxed);
+    if (seen[victim] != runs) {
+      seen[victim] = runs;
+      continue;
+    }
+    if (Runnable* r = w.next.exchange(nullptr, std::memory_order_acq_rel)) return r;
   }
   return nullptr;
 }
 
-Runnable* ThreadPool::take(std::size_t index) {
+Runnable* ThreadPool::take(std::size_t index, std::vector<std::uint64_t>& seen) {
   if (Runnable* r = workers_[index]->next.exchange(nullptr, std::memory_order_acq_rel)) return r;
-  return steal(index);
+  return steal(index, seen);
 }
 
 void ThreadPool::work(std::size_t index) {
   t_pool = this;
   t_worker = index;
+  Worker& self = *workers_[index];
+  std::vector<std::uint64_t> seen(workers_.size(), ~std::uint64_t{0});
+  auto run = [&](Runnable* r) {
+    self.runs.store(self.runs.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    r->run();
+  };
+  bool spin = true;
   for (;;) {
-    if (Runnable* r = take(index)) {
-      r->run();
+    if (Runnable* r = take(index, seen)) {
+      run(r);
+      spin = true;
       continue;
     }
-    const auto until = std::chrono::steady_clock::now() + kSpin;
     Runnable* found = nullptr;
-    while (found == nullptr && std::chrono::steady_clock::now() < until) {
-      for (int i = 0; i < 64 && found == nullptr; ++i) {
-        BATON_CPU_RELAX();
-        found = take(index);
+    if (spin) {
+      const auto until = std::chrono::steady_clock::now() + kSpin;
+      while (found == nullptr && std::chrono::steady_clock::now() < until) {
+        for (int i = 0; i < 64 && found == nullptr; ++i) {
+          BATON_CPU_RELAX();
+          found = take(index, seen);
+        }
       }
     }
     if (found != nullptr) {
-      found->run();
+      run(found);
+      spin = true;
       continue;
     }
     std::unique_lock lock(mu_);
     sleeping_.fetch_add(1, std::memory_order_acq_rel);
-    cv_.wait(lock, [&] {
-      if (stopping_ || !queue_.empty()) return true;
-      for (auto& w : workers_) {
-        if (w->next.load(std::memory_order_acquire) != nullptr) return true;
-      }
-      return false;
-    });
+    // Shared work wakes us; a slot stuck behind a long handler is found by the periodic check.
+    const bool woken =
+        cv_.wait_for(lock, kStuckCheck, [&] { return stopping_ || !queue_.empty(); });
     sleeping_.fetch_sub(1, std::memory_order_acq_rel);
+    spin = woken;
     if (stopping_ && queue_.empty()) {
       bool any = false;
       for (auto& w : workers_) any = any || w->next.load() != nullptr;

@@ -91,6 +91,33 @@ TEST(ThreadPool, ConcurrentCoroutineChainsAllComplete) {
   for (auto& s : sums) EXPECT_EQ(s.get(), std::int64_t{kCalls} * (kCalls - 1) / 2);
 }
 
+std::atomic<bool> g_flag_set{false};
+
+class FlagSetter : public Actor {
+ public:
+  void set() { g_flag_set.store(true); }
+  static constexpr auto endpoints = baton::endpoints<&FlagSetter::set>();
+};
+
+class LongHandler : public Actor {
+ public:
+  // Wakes the setter (it lands in this worker's "next" slot), then keeps this worker busy
+  // until the setter has run: only another worker stealing the slot can end the wait.
+  bool wake_and_wait(const ActorRef<FlagSetter>& setter) {
+    setter.send(&FlagSetter::set);
+    while (!g_flag_set.load()) std::this_thread::yield();
+    return true;
+  }
+  static constexpr auto endpoints = baton::endpoints<&LongHandler::wake_and_wait>();
+};
+
+TEST(ThreadPool, ALongHandlerDoesNotHoldUpTheStrandItWoke) {
+  Proc proc(ProcOptions{.name = "pool6", .threads = 2});
+  auto setter = proc.spawn<FlagSetter>("setter");
+  auto waiter = proc.spawn<LongHandler>("waiter");
+  EXPECT_TRUE(waiter.call(&LongHandler::wake_and_wait, setter).get());
+}
+
 TEST(ThreadPool, ClientThreadsGetTheirOwnReplies) {
   Proc proc(ProcOptions{.name = "pool3", .threads = 2});
   auto echo = proc.spawn<Echo>("echo");

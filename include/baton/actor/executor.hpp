@@ -7,6 +7,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -32,7 +33,9 @@ class Executor {
 };
 
 /// A work-sharing thread pool. A strand woken by a worker runs next on that worker (a "next"
-/// slot, so request/reply chains stay on one core); idle workers spin briefly, then steal.
+/// slot, so request/reply chains stay on one core). Idle workers take from the shared queue,
+/// and steal a slot only when its owner has been busy with one strand for a while, so a long
+/// handler never holds up the strand it woke.
 class ThreadPool final : public Executor {
  public:
   /// `threads == 0` means one per hardware thread.
@@ -47,11 +50,12 @@ class ThreadPool final : public Executor {
  private:
   struct Worker {
     std::atomic<Runnable*> next{nullptr};
+    std::atomic<std::uint64_t> runs{0};  // bumped per strand run; unchanged = still busy
     std::thread thread;
   };
   void work(std::size_t index);
-  Runnable* take(std::size_t index);
-  Runnable* steal(std::size_t index);
+  Runnable* take(std::size_t index, std::vector<std::uint64_t>& seen);
+  Runnable* steal(std::size_t index, std::vector<std::uint64_t>& seen);
 
   std::vector<std::unique_ptr<Worker>> workers_;
   std::mutex mu_;
