@@ -209,9 +209,19 @@ void Cell::run() {
   }
   t_current_cell = prev_cell;
   current_resume_context() = prev_ctx;
+  if (has_work()) {
+    // Still ours: go round again without letting go of the flag.
+    keepalive_ = std::move(self);
+    proc_->executor->schedule(this);
+    return;
+  }
+  const bool awaiting = awaiting_;
   scheduled_.store(false);
-  // A producer that pushed before we cleared the flag saw it set and did not schedule us.
-  if (has_work() && !scheduled_.exchange(true)) {
+  // From here another thread may own the strand, so look only at the producers' side. A
+  // producer that pushed before the store saw the flag set and did not schedule us; the
+  // seq_cst store and loads guarantee we see its push.
+  if ((resumes_.pushed_since_empty() || (!awaiting && mailbox_.pushed_since_empty())) &&
+      !scheduled_.exchange(true)) {
     keepalive_ = std::move(self);
     proc_->executor->schedule(this);
   }

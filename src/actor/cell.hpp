@@ -78,6 +78,9 @@ class MpscQueue {
   }
   /// Consumer only. May return null while a push is half done; maybe_nonempty() then says so.
   Message* pop();
+  /// Any thread: true if something was pushed since the consumer last found the queue empty
+  /// (an empty queue's head is the stub).
+  bool pushed_since_empty() const { return head_.load(std::memory_order_seq_cst) != &stub_; }
   /// Consumer only: true if a pop may yield a message now or once a push in flight lands.
   bool maybe_nonempty() const {
     // Unless tail_ is the stub, it is itself a message not yet popped.
