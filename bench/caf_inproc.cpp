@@ -1,16 +1,28 @@
-// The peer to beat in `baton-bench inproc`: the C++ Actor Framework (Debian's libcaf-dev 0.17)
+// The peer to beat in `baton-bench inproc`: the C++ Actor Framework (Debian's libcaf-dev 0.17.6)
 // doing exactly what inproc.cpp does with baton. Only this benchmark links CAF.
 //
-// Configuration: CAF's default work-stealing scheduler with its default worker count (one per
-// hardware thread, as baton's default pool), event-based actors, request/then for replies.
+// Configuration: a default `caf::actor_system_config`, i.e. CAF's work-stealing scheduler with
+// its default worker count, max(hardware threads, 4) = 4 workers on the 2-core bench machine
+// (baton's default pool has one per hardware thread; capping CAF at 2 measured no different),
+// and its default max-throughput (unbounded: an actor drains its mailbox before yielding).
+// Event-based actors only, as CAF recommends for performance; replies through the non-blocking
+// `request(...).then(...)`, the counterpart of baton's `co_await call(...)`.
+//
+// CAF 0.17 notes: an exception thrown in a handler kills the actor with `sec::runtime_error` and
+// a request without an error handler quits the requester on failure, so nobody would ever answer
+// the waiting main thread; failures are therefore handed to it through its promise instead. An
+// event-based actor whose behavior stack is empty terminates even with requests in flight, so
+// the pinger installs a behavior that merely keeps it alive.
 
 #include <caf/all.hpp>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <exception>
 #include <future>
-#include <memory>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "figures.hpp"
@@ -26,40 +38,55 @@ caf::behavior ponger(caf::event_based_actor*) {
 
 struct PingState {
   caf::actor ponger;
-  std::size_t warmup = 0;
-  std::size_t total = 0;
+  int warmup = 0;
+  int total = 0;  // warm-up included
   std::vector<double>* samples = nullptr;
   std::promise<void>* done = nullptr;
 };
 
-void ping_once(caf::stateful_actor<PingState>* self, int i) {
+using Pinger = caf::stateful_actor<PingState>;
+
+void ping_failed(Pinger* self, const std::string& what) {
+  self->state.done->set_exception(std::make_exception_ptr(std::runtime_error(what)));
+  self->quit();
+}
+
+// Round trip `i`: timed from just before the request to the start of the reply handler, which
+// starts round trip `i + 1`.
+void ping_once(Pinger* self, int i) {
   auto& st = self->state;
-  if (static_cast<std::size_t>(i) == st.warmup + st.total) {
+  if (i == st.total) {
     st.done->set_value();
     self->quit();
     return;
   }
   const auto t0 = Clock::now();
-  self->request(st.ponger, caf::infinite, i).then([self, i, t0](int r) {
-    const auto t1 = Clock::now();
-    if (r != i + 1) throw std::runtime_error("CAF ponger replied wrongly");
-    auto& s = self->state;
-    if (static_cast<std::size_t>(i) >= s.warmup) {
-      s.samples->push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-    }
-    ping_once(self, i + 1);
-  });
+  self->request(st.ponger, caf::infinite, i)
+      .then(
+          [self, i, t0](int r) {
+            const auto t1 = Clock::now();
+            if (r != i + 1) return ping_failed(self, "CAF ponger replied wrongly");
+            if (i >= self->state.warmup) {
+              self->state.samples->push_back(
+                  std::chrono::duration<double, std::micro>(t1 - t0).count());
+            }
+            ping_once(self, i + 1);
+          },
+          [self](caf::error& err) {
+            ping_failed(self, "CAF request failed: " + self->system().render(err));
+          });
 }
 
-caf::behavior pinger(caf::stateful_actor<PingState>* self, caf::actor pong, std::size_t warmup,
-                     std::size_t total, std::vector<double>* samples, std::promise<void>* done) {
-  self->state.ponger = std::move(pong);
-  self->state.warmup = warmup;
-  self->state.total = total;
-  self->state.samples = samples;
-  self->state.done = done;
+caf::behavior pinger(Pinger* self, caf::actor pong, int warmup, int n, std::vector<double>* samples,
+                     std::promise<void>* done) {
+  auto& st = self->state;
+  st.ponger = std::move(pong);
+  st.warmup = warmup;
+  st.total = warmup + n;
+  st.samples = samples;
+  st.done = done;
   ping_once(self, 0);
-  // A behavior that never matches keeps the actor alive while it waits for replies.
+  // Never matches anything; it only keeps the actor alive while its requests are in flight.
   return {[](const std::string&) {}};
 }
 
@@ -79,8 +106,12 @@ caf::behavior receiver(caf::stateful_actor<CountState>* self, std::int64_t expec
   }};
 }
 
-void sender(caf::event_based_actor* self, caf::actor to, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) self->send(to, 1);
+// Spawned ahead of the clock; told whom to blast and how much by one message, as in inproc.cpp.
+caf::behavior sender(caf::event_based_actor* self) {
+  return {[self](const caf::actor& to, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i) self->send(to, 1);
+    self->quit();
+  }};
 }
 
 }  // namespace
@@ -90,14 +121,22 @@ InprocFigures caf_inproc(std::size_t rtt_iterations, std::size_t throughput_mess
   caf::actor_system_config cfg;
   caf::actor_system sys{cfg};
   {
+    constexpr int kWarmup = 1000;
     std::vector<double> samples;
     samples.reserve(rtt_iterations);
     std::promise<void> done;
+    auto finished = done.get_future();
     auto pong = sys.spawn(ponger);
-    sys.spawn(pinger, pong, std::size_t{1000}, rtt_iterations, &samples, &done);
-    done.get_future().get();
+    sys.spawn(pinger, pong, kWarmup, static_cast<int>(rtt_iterations), &samples, &done);
+    try {
+      finished.get();
+    } catch (...) {
+      caf::anon_send_exit(pong, caf::exit_reason::user_shutdown);
+      throw;
+    }
     caf::anon_send_exit(pong, caf::exit_reason::user_shutdown);
-    if (samples.size() != rtt_iterations) throw std::runtime_error("CAF rtt lost samples");
+    if (samples.size() != rtt_iterations || samples.empty())
+      throw std::runtime_error("CAF rtt lost samples");
     std::nth_element(samples.begin(),
                      samples.begin() + static_cast<std::ptrdiff_t>(samples.size() / 2),
                      samples.end());
@@ -105,12 +144,14 @@ InprocFigures caf_inproc(std::size_t rtt_iterations, std::size_t throughput_mess
   }
   {
     const auto n = static_cast<std::int64_t>(throughput_messages);
+    if (n <= 0) throw std::runtime_error("CAF throughput needs at least one message");
     std::promise<std::int64_t> done;
-    auto fut = done.get_future();
+    auto counted = done.get_future();
     auto recv = sys.spawn(receiver, n, &done);
+    auto send = sys.spawn(sender);
     const auto t0 = Clock::now();
-    sys.spawn(sender, recv, n);
-    const std::int64_t sum = fut.get();
+    caf::anon_send(send, recv, n);
+    const std::int64_t sum = counted.get();
     const auto t1 = Clock::now();
     if (sum != n) throw std::runtime_error("CAF receiver counted the wrong sum");
     f.throughput_msgs = static_cast<double>(n) / std::chrono::duration<double>(t1 - t0).count();

@@ -334,6 +334,21 @@ void Cell::handle(Message* raw) {
 }
 
 void Cell::handle_call(Message& m) {
+  if (m.endpoint == nullptr) {
+    // From another process: the endpoint travels as its id.
+    m.endpoint = type_->find(m.x().endpoint_id);
+    if (m.endpoint == nullptr) {
+      const std::string why = std::string(type_->name) + " has no endpoint with id " +
+                              std::to_string(m.x().endpoint_id) +
+                              " (do all procs run the same binary?)";
+      if (m.reply) {
+        m.reply->set_exception(std::make_exception_ptr(ActorError(id_.to_string(), "?", why)));
+      } else {
+        fail(why);
+      }
+      return;
+    }
+  }
   const EndpointInfo& ep = *m.endpoint;
   HandlerResult result;
   try {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "baton/actor/proc.hpp"
+#include "baton/net/link.hpp"
 
 namespace baton::detail {
 
@@ -22,6 +23,8 @@ struct MessageExtra {
   std::unique_ptr<SupervisionEvent> event;
   std::unique_ptr<Undeliverable> undeliverable;
   std::shared_ptr<State<void>> stopped;  // completed when a stop finishes
+  std::uint64_t endpoint_id = 0;         // a call from another process, not yet resolved
+  ActorId remote_sender;                 // the sender of a message from another process
 };
 
 /// A stable address for an id, kept for the life of the process: local actors' and clients'
@@ -176,6 +179,10 @@ class ProcState : public std::enable_shared_from_this<ProcState> {
   bool stopping = false;
   std::atomic<bool> closed{false};
 
+  // Links to procs in other processes (see remote.cpp); created on first serve() or connect().
+  std::unique_ptr<net::IoThread> io;
+  std::unique_ptr<net::Listener> listener;
+
   void cell_finished();
   void report_unhandled(const SupervisionEvent& ev);
   void report_undeliverable(const Undeliverable& u);
@@ -189,6 +196,14 @@ struct Factories {
   const ActorTypeInfo* type = nullptr;
 };
 const Factories* find_factory(std::uint64_t id);
+
+/// Sends a call to an actor in another process if a link to its proc exists; false if none.
+bool route_remote_call(const ActorId& target, const EndpointInfo& endpoint, Body& args,
+                       std::shared_ptr<StateBase>& reply, const ActorId& sender);
+/// Sends a value to a port in another process if a link to its proc exists; false if none.
+bool route_remote_port(const PortId& port, const Body& body, const ActorId& sender);
+/// Drops this proc's links (at proc destruction), failing what waits on them.
+void close_links(ProcState& proc);
 
 /// Returns a message to its sender as undeliverable, or fails its reply.
 void return_to_sender(Message& m, UndeliverableError::Reason reason, const std::string& why);

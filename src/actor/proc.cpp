@@ -127,6 +127,10 @@ void send_call(const ActorId& target, const CellPtr& cached, const EndpointInfo&
   m->reply = std::move(reply);
   Cell* current = current_cell();
   m->sender = current != nullptr ? &current->id() : &current_sender_id(nullptr);
+  if (cell == nullptr && route_remote_call(target, endpoint, m->body, m->reply, *m->sender)) {
+    delete m;
+    return;
+  }
   if (cell == nullptr) {
     std::unique_ptr<Message> owned(m);
     return_to_sender(*owned, UndeliverableError::Reason::unknown_actor,
@@ -156,6 +160,11 @@ Future<void> stop_actor(const ActorId& target, const CellPtr& cached) {
 
 void send_port(const PortId& id, const PortSinkPtr& cached, const Body& body) {
   PortSinkPtr sink = cached ? cached : resolve_port(id);
+  if (!sink) {
+    const ActorId& from =
+        current_cell() != nullptr ? current_cell()->id() : current_sender_id(nullptr);
+    if (route_remote_port(id, body, from)) return;
+  }
   bool delivered = false;
   std::string why =
       "no port " + id.to_string() + " (closed, or a once-port that already has its value)";
@@ -293,6 +302,7 @@ Proc::Proc(Options options, Executor& executor) {
 
 Proc::~Proc() {
   stop();
+  detail::close_links(*state_);
   state_->pool.reset();  // joins the workers
   state_->closed.store(true, std::memory_order_release);
   {

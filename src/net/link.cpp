@@ -5,6 +5,7 @@
 #include <asio.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <future>
@@ -206,6 +207,9 @@ class StreamLink final : public Link {
       if (closed_) return;
       closed_ = true;
       queue_.clear();
+    }
+    if (std::getenv("BATON_DEBUG_LINKS") != nullptr) {
+      std::fprintf(stderr, "baton: link %s closed: %s\n", description_.c_str(), reason.c_str());
     }
     asio::error_code ignored;
     socket_.shutdown(Protocol::socket::shutdown_both, ignored);

@@ -57,7 +57,8 @@ class StateBase {
     std::unique_lock lock(mu_);
     return cv_.wait_for(lock, d, [&] { return ready_; });
   }
-  void set_exception(std::exception_ptr e) {
+  /// Fails the state (virtual: a remote caller's state forwards the failure over a link).
+  virtual void set_exception(std::exception_ptr e) {
     std::unique_lock lock(mu_);
     if (ready_) return;  // first completion wins; a late duplicate is dropped
     error_ = std::move(e);

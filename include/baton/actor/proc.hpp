@@ -12,6 +12,7 @@
 #include "baton/actor/actor.hpp"
 #include "baton/actor/executor.hpp"
 #include "baton/actor/port.hpp"
+#include "baton/wire/address.hpp"
 
 namespace baton {
 
@@ -79,6 +80,13 @@ class Proc {
     PortId id = register_port(sink, true);
     return {OncePort<T>(std::move(id), sink), Future<T>(state)};
   }
+
+  /// Accepts links from procs in other processes at `address` (unix:// or tcp://; tcp port 0
+  /// picks one) and returns the bound address.
+  Address serve(const Address& address);
+  /// Links to the proc `peer` served at `address`: calls to its actors, and their replies,
+  /// travel over the link. Throws if it cannot connect.
+  void connect(const ProcId& peer, const Address& address);
 
   /// Stops every actor after its queued messages and waits for them; idempotent.
   void stop();

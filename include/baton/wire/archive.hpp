@@ -55,6 +55,7 @@ class OutputArchive : public cereal::OutputArchive<OutputArchive, cereal::AllowE
       : cereal::OutputArchive<OutputArchive, cereal::AllowEmptyClassElision>(this), body_(body) {}
 
   void write(const void* data, std::size_t size) {
+    if (size == 0) return;  // an empty container's data() may be null
     body_.head.append(static_cast<const char*>(data), size);
   }
   /// Adds an out-of-band part and returns its index.
@@ -79,6 +80,7 @@ class InputArchive : public cereal::InputArchive<InputArchive, cereal::AllowEmpt
       throw DecodeError("truncated payload: need " + std::to_string(size) + " bytes, " +
                         std::to_string(remaining()) + " left");
     }
+    if (size == 0) return;  // an empty container's data() may be null
     std::memcpy(data, body_.head.data() + pos_, size);
     pos_ += size;
   }
@@ -98,11 +100,13 @@ class InputArchive : public cereal::InputArchive<InputArchive, cereal::AllowEmpt
     return body_.parts[index];
   }
   std::size_t remaining() const { return body_.head.size() - pos_; }
+  /// Bytes of the head consumed so far.
+  std::size_t position() const { return pos_; }
   const DecodeLimits& limits() const { return limits_; }
 
  private:
   const Body& body_;
-  const DecodeLimits& limits_;
+  DecodeLimits limits_;  // a copy: callers often pass a temporary
   std::size_t pos_ = 0;
 };
 

@@ -1,0 +1,137 @@
+// Calls between procs in different processes, over a real unix-socket link. Each test forks a
+// worker process (before this process starts any thread) that serves a proc with an actor.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <numeric>
+
+#include "baton/actor/proc.hpp"
+
+namespace baton {
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+
+class Worker : public Actor {
+ public:
+  int add(int a, int b) { return a + b; }
+  std::uint64_t checksum(const Bytes& data) {
+    return std::accumulate(
+        data.span().begin(), data.span().end(), std::uint64_t{0},
+        [](std::uint64_t s, std::byte b) { return s * 31 + std::to_integer<int>(b); });
+  }
+  int fail(const std::string& why) { throw std::runtime_error(why); }
+  void hang() {
+    for (;;) ::pause();  // never replies; the test kills this process
+  }
+  std::string whoami() { return id().to_string(); }
+  static constexpr auto endpoints = baton::endpoints<&Worker::add, &Worker::checksum, &Worker::fail,
+                                                     &Worker::hang, &Worker::whoami>();
+};
+
+std::uint64_t local_checksum(const Bytes& data) {
+  std::uint64_t s = 0;
+  for (std::byte b : data.span()) s = s * 31 + std::to_integer<int>(b);
+  return s;
+}
+
+/// A child process serving proc "remote" with one Worker; killed when the test ends.
+class RemoteProc {
+ public:
+  RemoteProc() : path_("/tmp/baton-remote-" + std::to_string(::getpid()) + ".sock") {
+    int ready[2];
+    if (::pipe(ready) != 0) throw std::runtime_error("pipe failed");
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::close(ready[0]);
+      {
+        Proc proc(ProcOptions{.name = "remote", .threads = 2});
+        proc.serve(Address::parse("unix://" + path_));
+        proc.spawn<Worker>("worker");
+        const char ok = 1;
+        if (::write(ready[1], &ok, 1) != 1) ::_exit(3);
+        for (;;) ::pause();  // serve until killed
+      }
+    }
+    ::close(ready[1]);
+    char ok = 0;
+    const bool started = ::read(ready[0], &ok, 1) == 1;
+    ::close(ready[0]);
+    if (!started) throw std::runtime_error("the remote proc did not start");
+  }
+  ~RemoteProc() { kill(); }
+  void kill() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+    }
+  }
+  Address address() const { return Address::parse("unix://" + path_); }
+
+ private:
+  std::string path_;
+  pid_t pid_ = -1;
+};
+
+TEST(Remote, CallsResultsErrorsAndLargeArgumentsCrossProcesses) {
+  RemoteProc remote;  // forked before this process has any thread
+  Proc local(ProcOptions{.name = "local", .threads = 2});
+  local.connect(ProcId{"remote"}, remote.address());
+  ActorRef<Worker> worker(ActorId::parse("remote/worker[0]"), nullptr);
+
+  EXPECT_EQ(worker.call(&Worker::add, 2, 40).get(), 42);
+  EXPECT_EQ(worker.call(&Worker::whoami).get(), "remote/worker[0]");
+
+  std::string big(3 << 20, '\0');
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7 + 3);
+  const Bytes data = Bytes::copy(big);
+  EXPECT_EQ(worker.call(&Worker::checksum, data).get(), local_checksum(data));
+
+  try {
+    worker.call(&Worker::fail, std::string("remote boom")).get();
+    FAIL() << "expected ActorError";
+  } catch (const ActorError& e) {
+    EXPECT_EQ(e.actor(), "remote/worker[0]");
+    EXPECT_EQ(e.remote_message(), "remote boom");
+  }
+  EXPECT_EQ(worker.call(&Worker::add, 1, 1).get(), 2);  // still serving after the throw
+
+  ActorRef<Worker> ghost(ActorId::parse("remote/ghost[0]"), nullptr);
+  try {
+    ghost.call(&Worker::add, 1, 2).get();
+    FAIL() << "expected UndeliverableError";
+  } catch (const UndeliverableError& e) {
+    EXPECT_EQ(e.reason(), UndeliverableError::Reason::unknown_actor);
+    EXPECT_THAT(e.what(), HasSubstr("remote/ghost[0]"));
+  }
+}
+
+TEST(Remote, AKilledProcessFailsPendingAndLaterCallsInsteadOfHanging) {
+  RemoteProc remote;
+  Proc local(ProcOptions{.name = "local", .threads = 2});
+  local.connect(ProcId{"remote"}, remote.address());
+  ActorRef<Worker> worker(ActorId::parse("remote/worker[0]"), nullptr);
+  EXPECT_EQ(worker.call(&Worker::add, 1, 2).get(), 3);
+
+  auto pending = worker.call(&Worker::hang);
+  remote.kill();
+  try {
+    pending.get(30s);  // a bound for the test; the failure comes as soon as the link drops
+    FAIL() << "expected UndeliverableError";
+  } catch (const UndeliverableError& e) {
+    EXPECT_EQ(e.reason(), UndeliverableError::Reason::link_lost);
+    EXPECT_THAT(e.what(), HasSubstr("link to proc remote lost"));
+  }
+  auto later = worker.call(&Worker::add, 1, 2);
+  ASSERT_TRUE(later.ready());  // no link, no such local proc: fails at once
+  EXPECT_THROW(later.get(), UndeliverableError);
+}
+
+}  // namespace
+}  // namespace baton
