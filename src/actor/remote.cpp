@@ -33,6 +33,7 @@ struct Route {
 // Remote procs by name, for the whole process.
 struct Routes {
   std::mutex mu;
+  std::condition_variable linked;  // notified when a route is added
   std::unordered_map<std::string, Route> by_peer;
 };
 Routes& routes() {
@@ -267,6 +268,7 @@ net::LinkHandler link_handler(const std::weak_ptr<ProcState>& weak_local,
                               auto& r = routes();
                               std::lock_guard lock(r.mu);
                               r.by_peer[*peer] = Route{local, l, {}};
+                              r.linked.notify_all();
                               return;
                             }
                             deliver_envelope(local, l, std::move(env));
@@ -370,7 +372,18 @@ Address Proc::serve(const Address& address) {
   return bound;
 }
 
-void Proc::connect(const ProcId& peer, const Address& address) {
+bool Proc::linked(const ProcId& peer) const {
+  return detail::link_to(peer) != nullptr;
+}
+
+bool Proc::wait_linked(const ProcId& peer, std::chrono::milliseconds timeout) const {
+  auto& r = detail::routes();
+  std::unique_lock lock(r.mu);
+  return r.linked.wait_for(lock, timeout, [&] { return r.by_peer.count(peer.name) != 0; });
+}
+
+void Proc::connect(const ProcId& peer, const Address& address,
+                   std::function<void(const std::string& reason)> on_lost) {
   auto& io = detail::io_of(*state_);
   auto name = std::make_shared<std::string>(peer.name);
   // The handler needs the link, and the link needs the handler: bind through a holder.
@@ -381,8 +394,9 @@ void Proc::connect(const ProcId& peer, const Address& address) {
                            if (local && *holder)
                              detail::deliver_envelope(local, *holder, std::move(env));
                          },
-                         [holder, name](const std::string& reason) {
+                         [holder, name, on_lost = std::move(on_lost)](const std::string& reason) {
                            detail::on_link_closed(*name, *holder, reason);
+                           if (on_lost) on_lost(reason);
                          }};
   auto link = net::Link::connect(io, address, std::move(relay));
   *holder = link;

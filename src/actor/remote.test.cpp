@@ -70,6 +70,7 @@ class RemoteProc {
       ::kill(pid_, SIGKILL);
       ::waitpid(pid_, nullptr, 0);
       pid_ = -1;
+      ::unlink(path_.c_str());  // a killed server cannot remove its socket file
     }
   }
   Address address() const { return Address::parse("unix://" + path_); }

@@ -299,6 +299,10 @@ class StreamListener final : public Listener {
       done.set_value();
     });
     done.get_future().wait();
+    const Address& a = core_->address;
+    if (a.transport == Address::Transport::unix_socket && a.host[0] == '/') {
+      ::unlink(a.host.c_str());  // the socket file is ours; leave no litter
+    }
   }
 
   Address address() const override { return core_->address; }

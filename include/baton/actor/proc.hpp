@@ -86,10 +86,21 @@ class Proc {
   Address serve(const Address& address);
   /// Links to the proc `peer` served at `address`: calls to its actors, and their replies,
   /// travel over the link. Throws if it cannot connect.
-  void connect(const ProcId& peer, const Address& address);
+  /// `on_lost`, if given, runs (on the I/O thread) when the link closes.
+  void connect(const ProcId& peer, const Address& address,
+               std::function<void(const std::string& reason)> on_lost = nullptr);
+  /// True while a link to the proc `peer` is up (after its hello arrived, when it dialled us).
+  bool linked(const ProcId& peer) const;
+  /// Waits up to `timeout` for a link to `peer`; true once it is up.
+  bool wait_linked(const ProcId& peer, std::chrono::milliseconds timeout) const;
 
   /// Stops every actor after its queued messages and waits for them; idempotent.
   void stop();
+
+  /// Spawns from a registered constructor id and serialized arguments (for remote spawns).
+  ActorId spawn_from(const std::string& name, std::uint64_t factory, Body args) {
+    return spawn_erased(nullptr, name, factory, std::move(args)).first;
+  }
 
   /// The internal state (for the runtime).
   detail::ProcState& state() { return *state_; }

@@ -1,0 +1,53 @@
+#pragma once
+
+// The runtime of one program: the same binary is the controller and every worker.
+//
+//   int main(int argc, char** argv) {
+//     baton::Runtime rt(argc, argv);   // in a worker process this never returns
+//     auto procs = baton::this_host().spawn_procs({{"gpus", 8}});
+//     ...
+//   }
+//
+// A worker is started by the controller as this executable with its bootstrap in the
+// environment (never on the command line); it serves its proc, and exits when the controller
+// stops it or goes away.
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "baton/mesh/mesh.hpp"
+
+namespace baton {
+
+class Runtime {
+ public:
+  Runtime(int argc, char** argv);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  /// The controller's own proc.
+  Proc& proc();
+  /// The runtime of this process; throws UsageError if none was created.
+  static Runtime& get();
+
+  struct State;
+
+ private:
+  friend class HostMesh;
+  std::unique_ptr<State> state_;
+};
+
+/// The procs of this host.
+class HostMesh {
+ public:
+  /// Starts one worker process per member of the shape, e.g. {{"gpus", 8}}. With a "gpus"
+  /// dimension each proc sees its own device through CUDA_VISIBLE_DEVICES/HIP_VISIBLE_DEVICES.
+  ProcMesh spawn_procs(const std::vector<std::pair<std::string, std::size_t>>& dims) const;
+};
+
+/// This host, as a mesh of hosts of size one.
+HostMesh this_host();
+
+}  // namespace baton

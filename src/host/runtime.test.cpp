@@ -1,0 +1,100 @@
+// Meshes of real worker processes on this host. This binary is its own worker: main() creates
+// the Runtime first, which in a worker never returns.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "baton/baton.hpp"
+
+namespace baton {
+namespace {
+
+using ::testing::HasSubstr;
+
+class Counter : public Actor {
+ public:
+  explicit Counter(int start) : value_(start) {}
+  void incr(int by) { value_ += by; }
+  int value() { return value_; }
+  std::string device() {
+    const char* d = std::getenv("CUDA_VISIBLE_DEVICES");
+    return d != nullptr ? d : "unset";
+  }
+  int rank() { return std::atoi(std::getenv("BATON_RANK")); }
+  int fail_on(int rank) {
+    if (this->rank() == rank) throw std::runtime_error("rank " + std::to_string(rank) + " refuses");
+    return 0;
+  }
+  // An actor in a worker calling back an actor of the controller.
+  Task<int> ask(ActorRef<Counter> other) { co_return co_await other.call(&Counter::value) + 1; }
+  static constexpr auto endpoints =
+      baton::endpoints<&Counter::incr, &Counter::value, &Counter::device, &Counter::rank,
+                       &Counter::fail_on, &Counter::ask>();
+
+ private:
+  int value_;
+};
+
+TEST(Mesh, SpawnCallSliceAndStopAcrossWorkerProcesses) {
+  auto procs = this_host().spawn_procs({{"hosts", 2}, {"gpus", 2}});
+  ASSERT_EQ(procs.size(), 4u);
+  auto counters = procs.spawn<Counter>("counters", 10);
+  EXPECT_EQ(counters.shape().to_string(), "{hosts: 2, gpus: 2}");
+
+  // Each proc got its own device and rank; replies sit at their coordinates.
+  ValueMesh<std::string> devices = counters.call(&Counter::device).get();
+  ValueMesh<int> ranks = counters.call(&Counter::rank).get();
+  for (const auto& [point, device] : devices.items()) {
+    EXPECT_EQ(device, std::to_string(point["gpus"])) << point.to_string();
+    EXPECT_EQ(ranks.at(point), static_cast<int>(point.rank));
+  }
+
+  // A slice reaches exactly its ranks.
+  auto host1 = counters.slice("hosts", 1);
+  host1.broadcast(&Counter::incr, 5);
+  ValueMesh<int> values = counters.call(&Counter::value).get();
+  EXPECT_EQ(values.values(), (std::vector<int>{10, 10, 15, 15}));
+  ValueMesh<int> sliced = counters.slice("gpus", 1, 2).call(&Counter::rank).get();
+  EXPECT_EQ(sliced.values(), (std::vector<int>{1, 3}));
+  EXPECT_EQ(sliced.shape().to_string(), "{hosts: 2, gpus: 1}");
+
+  // FIFO per sender across broadcast and call: the call always sees the increment.
+  for (int i = 1; i <= 20; ++i) {
+    counters.broadcast(&Counter::incr, 1);
+    EXPECT_EQ(counters.slice("hosts", 0).slice("gpus", 0).call_one(&Counter::value).get(), 10 + i);
+  }
+
+  try {
+    (void)counters.call_one(&Counter::value);
+    FAIL() << "expected UsageError";
+  } catch (const UsageError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("has 4 (slice it)"));
+  }
+
+  try {
+    counters.call(&Counter::fail_on, 2).get();
+    FAIL() << "expected ActorError";
+  } catch (const ActorError& e) {
+    EXPECT_EQ(e.remote_message(), "rank 2 refuses");
+    EXPECT_THAT(e.actor(), HasSubstr("procs"));
+  }
+
+  // A worker's actor calls an actor that lives in the controller.
+  auto local = Runtime::get().proc().spawn<Counter>("local", 41);
+  EXPECT_EQ(counters.call(&Counter::ask, local).get().values(), (std::vector<int>{42, 42, 42, 42}));
+
+  procs.stop().get();
+  auto after = counters.call(&Counter::value);
+  EXPECT_THROW(after.get(), UndeliverableError);
+}
+
+}  // namespace
+}  // namespace baton
+
+int main(int argc, char** argv) {
+  baton::Runtime rt(argc, argv);  // a worker serves here and never returns
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
