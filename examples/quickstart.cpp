@@ -1,64 +1,64 @@
-// baton quickstart, in one process: spawn actors, call them, await one from another, and see a
-// remote failure arrive as an ActorError while the actor keeps serving.
-// (The multi-process version, with spawn_procs and meshes, comes with the mesh layer.)
+// baton quickstart: one program drives worker processes on this host.
+//
+// The controller spawns a mesh of procs ({gpus: 4}), spawns a Trainer in each, calls them all at
+// once, slices the mesh, sees a remote failure arrive as an ActorError, and stops. The same
+// binary is every worker: baton::Runtime serves there and never returns into main.
 
 #include <baton/baton.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 class Trainer : public baton::Actor {
  public:
-  explicit Trainer(int seed) : loss_(1.0 + seed % 7) {}
+  explicit Trainer(int seed) : loss_(1.0 + (seed + rank()) % 7) {}
 
   double train(int step) {
     if (step < 0) throw std::invalid_argument("step must be >= 0, got " + std::to_string(step));
     loss_ *= 0.9;
     return loss_;
   }
+  std::string where() {
+    const char* gpu = std::getenv("CUDA_VISIBLE_DEVICES");
+    return id().to_string() + " (CUDA_VISIBLE_DEVICES=" + (gpu != nullptr ? gpu : "") + ")";
+  }
 
-  static constexpr auto endpoints = baton::endpoints<&Trainer::train>();
+  static constexpr auto endpoints = baton::endpoints<&Trainer::train, &Trainer::where>();
 
  private:
+  static int rank() { return std::atoi(std::getenv("BATON_RANK")); }
   double loss_;
 };
 
-// An actor whose endpoint is a coroutine that awaits other actors without blocking a thread.
-class Coordinator : public baton::Actor {
- public:
-  baton::Task<double> run_steps(baton::ActorRef<Trainer> a, baton::ActorRef<Trainer> b, int n) {
-    double total = 0;
-    for (int step = 0; step < n; ++step) {
-      total += co_await a.call(&Trainer::train, step);
-      total += co_await b.call(&Trainer::train, step);
-    }
-    co_return total / (2 * n);
+int main(int argc, char** argv) {
+  baton::Runtime rt(argc, argv);  // in a worker process this never returns
+
+  auto procs = baton::this_host().spawn_procs({{"gpus", 4}});
+  auto trainers = procs.spawn<Trainer>("trainers", /*seed=*/42);
+
+  for (const auto& [point, where] : trainers.call(&Trainer::where).get().items()) {
+    std::printf("%s: %s\n", point.to_string().c_str(), where.c_str());
   }
 
-  static constexpr auto endpoints = baton::endpoints<&Coordinator::run_steps>();
-};
+  baton::ValueMesh<double> loss = trainers.call(&Trainer::train, 0).get();
+  for (const auto& [point, value] : loss.items()) {
+    std::printf("step 0 %s loss %.4f\n", point.to_string().c_str(), value);
+  }
 
-int main() {
-  baton::Proc proc(baton::ProcOptions{.name = "quickstart"});
-
-  auto t0 = proc.spawn<Trainer>("trainer", /*seed=*/42);
-  auto t1 = proc.spawn<Trainer>("trainer", /*seed=*/7);
-  std::printf("spawned %s and %s\n", t0.id().to_string().c_str(), t1.id().to_string().c_str());
-
-  std::printf("t0.train(0) -> %.4f\n", t0.call(&Trainer::train, 0).get());
-
-  auto coord = proc.spawn<Coordinator>("coordinator");
-  const double mean = coord.call(&Coordinator::run_steps, t0, t1, 5).get();
-  std::printf("coordinator ran 5 steps on both trainers: mean loss %.4f\n", mean);
+  trainers.slice("gpus", 0, 2).broadcast(&Trainer::train, 1);
+  loss = trainers.call(&Trainer::train, 2).get();
+  std::printf("after a step on gpus 0..1 only: losses");
+  for (double v : loss.values()) std::printf(" %.4f", v);
+  std::printf("\n");
 
   try {
-    t0.call(&Trainer::train, -1).get();
+    trainers.slice("gpus", 3).call_one(&Trainer::train, -1).get();
   } catch (const baton::ActorError& e) {
     std::printf("ActorError from %s: %s\n", e.actor().c_str(), e.remote_message().c_str());
   }
-  std::printf("t0 still serving: t0.train(6) -> %.4f\n", t0.call(&Trainer::train, 6).get());
 
-  proc.stop();
+  procs.stop().get();
   std::printf("stopped\n");
   return 0;
 }
