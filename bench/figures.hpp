@@ -18,6 +18,9 @@ InprocFigures baton_inproc(std::size_t rtt_iterations, std::size_t throughput_me
 /// The C++ Actor Framework doing the same, in the same run.
 InprocFigures caf_inproc(std::size_t rtt_iterations, std::size_t throughput_messages);
 
+/// `baton-bench rtt`: cross-process call_one round trips against a raw socket ping-pong.
+int run_rtt();
+
 inline void print_figure(std::string_view name, double value, std::string_view unit) {
   std::printf("%.*s %.3f %.*s\n", static_cast<int>(name.size()), name.data(), value,
               static_cast<int>(unit.size()), unit.data());

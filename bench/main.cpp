@@ -5,6 +5,7 @@
 #include <exception>
 #include <string_view>
 
+#include "baton/host/runtime.hpp"
 #include "figures.hpp"
 
 namespace {
@@ -27,13 +28,16 @@ int run_inproc() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  baton::Runtime rt(argc, argv);  // worker processes of `rtt` serve here
   const std::string_view which = argc > 1 ? argv[1] : "";
   try {
-    if (which == "inproc" || which == "all") return run_inproc();
+    if (which == "inproc") return run_inproc();
+    if (which == "rtt") return baton::bench::run_rtt();
+    if (which == "all") return run_inproc() | baton::bench::run_rtt();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "baton-bench: %s\n", e.what());
     return 1;
   }
-  std::fprintf(stderr, "usage: baton-bench inproc|all\n");
+  std::fprintf(stderr, "usage: baton-bench inproc|rtt|all\n");
   return 2;
 }
