@@ -1,6 +1,10 @@
 #include "baton/net/link.hpp"
 
+#include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
+
+#include <climits>
 
 #include <asio.hpp>
 
@@ -70,8 +74,18 @@ class StreamLink final : public Link {
   bool send(Envelope env) override {
     std::lock_guard lock(mu_);
     if (closed_) return false;
-    env.seq = next_send_seq_++;
-    Frame frame = encode_frame(env, limits_);
+    env.seq = next_send_seq_;
+    Frame frame = encode_frame(env, limits_);  // may throw: then the seq is not used
+    ++next_send_seq_;
+    if (!writing_ && queue_.empty()) {
+      // Nothing queued: write from this thread at once, sparing a wake-up of the I/O thread;
+      // whatever the socket does not take now goes the asynchronous way.
+      front_sent_ = write_now(frame);
+      if (front_sent_ == frame.size()) {
+        front_sent_ = 0;
+        return true;
+      }
+    }
     queue_.push_back(std::move(frame));
     if (!writing_) {
       writing_ = true;
@@ -181,8 +195,17 @@ class StreamLink final : public Link {
       frame = &queue_.front();
     }
     buffers_.clear();
-    buffers_.emplace_back(frame->header.data(), frame->header.size());
-    for (const Bytes& p : frame->parts) buffers_.emplace_back(p.data(), p.size());
+    std::size_t skip = front_sent_;  // bytes a direct write already sent
+    auto add = [&](const void* data, std::size_t size) {
+      if (skip >= size) {
+        skip -= size;
+        return;
+      }
+      buffers_.emplace_back(static_cast<const char*>(data) + skip, size - skip);
+      skip = 0;
+    };
+    add(frame->header.data(), frame->header.size());
+    for (const Bytes& p : frame->parts) add(p.data(), p.size());
     asio::async_write(
         socket_, buffers_,
         asio::bind_executor(strand_, [self = shared()](asio::error_code ec, std::size_t) {
@@ -190,9 +213,25 @@ class StreamLink final : public Link {
           {
             std::lock_guard lock(self->mu_);
             self->queue_.pop_front();
+            self->front_sent_ = 0;
           }
           self->write_next();
         }));
+  }
+
+  /// One non-blocking gather write of a whole frame; returns the bytes the socket took.
+  std::size_t write_now(const Frame& frame) {
+    std::vector<iovec> iov;
+    iov.reserve(1 + frame.parts.size());
+    iov.push_back({const_cast<char*>(frame.header.data()), frame.header.size()});
+    for (const Bytes& p : frame.parts) {
+      if (p.size() > 0) iov.push_back({const_cast<std::byte*>(p.data()), p.size()});
+    }
+    msghdr msg{};
+    msg.msg_iov = iov.data();
+    msg.msg_iovlen = std::min<std::size_t>(iov.size(), IOV_MAX);
+    const ssize_t n = ::sendmsg(socket_.native_handle(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    return n > 0 ? static_cast<std::size_t>(n) : 0;  // errors surface on the async path
   }
 
   static std::string eof_reason(const asio::error_code& ec) {
@@ -236,6 +275,7 @@ class StreamLink final : public Link {
   std::deque<Frame> queue_;  // front is being written; deque keeps it in place while we push
   std::vector<asio::const_buffer> buffers_;
   std::uint64_t next_send_seq_ = 0;
+  std::size_t front_sent_ = 0;  // bytes of queue_.front() already written
   bool writing_ = false;
   bool closed_ = false;
 };
