@@ -1,11 +1,14 @@
 #include "baton/slice/slice.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <numeric>
 
 namespace baton {
 namespace {
+
+constexpr std::size_t kMaxSize = std::numeric_limits<std::size_t>::max();
 
 std::string join(const std::vector<std::size_t>& v) {
   std::string out = "[";
@@ -16,18 +19,66 @@ std::string join(const std::vector<std::size_t>& v) {
   return out + "]";
 }
 
+std::string quoted(std::string_view s) {
+  return "'" + std::string(s) + "'";
+}
+
 bool valid_label(std::string_view label) {
-  if (label.empty() || label.size() > 64) return false;
+  if (label.empty() || label.size() > kMaxLabelSize) return false;
   return std::all_of(label.begin(), label.end(), [](char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
   });
 }
 
+void check_labels(const std::vector<std::string>& labels) {
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    if (!valid_label(labels[i])) {
+      throw SliceError("invalid dimension name " + quoted(labels[i]) + ": use 1-" +
+                       std::to_string(kMaxLabelSize) + " characters of [A-Za-z0-9_]");
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      if (labels[i] == labels[j]) {
+        throw SliceError("dimension name " + quoted(labels[i]) +
+                         " appears twice; give each dimension a unique name");
+      }
+    }
+  }
+}
+
 bool mul_overflows(std::size_t a, std::size_t b) {
-  return b != 0 && a > std::numeric_limits<std::size_t>::max() / b;
+  return b != 0 && a > kMaxSize / b;
+}
+
+// Dimensions with more than one member, from the smallest stride to the largest.
+std::vector<std::size_t> by_stride(const std::vector<std::size_t>& sizes,
+                                   const std::vector<std::size_t>& strides) {
+  std::vector<std::size_t> order;
+  for (std::size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] > 1) order.push_back(d);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return strides[a] < strides[b]; });
+  return order;
 }
 
 }  // namespace
+
+namespace detail {
+
+void throw_oversized(const char* what, std::uint64_t n, std::size_t limit) {
+  throw SliceError("malformed payload: " + std::to_string(n) + " " + what + " (at most " +
+                   std::to_string(limit) + ")");
+}
+
+void check_point(const std::vector<std::string>& labels, const std::vector<std::size_t>& coords) {
+  if (labels.size() != coords.size()) {
+    throw SliceError("malformed point: " + std::to_string(labels.size()) + " labels and " +
+                     std::to_string(coords.size()) + " coordinates");
+  }
+  check_labels(labels);
+}
+
+}  // namespace detail
 
 // --- Slice ----------------------------------------------------------------------------------
 
@@ -45,23 +96,46 @@ Slice::Slice(std::size_t offset, std::vector<std::size_t> sizes, std::vector<std
   std::size_t count = 1;
   for (std::size_t d = 0; d < sizes_.size(); ++d) {
     if (sizes_[d] == 0) throw SliceError("dimension sizes must be at least 1: " + join(sizes_));
-    if (mul_overflows(count, sizes_[d]) || mul_overflows(sizes_[d] - 1, strides_[d])) {
-      throw SliceError("slice " + join(sizes_) + " x " + join(strides_) + " overflows");
+    const bool overflows = mul_overflows(count, sizes_[d]) ||
+                           mul_overflows(sizes_[d] - 1, strides_[d]) ||
+                           last > kMaxSize - (sizes_[d] - 1) * strides_[d];
+    if (overflows) {
+      throw SliceError(to_string() + " overflows: its member count or last location exceeds " +
+                       std::to_string(kMaxSize));
     }
     count *= sizes_[d];
-    const std::size_t extent = (sizes_[d] - 1) * strides_[d];
-    if (last > std::numeric_limits<std::size_t>::max() - extent) {
-      throw SliceError("slice " + join(sizes_) + " x " + join(strides_) + " overflows");
+    last += (sizes_[d] - 1) * strides_[d];
+  }
+  // Each stride must step past everything the smaller strides reach. That makes the map from
+  // coordinates to locations one-to-one and lets coordinates() peel dimensions off greedily;
+  // row-major, column-major and every at/range/split of them qualify.
+  std::size_t reach = 0;
+  for (std::size_t d : by_stride(sizes_, strides_)) {
+    if (strides_[d] <= reach) {
+      throw SliceError(to_string() + " has interleaved dimensions: the stride " +
+                       std::to_string(strides_[d]) + " of dimension " + std::to_string(d) +
+                       " must exceed " + std::to_string(reach) +
+                       ", the reach of the smaller strides, so that each location has one "
+                       "coordinate");
     }
-    last += extent;
+    reach += (sizes_[d] - 1) * strides_[d];
   }
 }
 
 Slice Slice::row_major(std::vector<std::size_t> sizes) {
+  // A zero size would hide an overflow of the others' product; report it first.
+  if (std::find(sizes.begin(), sizes.end(), 0) != sizes.end()) {
+    throw SliceError("dimension sizes must be at least 1: " + join(sizes));
+  }
   std::vector<std::size_t> strides(sizes.size(), 1);
-  for (std::size_t d = sizes.size(); d-- > 1;) {
-    if (mul_overflows(strides[d], sizes[d])) throw SliceError("row-major sizes overflow");
-    strides[d - 1] = strides[d] * sizes[d];
+  std::size_t count = 1;
+  for (std::size_t d = sizes.size(); d-- > 0;) {
+    if (mul_overflows(count, sizes[d])) {
+      throw SliceError("row-major sizes " + join(sizes) + " have more than " +
+                       std::to_string(kMaxSize) + " members");
+    }
+    strides[d] = count;
+    count *= sizes[d];
   }
   return Slice(0, std::move(sizes), std::move(strides));
 }
@@ -72,7 +146,8 @@ std::size_t Slice::len() const {
 
 std::size_t Slice::location(std::span<const std::size_t> coords) const {
   if (coords.size() != sizes_.size()) {
-    throw SliceError("expected " + std::to_string(sizes_.size()) + " coordinates, got " +
+    throw SliceError("a slice of " + std::to_string(sizes_.size()) + " dimensions needs " +
+                     std::to_string(sizes_.size()) + " coordinates, got " +
                      std::to_string(coords.size()));
   }
   std::size_t loc = offset_;
@@ -88,16 +163,13 @@ std::size_t Slice::location(std::span<const std::size_t> coords) const {
 
 std::optional<std::vector<std::size_t>> Slice::try_coordinates(std::size_t location) const {
   if (location < offset_) return std::nullopt;
-  // Peel dimensions off from the largest stride down; then check the answer maps back, which
-  // rejects locations in the gaps of strided slices.
-  std::vector<std::size_t> order(sizes_.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t a, std::size_t b) { return strides_[a] > strides_[b]; });
+  // The constructor guarantees strides nest, so from the largest stride down each coordinate is
+  // the quotient; a remainder left over means the location falls in a gap.
+  const std::vector<std::size_t> order = by_stride(sizes_, strides_);
   std::vector<std::size_t> coords(sizes_.size(), 0);
   std::size_t rem = location - offset_;
-  for (std::size_t d : order) {
-    if (sizes_[d] == 1 || strides_[d] == 0) continue;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const std::size_t d = *it;
     const std::size_t c = rem / strides_[d];
     if (c >= sizes_[d]) return std::nullopt;
     coords[d] = c;
@@ -115,8 +187,8 @@ std::vector<std::size_t> Slice::coordinates(std::size_t location) const {
 
 std::size_t Slice::location_of_rank(std::size_t rank) const {
   if (rank >= len()) {
-    throw SliceError("rank " + std::to_string(rank) + " out of bounds (" + std::to_string(len()) +
-                     " members)");
+    throw SliceError("rank " + std::to_string(rank) + " out of bounds for " + to_string() + " (" +
+                     std::to_string(len()) + " members)");
   }
   std::size_t loc = offset_;
   for (std::size_t d = sizes_.size(); d-- > 0;) {
@@ -142,6 +214,14 @@ std::vector<std::size_t> Slice::locations() const {
   return out;
 }
 
+bool Slice::operator==(const Slice& other) const {
+  if (offset_ != other.offset_ || sizes_ != other.sizes_) return false;
+  for (std::size_t d = 0; d < sizes_.size(); ++d) {
+    if (sizes_[d] > 1 && strides_[d] != other.strides_[d]) return false;
+  }
+  return true;
+}
+
 std::string Slice::to_string() const {
   return "Slice(offset=" + std::to_string(offset_) + ", sizes=" + join(sizes_) +
          ", strides=" + join(strides_) + ")";
@@ -150,15 +230,15 @@ std::string Slice::to_string() const {
 // --- Point ----------------------------------------------------------------------------------
 
 std::size_t Point::operator[](std::string_view label) const {
-  for (std::size_t i = 0; i < labels.size(); ++i) {
+  for (std::size_t i = 0; i < labels.size() && i < coords.size(); ++i) {
     if (labels[i] == label) return coords[i];
   }
-  throw SliceError("no dimension '" + std::string(label) + "' in point " + to_string());
+  throw SliceError("no dimension " + quoted(label) + " in point " + to_string());
 }
 
 std::string Point::to_string() const {
   std::string out = "{";
-  for (std::size_t i = 0; i < labels.size(); ++i) {
+  for (std::size_t i = 0; i < labels.size() && i < coords.size(); ++i) {
     if (i > 0) out += ", ";
     out += labels[i] + ": " + std::to_string(coords[i]);
   }
@@ -174,22 +254,17 @@ Shape::Shape(std::vector<std::string> labels, Slice slice)
                      std::to_string(labels_.size()) + " labels for " +
                      std::to_string(slice_.num_dims()) + " dimensions");
   }
-  for (std::size_t i = 0; i < labels_.size(); ++i) {
-    if (!valid_label(labels_[i])) {
-      throw SliceError("invalid dimension name '" + labels_[i] +
-                       "': use 1-64 characters of [A-Za-z0-9_]");
-    }
-    for (std::size_t j = 0; j < i; ++j) {
-      if (labels_[i] == labels_[j])
-        throw SliceError("dimension '" + labels_[i] + "' appears twice");
-    }
-  }
+  check_labels(labels_);
 }
 
 Shape Shape::of(const std::vector<std::pair<std::string, std::size_t>>& dims) {
   std::vector<std::string> labels;
   std::vector<std::size_t> sizes;
   for (const auto& [label, size] : dims) {
+    if (size == 0) {
+      throw SliceError("dimension " + quoted(label) +
+                       " has size 0; every dimension needs at least 1 member");
+    }
     labels.push_back(label);
     sizes.push_back(size);
   }
@@ -200,7 +275,14 @@ std::size_t Shape::dim_index(std::string_view dim) const {
   for (std::size_t i = 0; i < labels_.size(); ++i) {
     if (labels_[i] == dim) return i;
   }
-  throw SliceError("no dimension '" + std::string(dim) + "' in shape " + to_string());
+  throw SliceError("no dimension " + quoted(dim) + " in shape " + to_string());
+}
+
+void Shape::check_rank(std::size_t rank) const {
+  if (rank >= len()) {
+    throw SliceError("rank " + std::to_string(rank) + " out of bounds for shape " + to_string() +
+                     " (" + std::to_string(len()) + " members)");
+  }
 }
 
 std::size_t Shape::size(std::string_view dim) const {
@@ -212,10 +294,7 @@ bool Shape::has(std::string_view dim) const {
 }
 
 Point Shape::point(std::size_t rank) const {
-  if (rank >= len()) {
-    throw SliceError("rank " + std::to_string(rank) + " out of bounds for shape " + to_string() +
-                     " (" + std::to_string(len()) + " members)");
-  }
+  check_rank(rank);
   Point p{labels_, std::vector<std::size_t>(labels_.size()), rank};
   for (std::size_t d = labels_.size(); d-- > 0;) {
     p.coords[d] = rank % slice_.sizes()[d];
@@ -240,8 +319,8 @@ std::size_t Shape::rank_of(std::span<const std::size_t> coords) const {
   std::size_t rank = 0;
   for (std::size_t d = 0; d < coords.size(); ++d) {
     if (coords[d] >= slice_.sizes()[d]) {
-      throw SliceError("index " + std::to_string(coords[d]) + " out of bounds for '" + labels_[d] +
-                       "' (size " + std::to_string(slice_.sizes()[d]) + ")");
+      throw SliceError("index " + std::to_string(coords[d]) + " out of bounds for " +
+                       quoted(labels_[d]) + " (size " + std::to_string(slice_.sizes()[d]) + ")");
     }
     rank = rank * slice_.sizes()[d] + coords[d];
   }
@@ -249,6 +328,7 @@ std::size_t Shape::rank_of(std::span<const std::size_t> coords) const {
 }
 
 std::size_t Shape::location(std::size_t rank) const {
+  check_rank(rank);
   return slice_.location_of_rank(rank);
 }
 
@@ -256,16 +336,17 @@ Shape Shape::at(std::string_view dim, std::size_t index) const {
   const std::size_t d = dim_index(dim);
   const std::size_t size = slice_.sizes()[d];
   if (index >= size) {
-    throw SliceError("index " + std::to_string(index) + " out of bounds for '" + std::string(dim) +
-                     "' (size " + std::to_string(size) + ")");
+    throw SliceError("index " + std::to_string(index) + " out of bounds for " + quoted(dim) +
+                     " (size " + std::to_string(size) + ")");
   }
   auto labels = labels_;
   auto sizes = slice_.sizes();
   auto strides = slice_.strides();
   const std::size_t offset = slice_.offset() + index * strides[d];
-  labels.erase(labels.begin() + static_cast<std::ptrdiff_t>(d));
-  sizes.erase(sizes.begin() + static_cast<std::ptrdiff_t>(d));
-  strides.erase(strides.begin() + static_cast<std::ptrdiff_t>(d));
+  const auto at_d = static_cast<std::ptrdiff_t>(d);
+  labels.erase(labels.begin() + at_d);
+  sizes.erase(sizes.begin() + at_d);
+  strides.erase(strides.begin() + at_d);
   return Shape(std::move(labels), Slice(offset, std::move(sizes), std::move(strides)));
 }
 
@@ -273,22 +354,29 @@ Shape Shape::range(std::string_view dim, std::size_t begin, std::size_t end,
                    std::size_t step) const {
   const std::size_t d = dim_index(dim);
   const std::size_t size = slice_.sizes()[d];
-  if (step == 0) throw SliceError("range step for '" + std::string(dim) + "' must be at least 1");
-  if (begin >= end || end > size) {
-    throw SliceError("range " + std::to_string(begin) + ".." + std::to_string(end) +
-                     " out of bounds for '" + std::string(dim) + "' (size " + std::to_string(size) +
+  const std::string what = "range " + std::to_string(begin) + ".." + std::to_string(end);
+  if (begin >= size || end > size) {
+    throw SliceError(what + " out of bounds for " + quoted(dim) + " (size " + std::to_string(size) +
                      ")");
   }
+  if (begin >= end) {
+    throw SliceError("empty " + what + " for " + quoted(dim) + " (size " + std::to_string(size) +
+                     "): end must be greater than begin");
+  }
+  if (step == 0) throw SliceError("range step for " + quoted(dim) + " must be at least 1");
   auto sizes = slice_.sizes();
   auto strides = slice_.strides();
   const std::size_t offset = slice_.offset() + begin * strides[d];
-  sizes[d] = (end - begin + step - 1) / step;
-  strides[d] *= step;
+  sizes[d] = (end - begin - 1) / step + 1;
+  // A step past the end keeps one member, whose stride no longer matters; keeping the old one
+  // avoids an overflow for huge steps.
+  if (sizes[d] > 1) strides[d] *= step;
   return Shape(labels_, Slice(offset, std::move(sizes), std::move(strides)));
 }
 
 Shape Shape::flatten(std::string name) const {
-  // Expressible with one stride when each dimension's stride is the next one's span.
+  // Rank order walks the last dimension fastest, so the members are evenly spaced exactly when
+  // each dimension's stride is the next one's stride times its size (size-1 dimensions aside).
   std::size_t inner = 1;
   bool have_inner = false;
   std::size_t expected = 0;
@@ -300,9 +388,10 @@ Shape Shape::flatten(std::string name) const {
       inner = stride;
       have_inner = true;
     } else if (stride != expected) {
-      throw SliceError("cannot flatten " + to_string() + " (" + slice_.to_string() +
-                       ") into one dimension: its members are not evenly spaced; slice it into "
-                       "evenly spaced parts first");
+      throw SliceError("cannot flatten " + to_string() +
+                       " into one dimension: its members are not evenly spaced (" +
+                       slice_.to_string() +
+                       "); flatten before slicing with a step, or flatten each part separately");
     }
     expected = stride * size;
   }
@@ -311,6 +400,10 @@ Shape Shape::flatten(std::string name) const {
 
 Shape Shape::rename(std::string_view from, std::string to) const {
   const std::size_t d = dim_index(from);
+  if (from != to && has(to)) {
+    throw SliceError("cannot rename " + quoted(from) + " to " + quoted(to) + ": shape " +
+                     to_string() + " already has a dimension " + quoted(to));
+  }
   auto labels = labels_;
   labels[d] = std::move(to);
   return Shape(std::move(labels), slice_);
@@ -320,28 +413,40 @@ Shape Shape::split(std::string_view dim,
                    const std::vector<std::pair<std::string, std::size_t>>& into) const {
   const std::size_t d = dim_index(dim);
   const std::size_t size = slice_.sizes()[d];
+  if (into.empty()) throw SliceError("split of " + quoted(dim) + " needs at least one part");
+  std::string parts = "{";
+  for (const auto& [label, n] : into) {
+    parts += (parts.size() > 1 ? ", " : "") + label + ": " + std::to_string(n);
+  }
+  parts += "}";
+  const std::string what =
+      "cannot split " + quoted(dim) + " (size " + std::to_string(size) + ") into " + parts;
   std::size_t product = 1;
   for (const auto& [label, n] : into) {
-    if (n == 0 || mul_overflows(product, n)) {
-      throw SliceError("split of '" + std::string(dim) + "' needs sizes of at least 1");
+    if (n == 0) throw SliceError(what + ": every part needs at least 1 member");
+    // Every part is at least 1, so the product only grows; stop before it can overflow.
+    if (mul_overflows(product, n) || product * n > size) {
+      throw SliceError(what + ": the part sizes multiply to more than " + std::to_string(size));
     }
     product *= n;
   }
-  if (into.empty() || product != size) {
-    throw SliceError("cannot split '" + std::string(dim) + "' (size " + std::to_string(size) +
-                     ") into parts whose sizes multiply to " + std::to_string(product));
+  if (product != size) {
+    throw SliceError(what + ": the part sizes multiply to " + std::to_string(product) + ", not " +
+                     std::to_string(size));
   }
-  std::vector<std::string> labels(labels_.begin(),
-                                  labels_.begin() + static_cast<std::ptrdiff_t>(d));
-  std::vector<std::size_t> sizes(slice_.sizes().begin(),
-                                 slice_.sizes().begin() + static_cast<std::ptrdiff_t>(d));
-  std::vector<std::size_t> strides(slice_.strides().begin(),
-                                   slice_.strides().begin() + static_cast<std::ptrdiff_t>(d));
+  const auto at_d = static_cast<std::ptrdiff_t>(d);
+  std::vector<std::string> labels(labels_.begin(), labels_.begin() + at_d);
+  std::vector<std::size_t> sizes(slice_.sizes().begin(), slice_.sizes().begin() + at_d);
+  std::vector<std::size_t> strides(slice_.strides().begin(), slice_.strides().begin() + at_d);
+  // The parts are row-major within the old dimension, so its last part keeps the old stride.
+  // A part of more than one member never overflows (it spans no more than the old dimension);
+  // one of size 1 never steps, so it falls back to the old stride rather than overflow.
   std::vector<std::size_t> part_strides(into.size());
-  std::size_t s = slice_.strides()[d];
+  const std::size_t stride = slice_.strides()[d];
+  std::size_t inner = 1;
   for (std::size_t i = into.size(); i-- > 0;) {
-    part_strides[i] = s;
-    s *= into[i].second;
+    part_strides[i] = mul_overflows(stride, inner) ? stride : stride * inner;
+    inner *= into[i].second;
   }
   for (std::size_t i = 0; i < into.size(); ++i) {
     labels.push_back(into[i].first);

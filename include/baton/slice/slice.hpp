@@ -6,8 +6,13 @@
 //
 // Shape::of({{"hosts", 2}, {"gpus", 8}}).at("hosts", 1).range("gpus", 0, 4)
 //   -> {gpus: 4}, locations 8..11
+//
+// Every user error throws SliceError. Decoding re-validates and bounds every count before it
+// allocates, so a hostile payload yields SliceError (or the archive's own error for a truncated
+// stream), never an invalid object.
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -30,12 +35,51 @@ class SliceError : public std::invalid_argument {
 
 /// The most dimensions a shape may have (also bounds what a decoder allocates).
 inline constexpr std::size_t kMaxDims = 64;
+/// The longest dimension name.
+inline constexpr std::size_t kMaxLabelSize = 64;
+
+namespace detail {
+[[noreturn]] void throw_oversized(const char* what, std::uint64_t n, std::size_t limit);
+
+// cereal's own vector and string loaders resize to whatever count the payload claims; these
+// read the count first and refuse it before anything is allocated. The bytes are the same as
+// cereal's, so saving goes through cereal's own overloads.
+template <class Ar>
+std::size_t load_count(Ar& ar, const char* what, std::size_t limit) {
+  cereal::size_type n = 0;
+  ar(cereal::make_size_tag(n));
+  if (n > limit) throw_oversized(what, n, limit);
+  return static_cast<std::size_t>(n);
+}
+
+template <class Ar>
+void load_numbers(Ar& ar, std::vector<std::size_t>& out, const char* what) {
+  out.resize(load_count(ar, what, kMaxDims));
+  for (auto& v : out) ar(v);
+}
+
+template <class Ar>
+void load_labels(Ar& ar, std::vector<std::string>& out) {
+  out.resize(load_count(ar, "labels", kMaxDims));
+  for (auto& s : out) {
+    if constexpr (cereal::traits::is_input_serializable<cereal::BinaryData<char>, Ar>::value) {
+      s.resize(load_count(ar, "label characters", kMaxLabelSize));
+      ar(cereal::binary_data(s.data(), s.size()));
+    } else {
+      ar(s);  // text archives hold the whole string already
+    }
+  }
+}
+}  // namespace detail
 
 class Slice {
  public:
+  /// The slice with no dimensions: one location, 0.
   Slice() = default;
-  /// Throws SliceError if the vectors differ in length or a location would overflow.
+  /// Throws SliceError if the vectors differ in length, a size is 0, a location would overflow,
+  /// or the dimensions interleave so that a location could not be mapped back to one coordinate.
   Slice(std::size_t offset, std::vector<std::size_t> sizes, std::vector<std::size_t> strides);
+  /// Offset 0, the last dimension contiguous.
   static Slice row_major(std::vector<std::size_t> sizes);
 
   std::size_t offset() const { return offset_; }
@@ -49,12 +93,18 @@ class Slice {
   std::size_t location(std::span<const std::size_t> coords) const;
   /// The coordinates of a location; throws if the location is not in this slice.
   std::vector<std::size_t> coordinates(std::size_t location) const;
+  /// The location of the member with this row-major rank; throws if rank >= len().
   std::size_t location_of_rank(std::size_t rank) const;
+  /// The row-major rank of a location, or nullopt if the location is not in this slice.
   std::optional<std::size_t> rank_of_location(std::size_t location) const;
+  /// Every location in rank order.
   std::vector<std::size_t> locations() const;
   bool contains(std::size_t location) const { return rank_of_location(location).has_value(); }
+  /// `Slice(offset=0, sizes=[2, 8], strides=[8, 1])`
   std::string to_string() const;
-  bool operator==(const Slice&) const = default;
+  /// Equal offsets and sizes and the same location for every rank: the stride of a dimension of
+  /// size 1 is never used, so it does not count.
+  bool operator==(const Slice& other) const;
 
   template <class Ar>
   void save(Ar& ar) const {
@@ -65,7 +115,9 @@ class Slice {
     std::size_t offset = 0;
     std::vector<std::size_t> sizes;
     std::vector<std::size_t> strides;
-    ar(offset, sizes, strides);
+    ar(offset);
+    detail::load_numbers(ar, sizes, "sizes");
+    detail::load_numbers(ar, strides, "strides");
     *this = Slice(offset, std::move(sizes), std::move(strides));
   }
 
@@ -85,6 +137,7 @@ struct Point {
 
   /// The coordinate along `label`; throws SliceError if the point has no such dimension.
   std::size_t operator[](std::string_view label) const;
+  /// `{hosts: 1, gpus: 3}`
   std::string to_string() const;
   bool operator==(const Point&) const = default;
 
@@ -95,6 +148,25 @@ struct Point {
   template <class Ar>
   void load(Ar& ar);
 };
+
+namespace detail {
+/// Throws SliceError unless the labels are valid, unique and one per coordinate.
+void check_point(const std::vector<std::string>& labels, const std::vector<std::size_t>& coords);
+}  // namespace detail
+
+template <class Ar>
+void Point::load(Ar& ar) {
+  std::vector<std::string> l;
+  std::vector<std::size_t> c;
+  std::size_t r = 0;
+  detail::load_labels(ar, l);
+  detail::load_numbers(ar, c, "coordinates");
+  ar(r);
+  detail::check_point(l, c);
+  labels = std::move(l);
+  coords = std::move(c);
+  rank = r;
+}
 
 class Shape {
  public:
@@ -110,15 +182,19 @@ class Shape {
   const Slice& slice() const { return slice_; }
   std::size_t num_dims() const { return labels_.size(); }
   std::size_t len() const { return slice_.len(); }
+  /// The size of `dim`; throws SliceError if there is no such dimension.
   std::size_t size(std::string_view dim) const;
   bool has(std::string_view dim) const;
 
+  /// The member with this rank; throws SliceError if rank >= len().
   Point point(std::size_t rank) const;
   /// Every member in rank order.
   std::vector<Point> points() const;
+  /// The rank of the member at these coordinates (one per dimension, in order).
   std::size_t rank_of(std::span<const std::size_t> coords) const;
   /// The global location of the member with this rank.
   std::size_t location(std::size_t rank) const;
+  /// Every member's global location in rank order.
   std::vector<std::size_t> locations() const { return slice_.locations(); }
 
   /// Selects one index of `dim` and drops the dimension.
@@ -127,6 +203,7 @@ class Shape {
   Shape range(std::string_view dim, std::size_t begin, std::size_t end, std::size_t step = 1) const;
   /// All dimensions into one named `name`; throws if no single stride can express it.
   Shape flatten(std::string name) const;
+  /// The same shape with dimension `from` called `to`.
   Shape rename(std::string_view from, std::string to) const;
   /// One dimension into several whose sizes multiply to its size, e.g. hosts into dp x pp.
   Shape split(std::string_view dim,
@@ -144,24 +221,17 @@ class Shape {
   void load(Ar& ar) {
     std::vector<std::string> labels;
     Slice slice;
-    ar(labels, slice);
+    detail::load_labels(ar, labels);
+    ar(slice);
     *this = Shape(std::move(labels), std::move(slice));
   }
 
  private:
   std::size_t dim_index(std::string_view dim) const;
+  void check_rank(std::size_t rank) const;
 
   std::vector<std::string> labels_;
   Slice slice_;
 };
-
-template <class Ar>
-void Point::load(Ar& ar) {
-  ar(labels, coords, rank);
-  if (labels.size() != coords.size() || labels.size() > kMaxDims) {
-    throw SliceError("malformed point: " + std::to_string(labels.size()) + " labels and " +
-                     std::to_string(coords.size()) + " coordinates");
-  }
-}
 
 }  // namespace baton
