@@ -106,6 +106,10 @@ std::vector<std::uint64_t> decode_header(const Bytes& header, Envelope& out,
     ar.check_count(nparts);
     lengths.resize(nparts);
     std::uint64_t total = header.size() + 4;
+    if (total > limits.max_frame_bytes) {  // as encode_frame refuses it, even with no parts
+      throw DecodeError("frame of " + std::to_string(total) + " bytes exceeds the limit of " +
+                        std::to_string(limits.max_frame_bytes) + " bytes");
+    }
     for (auto& len : lengths) {
       ar(len);
       if (len > limits.max_frame_bytes || total + len > limits.max_frame_bytes) {

@@ -9,6 +9,26 @@ namespace {
 
 constexpr std::size_t kMaxNameLength = 128;
 
+// The user's text for an error message: bytes outside printable ASCII (a NUL would end what())
+// are written as \xNN, and a very long text is cut.
+std::string printable(std::string_view text) {
+  constexpr std::size_t kMaxShown = 300;
+  std::string out;
+  for (std::size_t i = 0; i < text.size() && i < kMaxShown; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  if (text.size() > kMaxShown) out += "...";
+  return out;
+}
+
 bool name_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
          c == '.' || c == '-';
@@ -16,8 +36,8 @@ bool name_char(char c) {
 
 void require_name(std::string_view name, std::string_view what, std::string_view text) {
   if (!is_valid_name(name)) {
-    throw ParseError("invalid " + std::string(what) + " name '" + std::string(name) + "' in '" +
-                     std::string(text) + "': use 1-128 characters of [A-Za-z0-9_.-]");
+    throw ParseError("invalid " + std::string(what) + " name '" + printable(name) + "' in '" +
+                     printable(text) + "': use 1-128 characters of [A-Za-z0-9_.-]");
   }
 }
 
@@ -25,8 +45,8 @@ std::uint64_t parse_number(std::string_view digits, std::string_view what, std::
   std::uint64_t v = 0;
   auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
   if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size()) {
-    throw ParseError("invalid " + std::string(what) + " '" + std::string(digits) + "' in '" +
-                     std::string(text) + "': expected a decimal number");
+    throw ParseError("invalid " + std::string(what) + " '" + printable(digits) + "' in '" +
+                     printable(text) + "': expected a decimal number");
   }
   return v;
 }
@@ -57,12 +77,12 @@ std::string ActorId::to_string() const {
 ActorId ActorId::parse(std::string_view text) {
   const auto slash = text.find('/');
   if (slash == std::string_view::npos) {
-    throw ParseError("invalid actor id '" + std::string(text) +
+    throw ParseError("invalid actor id '" + printable(text) +
                      "': expected proc/name[index], e.g. trainers.3/trainer[0]");
   }
   const auto open = text.find('[', slash);
   if (open == std::string_view::npos || text.back() != ']') {
-    throw ParseError("invalid actor id '" + std::string(text) +
+    throw ParseError("invalid actor id '" + printable(text) +
                      "': expected proc/name[index], e.g. trainers.3/trainer[0]");
   }
   ActorId id;
@@ -81,7 +101,7 @@ std::string PortId::to_string() const {
 PortId PortId::parse(std::string_view text) {
   const auto hash = text.rfind('#');
   if (hash == std::string_view::npos) {
-    throw ParseError("invalid port id '" + std::string(text) +
+    throw ParseError("invalid port id '" + printable(text) +
                      "': expected proc/name[index]#port, e.g. ctl/client[0]#7");
   }
   return PortId{ActorId::parse(text.substr(0, hash)),

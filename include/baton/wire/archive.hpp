@@ -136,6 +136,14 @@ void CEREAL_SAVE_FUNCTION_NAME(OutputArchive& ar, const cereal::BinaryData<T>& b
 template <class T>
 void CEREAL_LOAD_FUNCTION_NAME(InputArchive& ar, cereal::BinaryData<T>& bd) {
   ar.read(bd.data, static_cast<std::size_t>(bd.size));
+  // cereal loads std::array<bool, N> as raw bytes: reject bytes other than 0 and 1 before any is
+  // read as a bool.
+  if constexpr (std::is_same_v<std::remove_cv_t<std::remove_pointer_t<T>>, bool>) {
+    const auto* bytes = static_cast<const unsigned char*>(bd.data);
+    for (std::size_t i = 0; i < static_cast<std::size_t>(bd.size); ++i) {
+      if (bytes[i] > 1) throw DecodeError("invalid bool value " + std::to_string(bytes[i]));
+    }
+  }
 }
 
 template <class Archive, class T>
