@@ -253,7 +253,7 @@ void deliver_envelope(const std::shared_ptr<ProcState>& local,
 /// The handler of one link: the first envelope must be the hello naming the peer proc.
 net::LinkHandler link_handler(const std::weak_ptr<ProcState>& weak_local,
                               const std::shared_ptr<net::Link>& link,
-                              std::shared_ptr<std::string> peer) {
+                              const std::shared_ptr<std::string>& peer) {
   std::weak_ptr<net::Link> weak_link = link;
   return net::LinkHandler{[weak_local, weak_link, peer](Envelope env) {
                             auto local = weak_local.lock();
@@ -351,7 +351,9 @@ void close_links(ProcState& proc) {
       if (!local || local.get() == &proc) mine.push_back(route.link);
     }
   }
-  for (auto& l : mine) l->close("proc " + proc.id.name + " stopped");
+  // Synchronously, so each link's handler (and what it holds) is released before the I/O
+  // thread stops.
+  for (auto& l : mine) l->close_and_wait("proc " + proc.id.name + " stopped");
   proc.listener.reset();
   proc.io.reset();  // joins the I/O thread; pending handlers are dropped
 }

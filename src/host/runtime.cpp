@@ -203,6 +203,7 @@ ProcMesh HostMesh::spawn_procs(const std::vector<std::pair<std::string, std::siz
       env.push_back("HIP_VISIBLE_DEVICES=" + std::to_string(p["gpus"]));
     }
     std::vector<char*> envp;
+    envp.reserve(env.size() + 1);
     for (auto& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
     pid_t pid = -1;

@@ -98,6 +98,16 @@ class StreamLink final : public Link {
     asio::post(strand_, [self = shared(), reason] { self->shutdown(reason); });
   }
 
+  void close_and_wait(const std::string& reason) override {
+    auto done = std::make_shared<std::promise<void>>();
+    auto f = done->get_future();
+    asio::post(strand_, [self = shared(), reason, done] {
+      self->shutdown(reason);
+      done->set_value();
+    });
+    f.wait();
+  }
+
   bool closed() const override {
     std::lock_guard lock(mu_);
     return closed_;

@@ -61,7 +61,7 @@ namespace detail {
 
 /// Completes one future when all of `parts` have; the first failure fails it.
 template <class R>
-Future<ValueMesh<mesh_value_t<R>>> gather(Shape shape, std::vector<Future<R>> parts) {
+Future<ValueMesh<mesh_value_t<R>>> gather(const Shape& shape, std::vector<Future<R>> parts) {
   using V = mesh_value_t<R>;
   struct Gather {
     std::mutex mu;
@@ -74,7 +74,7 @@ Future<ValueMesh<mesh_value_t<R>>> gather(Shape shape, std::vector<Future<R>> pa
   auto g = std::make_shared<Gather>();
   g->left = parts.size();
   g->values.resize(parts.size());
-  g->shape = std::move(shape);
+  g->shape = shape;
   auto result = g->promise.get_future();
   if (parts.empty()) g->promise.set_value(ValueMesh<V>(g->shape, {}));
   for (std::size_t i = 0; i < parts.size(); ++i) {

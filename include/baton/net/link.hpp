@@ -60,6 +60,8 @@ class Link : public std::enable_shared_from_this<Link> {
   virtual bool send(Envelope env) = 0;
   /// Closes the link; the handler's on_closed runs with `reason`.
   virtual void close(const std::string& reason) = 0;
+  /// Like close(), and returns once the link is closed; never call it on the I/O thread.
+  virtual void close_and_wait(const std::string& reason) = 0;
   virtual bool closed() const = 0;
   /// "unix:///path <- peer" or "tcp://1.2.3.4:5 -> 6.7.8.9:10", for logs.
   virtual std::string describe() const = 0;
