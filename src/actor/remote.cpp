@@ -354,6 +354,7 @@ void close_links(ProcState& proc) {
   // Synchronously, so each link's handler (and what it holds) is released before the I/O
   // thread stops.
   for (auto& l : mine) l->close_and_wait("proc " + proc.id.name + " stopped");
+  mine.clear();  // no link may outlive the I/O thread's context, destroyed below
   proc.listener.reset();
   proc.io.reset();  // joins the I/O thread; pending handlers are dropped
 }
