@@ -9,25 +9,7 @@ namespace {
 
 constexpr std::size_t kMaxNameLength = 128;
 
-// The user's text for an error message: bytes outside printable ASCII (a NUL would end what())
-// are written as \xNN, and a very long text is cut.
-std::string printable(std::string_view text) {
-  constexpr std::size_t kMaxShown = 300;
-  std::string out;
-  for (std::size_t i = 0; i < text.size() && i < kMaxShown; ++i) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x20 && c < 0x7f) {
-      out += static_cast<char>(c);
-    } else {
-      constexpr char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  if (text.size() > kMaxShown) out += "...";
-  return out;
-}
+using detail::printable;
 
 bool name_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
@@ -108,4 +90,27 @@ PortId PortId::parse(std::string_view text) {
                 parse_number(text.substr(hash + 1), "port number", text)};
 }
 
+namespace detail {
+
+// The user's text for an error message: bytes outside printable ASCII (a NUL would end what())
+// are written as \xNN, and a very long text is cut.
+std::string printable(std::string_view text) {
+  constexpr std::size_t kMaxShown = 300;
+  std::string out;
+  for (std::size_t i = 0; i < text.size() && i < kMaxShown; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  if (text.size() > kMaxShown) out += "...";
+  return out;
+}
+
+}  // namespace detail
 }  // namespace baton

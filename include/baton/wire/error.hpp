@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace baton {
 
@@ -16,5 +17,10 @@ class ParseError : public std::invalid_argument {
  public:
   using std::invalid_argument::invalid_argument;
 };
+
+namespace detail {
+/// Text fit for an error message: bytes outside printable ASCII as \xNN, long text cut.
+std::string printable(std::string_view text);
+}  // namespace detail
 
 }  // namespace baton
