@@ -155,7 +155,6 @@ class Cell final : public Runnable,
 
   std::mutex children_mu_;
   std::vector<std::weak_ptr<Cell>> children_;
-  std::vector<std::shared_ptr<State<void>>> stop_waiters_;
 };
 
 class ProcState : public std::enable_shared_from_this<ProcState> {

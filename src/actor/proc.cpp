@@ -373,8 +373,7 @@ std::pair<ActorId, detail::CellPtr> Proc::spawn_erased(detail::Cell* parent,
   return {std::move(id), std::move(cell)};
 }
 
-PortId Proc::register_port(detail::PortSinkPtr sink, bool once) {
-  (void)once;
+PortId Proc::register_port(detail::PortSinkPtr sink) {
   std::lock_guard lock(state_->mu);
   const std::uint64_t n = state_->next_port++;
   state_->ports.emplace(n, std::move(sink));

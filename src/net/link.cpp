@@ -122,14 +122,17 @@ class StreamLink final : public Link {
 
   // --- reading: prefix, header, then each part into its own buffer -------------------------
 
-  void read_prefix() {
+  /// Reads exactly `buffer`, then runs `next` on the strand; a failed read closes the link.
+  void read_then(asio::mutable_buffer buffer, void (StreamLink::*next)()) {
     asio::async_read(
-        socket_, asio::buffer(prefix_),
-        asio::bind_executor(strand_, [self = shared()](asio::error_code ec, std::size_t) {
+        socket_, buffer,
+        asio::bind_executor(strand_, [self = shared(), next](asio::error_code ec, std::size_t) {
           if (ec) return self->shutdown(eof_reason(ec));
-          self->on_prefix();
+          ((*self).*next)();
         }));
   }
+
+  void read_prefix() { read_then(asio::buffer(prefix_), &StreamLink::on_prefix); }
 
   void on_prefix() {
     std::size_t len = 0;
@@ -139,12 +142,7 @@ class StreamLink final : public Link {
       return shutdown(e.what());
     }
     header_.assign(len, '\0');
-    asio::async_read(
-        socket_, asio::buffer(header_),
-        asio::bind_executor(strand_, [self = shared()](asio::error_code ec, std::size_t) {
-          if (ec) return self->shutdown(eof_reason(ec));
-          self->on_header();
-        }));
+    read_then(asio::buffer(header_), &StreamLink::on_header);
   }
 
   void on_header() {

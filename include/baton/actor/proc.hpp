@@ -69,7 +69,7 @@ class Proc {
   template <class T>
   std::pair<Port<T>, PortReceiver<T>> open_port() {
     auto sink = std::make_shared<detail::QueueSink<T>>();
-    PortId id = register_port(sink, false);
+    PortId id = register_port(sink);
     return {Port<T>(std::move(id), sink), PortReceiver<T>(sink)};
   }
   /// Opens a port that accepts one value, delivered to the returned future.
@@ -77,7 +77,7 @@ class Proc {
   std::pair<OncePort<T>, Future<T>> open_once_port() {
     auto state = std::make_shared<detail::State<T>>();
     auto sink = std::make_shared<detail::OnceSink>(state);
-    PortId id = register_port(sink, true);
+    PortId id = register_port(sink);
     return {OncePort<T>(std::move(id), sink), Future<T>(state)};
   }
 
@@ -117,7 +117,7 @@ class Proc {
   }
   std::pair<ActorId, detail::CellPtr> spawn_erased(detail::Cell* parent, const std::string& name,
                                                    std::uint64_t factory, Body args);
-  PortId register_port(detail::PortSinkPtr sink, bool once);
+  PortId register_port(detail::PortSinkPtr sink);
 
   std::shared_ptr<detail::ProcState> state_;
 };
