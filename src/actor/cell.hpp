@@ -181,6 +181,7 @@ class ProcState : public std::enable_shared_from_this<ProcState> {
   // Links to procs in other processes (see remote.cpp); created on first serve() or connect().
   std::unique_ptr<net::IoThread> io;
   std::unique_ptr<net::Listener> listener;
+  std::atomic<std::uint64_t> envelopes_sent{0};  // over links, by this proc
 
   void cell_finished();
   void report_unhandled(const SupervisionEvent& ev);
@@ -203,6 +204,44 @@ bool route_remote_call(const ActorId& target, const EndpointInfo& endpoint, Body
 bool route_remote_port(const PortId& port, const Body& body, const ActorId& sender);
 /// Drops this proc's links (at proc destruction), failing what waits on them.
 void close_links(ProcState& proc);
+
+/// A port that takes one value (a reply) and is closed by it; see open_reply_port().
+class ReplySinkBase : public PortSink {};
+
+/// Links to `peer` at `address` from `state`'s I/O thread (see Proc::connect).
+void connect_state(const std::shared_ptr<ProcState>& state, const ProcId& peer,
+                   const Address& address, std::function<void(const std::string&)> on_lost);
+/// The link to `peer` and the local proc that owns it, dialling the peer first if a reference
+/// said where it listens; both null if it cannot be reached.
+std::pair<std::shared_ptr<net::Link>, std::shared_ptr<ProcState>> route_to(const ProcId& peer);
+/// Sends an envelope to a proc in another process (see route_to); false if it cannot.
+bool send_to_proc(const ProcId& peer, Envelope env);
+/// Opens a port on `local` for one value expected from `peer`; if the link to `peer` closes
+/// first, the sink's link_lost() runs.
+PortId open_reply_port(ProcState& local, const ProcId& peer, PortSinkPtr sink);
+
+/// Queues a call to a local actor as if it came from `sender`; a null reply makes it one-way.
+void deliver_local_call(ProcState& local, const ActorId& target, std::uint64_t endpoint_id,
+                        const ActorId& sender, Body args, std::shared_ptr<StateBase> reply);
+/// A reply state that hands its outcome to `out` as a status-tagged body.
+std::shared_ptr<StateBase> make_status_reply(std::function<void(Body)> out);
+/// Sends a value to a port, local or in another process, as `from`; logs it if undeliverable.
+void route_remote_port_or_local(const PortId& port, const Body& body, const ActorId& from);
+/// The proc that dials other processes from this one (the last to serve), or null.
+std::shared_ptr<ProcState> home_proc();
+/// The sender of a message sent now: the running actor, else `fallback`'s client.
+const ActorId& current_sender(const ProcState* fallback);
+/// A failure as a status-tagged body.
+Body failure_reply(std::exception_ptr e);
+/// Completes `state` from a status-tagged body: the value, or the remote failure.
+void complete_from_reply(StateBase& state, const Body& body, std::string_view endpoint);
+
+/// Casts (the mesh layer's tree) arrive at this port of a proc and go to the cast handler,
+/// which runs on the I/O thread that received them, in link order.
+constexpr std::uint64_t kCastPort = ~std::uint64_t{0} - 1;
+using CastHandler = void (*)(const std::shared_ptr<ProcState>& local,
+                             const std::shared_ptr<net::Link>& link, Envelope env);
+void set_cast_handler(CastHandler handler);
 
 /// Returns a message to its sender as undeliverable, or fails its reply.
 void return_to_sender(Message& m, UndeliverableError::Reason reason, const std::string& why);

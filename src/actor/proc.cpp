@@ -35,6 +35,10 @@ const ActorId& current_sender_id(const ProcState* fallback) {
 
 }  // namespace
 
+const ActorId& current_sender(const ProcState* fallback) {
+  return current_sender_id(fallback);
+}
+
 std::uint64_t register_factory(std::string_view key, Factory factory, const ActorTypeInfo* type) {
   const std::uint64_t id = fnv1a(key);
   auto& r = factories();

@@ -48,54 +48,53 @@ std::shared_ptr<net::Link> link_to(const ProcId& peer) {
   return it == r.by_peer.end() ? nullptr : it->second.link;
 }
 
-/// The caller's side of a remote call: decodes the status byte and completes the future.
-class RemoteReplyPort final : public PortSink {
+// Where procs in other processes listen, learned from spawns, serve() and received references;
+// `home` is the proc whose I/O thread dials them on first use.
+struct Addresses {
+  std::mutex mu;
+  std::unordered_map<std::string, std::string> by_proc;
+  std::weak_ptr<ProcState> home;
+  std::mutex dialing;  // one lazy connect at a time, so a peer gets one outgoing link
+};
+Addresses& addresses() {
+  static auto* a = new Addresses;  // never destroyed, like the routes
+  return *a;
+}
+
+std::atomic<CastHandler>& cast_handler() {
+  static std::atomic<CastHandler> h{nullptr};
+  return h;
+}
+
+/// A failure as a status-tagged reply body.
+Body encode_failure(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(std::move(e));
+  } catch (const ActorError& err) {
+    return encode(static_cast<std::uint8_t>(ReplyStatus::actor_error), err.actor(), err.endpoint(),
+                  err.remote_message());
+  } catch (const UndeliverableError& err) {
+    return encode(static_cast<std::uint8_t>(ReplyStatus::undeliverable),
+                  static_cast<std::uint8_t>(err.reason()), std::string(err.what()));
+  } catch (const SupervisionError& err) {
+    return encode(static_cast<std::uint8_t>(ReplyStatus::supervision), std::string(err.what()));
+  } catch (const std::exception& err) {
+    return encode(static_cast<std::uint8_t>(ReplyStatus::other), std::string(err.what()));
+  } catch (...) {
+    return encode(static_cast<std::uint8_t>(ReplyStatus::other), std::string("unknown exception"));
+  }
+}
+
+/// The caller's side of a remote call: completes the future from the status-tagged reply.
+class RemoteReplyPort final : public ReplySinkBase {
  public:
   RemoteReplyPort(std::shared_ptr<StateBase> state, std::string endpoint)
       : state_(std::move(state)), endpoint_(std::move(endpoint)) {}
   bool deliver(const Body& body) override {
-    if (body.head.empty()) {
-      state_->set_exception(std::make_exception_ptr(DecodeError("empty reply")));
-      return true;
-    }
-    const auto status = static_cast<ReplyStatus>(body.head[0]);
-    Body rest;
-    rest.head = body.head.substr(1);
-    rest.parts = body.parts;
-    try {
-      switch (status) {
-        case ReplyStatus::ok:
-          state_->set_body(rest);
-          break;
-        case ReplyStatus::actor_error: {
-          auto [actor, endpoint, message] =
-              decode<std::tuple<std::string, std::string, std::string>>(rest);
-          state_->set_exception(std::make_exception_ptr(ActorError(actor, endpoint, message)));
-          break;
-        }
-        case ReplyStatus::supervision:
-          state_->set_exception(
-              std::make_exception_ptr(SupervisionError(decode<std::string>(rest))));
-          break;
-        case ReplyStatus::undeliverable: {
-          auto [reason, message] = decode<std::tuple<std::uint8_t, std::string>>(rest);
-          if (reason > static_cast<std::uint8_t>(UndeliverableError::Reason::timeout)) {
-            throw DecodeError("bad undeliverable reason");
-          }
-          state_->set_exception(std::make_exception_ptr(
-              UndeliverableError(static_cast<UndeliverableError::Reason>(reason), message)));
-          break;
-        }
-        default:
-          state_->set_exception(std::make_exception_ptr(std::runtime_error(
-              "remote failure in " + endpoint_ + ": " + decode<std::string>(rest))));
-      }
-    } catch (const DecodeError& e) {
-      state_->set_exception(std::current_exception());
-    }
+    complete_from_reply(*state_, body, endpoint_);
     return true;
   }
-  void fail(const std::string& why) {
+  void link_lost(const std::string& why) override {
     state_->set_exception(
         std::make_exception_ptr(UndeliverableError(UndeliverableError::Reason::link_lost, why)));
   }
@@ -105,11 +104,10 @@ class RemoteReplyPort final : public PortSink {
   std::string endpoint_;
 };
 
-/// The callee's side: what the actor's handler produces goes back over the link.
-class RemoteReplySink final : public StateBase {
+/// The callee's side: what the handler produces, tagged with its status, goes to `out`.
+class StatusReplySink final : public StateBase {
  public:
-  RemoteReplySink(std::shared_ptr<net::Link> link, ActorId from, PortId to)
-      : link_(std::move(link)), from_(std::move(from)), to_(std::move(to)) {}
+  explicit StatusReplySink(std::function<void(Body)> out) : out_(std::move(out)) {}
 
   void set_body(const Body& body) override {
     Body out;
@@ -117,44 +115,28 @@ class RemoteReplySink final : public StateBase {
     out.head.push_back(static_cast<char>(ReplyStatus::ok));
     out.head += body.head;
     out.parts = body.parts;
-    send(std::move(out));
+    out_(std::move(out));
   }
-  void set_exception(std::exception_ptr e) override {
-    Body out;
-    try {
-      std::rethrow_exception(std::move(e));
-    } catch (const ActorError& err) {
-      out = encode(static_cast<std::uint8_t>(ReplyStatus::actor_error), err.actor(), err.endpoint(),
-                   err.remote_message());
-    } catch (const UndeliverableError& err) {
-      out = encode(static_cast<std::uint8_t>(ReplyStatus::undeliverable),
-                   static_cast<std::uint8_t>(err.reason()), std::string(err.what()));
-    } catch (const SupervisionError& err) {
-      out = encode(static_cast<std::uint8_t>(ReplyStatus::supervision), std::string(err.what()));
-    } catch (const std::exception& err) {
-      out = encode(static_cast<std::uint8_t>(ReplyStatus::other), std::string(err.what()));
-    } catch (...) {
-      out = encode(static_cast<std::uint8_t>(ReplyStatus::other), std::string("unknown exception"));
-    }
-    send(std::move(out));
-  }
+  void set_exception(std::exception_ptr e) override { out_(encode_failure(std::move(e))); }
 
  private:
-  void send(Body body) {
-    Envelope env;
-    env.sender = from_;
-    env.dest = to_;
-    env.body = std::move(body);
-    if (!link_->send(std::move(env))) {
-      std::fprintf(stderr, "baton: reply to %s lost: link %s is closed\n", to_.to_string().c_str(),
-                   link_->describe().c_str());
-    }
-  }
-
-  std::shared_ptr<net::Link> link_;
-  ActorId from_;
-  PortId to_;
+  std::function<void(Body)> out_;
 };
+
+/// Sends a status-tagged reply over `link` to the caller's port.
+std::shared_ptr<StateBase> reply_over(std::shared_ptr<net::Link> link, ActorId from, PortId to) {
+  return std::make_shared<StatusReplySink>(
+      [link = std::move(link), from = std::move(from), to = std::move(to)](Body body) {
+        Envelope env;
+        env.sender = from;
+        env.dest = to;
+        env.body = std::move(body);
+        if (!link->send(std::move(env))) {
+          std::fprintf(stderr, "baton: reply to %s lost: link %s is closed\n",
+                       to.to_string().c_str(), link->describe().c_str());
+        }
+      });
+}
 
 void on_link_closed(const std::string& peer, const std::shared_ptr<net::Link>& link,
                     const std::string& reason) {
@@ -179,14 +161,21 @@ void on_link_closed(const std::string& peer, const std::shared_ptr<net::Link>& l
       sink = it->second;
       local->ports.erase(it);
     }
-    if (auto* reply = dynamic_cast<RemoteReplyPort*>(sink.get())) {
-      reply->fail("link to proc " + peer + " lost (" + reason + ") before the reply came");
-    }
+    sink->link_lost("link to proc " + peer + " lost (" + reason + ") before the reply came");
   }
 }
 
 void deliver_envelope(const std::shared_ptr<ProcState>& local,
                       const std::shared_ptr<net::Link>& link, Envelope env) {
+  if (env.dest.port == kCastPort) {
+    CastHandler handler = cast_handler().load(std::memory_order_acquire);
+    if (handler == nullptr) {
+      link->close("a cast arrived but this process has no mesh layer to forward it");
+      return;
+    }
+    handler(local, link, std::move(env));
+    return;
+  }
   if (env.dest.port == 0) {
     // A call to a local actor.
     std::uint64_t endpoint_id = 0;
@@ -200,22 +189,11 @@ void deliver_envelope(const std::shared_ptr<ProcState>& local,
       link->close(std::string("malformed call: ") + e.what());
       return;
     }
-    CellPtr cell = resolve_actor(env.dest.actor);
-    auto* m = new Message;
-    m->kind = Message::Kind::call;
-    m->x().endpoint_id = endpoint_id;
-    m->x().remote_sender = env.sender;
-    m->sender = &m->x().remote_sender;
-    m->body.head = env.body.head.substr(consumed);
-    m->body.parts = std::move(env.body.parts);
-    if (reply_to) m->reply = std::make_shared<RemoteReplySink>(link, env.dest.actor, *reply_to);
-    if (!cell) {
-      std::unique_ptr<Message> owned(m);
-      return_to_sender(*owned, UndeliverableError::Reason::unknown_actor,
-                       "no actor " + env.dest.actor.to_string() + " in proc " + local->id.name);
-      return;
-    }
-    cell->enqueue(m);
+    Body args;
+    args.head = env.body.head.substr(consumed);
+    args.parts = std::move(env.body.parts);
+    deliver_local_call(*local, env.dest.actor, endpoint_id, env.sender, std::move(args),
+                       reply_to ? reply_over(link, env.dest.actor, *reply_to) : nullptr);
     return;
   }
   // A value for a local port (replies included).
@@ -226,7 +204,7 @@ void deliver_envelope(const std::shared_ptr<ProcState>& local,
     auto it = local->ports.find(env.dest.port);
     if (it != local->ports.end()) {
       sink = it->second;
-      is_reply = dynamic_cast<RemoteReplyPort*>(sink.get()) != nullptr;
+      is_reply = dynamic_cast<ReplySinkBase*>(sink.get()) != nullptr;
       if (is_reply) local->ports.erase(it);
     }
   }
@@ -267,7 +245,7 @@ net::LinkHandler link_handler(const std::weak_ptr<ProcState>& weak_local,
                               *peer = env.sender.proc.name;
                               auto& r = routes();
                               std::lock_guard lock(r.mu);
-                              r.by_peer[*peer] = Route{local, l, {}};
+                              r.by_peer.try_emplace(*peer, Route{local, l, {}});
                               r.linked.notify_all();
                               return;
                             }
@@ -287,26 +265,181 @@ net::IoThread& io_of(ProcState& proc) {
 
 }  // namespace
 
+void complete_from_reply(StateBase& state, const Body& body, std::string_view endpoint) {
+  if (body.head.empty()) {
+    state.set_exception(std::make_exception_ptr(DecodeError("empty reply")));
+    return;
+  }
+  const auto status = static_cast<ReplyStatus>(body.head[0]);
+  Body rest;
+  rest.head = body.head.substr(1);
+  rest.parts = body.parts;
+  try {
+    switch (status) {
+      case ReplyStatus::ok:
+        state.set_body(rest);
+        break;
+      case ReplyStatus::actor_error: {
+        auto [actor, ep, message] = decode<std::tuple<std::string, std::string, std::string>>(rest);
+        state.set_exception(std::make_exception_ptr(ActorError(actor, ep, message)));
+        break;
+      }
+      case ReplyStatus::supervision:
+        state.set_exception(std::make_exception_ptr(SupervisionError(decode<std::string>(rest))));
+        break;
+      case ReplyStatus::undeliverable: {
+        auto [reason, message] = decode<std::tuple<std::uint8_t, std::string>>(rest);
+        if (reason > static_cast<std::uint8_t>(UndeliverableError::Reason::timeout)) {
+          throw DecodeError("bad undeliverable reason");
+        }
+        state.set_exception(std::make_exception_ptr(
+            UndeliverableError(static_cast<UndeliverableError::Reason>(reason), message)));
+        break;
+      }
+      default:
+        state.set_exception(std::make_exception_ptr(std::runtime_error(
+            "remote failure in " + std::string(endpoint) + ": " + decode<std::string>(rest))));
+    }
+  } catch (const DecodeError& e) {
+    state.set_exception(std::current_exception());
+  }
+}
+
+std::shared_ptr<StateBase> make_status_reply(std::function<void(Body)> out) {
+  return std::make_shared<StatusReplySink>(std::move(out));
+}
+
+Body failure_reply(std::exception_ptr e) {
+  return encode_failure(std::move(e));
+}
+
+void route_remote_port_or_local(const PortId& port, const Body& body, const ActorId& from) {
+  if (PortSinkPtr sink = resolve_port(port)) {
+    try {
+      sink->deliver(body);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "baton: port %s rejected a value from %s: %s\n",
+                   port.to_string().c_str(), from.to_string().c_str(), e.what());
+    }
+    return;
+  }
+  if (!route_remote_port(port, body, from)) {
+    std::fprintf(stderr, "baton: value from %s for port %s lost: its proc cannot be reached\n",
+                 from.to_string().c_str(), port.to_string().c_str());
+  }
+}
+
+std::shared_ptr<ProcState> home_proc() {
+  auto& a = addresses();
+  std::lock_guard lock(a.mu);
+  return a.home.lock();
+}
+
+void set_cast_handler(CastHandler handler) {
+  cast_handler().store(handler, std::memory_order_release);
+}
+
+void deliver_local_call(ProcState& local, const ActorId& target, std::uint64_t endpoint_id,
+                        const ActorId& sender, Body args, std::shared_ptr<StateBase> reply) {
+  CellPtr cell = resolve_actor(target);
+  auto* m = new Message;
+  m->kind = Message::Kind::call;
+  m->x().endpoint_id = endpoint_id;
+  m->x().remote_sender = sender;
+  m->sender = &m->x().remote_sender;
+  m->body = std::move(args);
+  m->reply = std::move(reply);
+  if (!cell) {
+    std::unique_ptr<Message> owned(m);
+    return_to_sender(*owned, UndeliverableError::Reason::unknown_actor,
+                     "no actor " + target.to_string() + " in proc " + local.id.name +
+                         " (stopped, or never spawned)");
+    return;
+  }
+  cell->enqueue(m);
+}
+
+std::string address_text(const ProcId& id) {
+  auto& a = addresses();
+  std::lock_guard lock(a.mu);
+  auto it = a.by_proc.find(id.name);
+  return it == a.by_proc.end() ? std::string() : it->second;
+}
+
+void remember_address(const ProcId& id, const std::string& address) {
+  if (address.empty()) return;
+  Address::parse(address);  // throws DecodeError-like errors for garbage before it is kept
+  auto& a = addresses();
+  std::lock_guard lock(a.mu);
+  a.by_proc.try_emplace(id.name, address);
+}
+
+std::pair<std::shared_ptr<net::Link>, std::shared_ptr<ProcState>> route_to(const ProcId& peer) {
+  auto& r = routes();
+  {
+    std::lock_guard lock(r.mu);
+    auto it = r.by_peer.find(peer.name);
+    if (it != r.by_peer.end()) return {it->second.link, it->second.local.lock()};
+  }
+  // No link yet: dial the peer if a reference told us where it listens.
+  auto& a = addresses();
+  std::string where;
+  std::shared_ptr<ProcState> home;
+  {
+    std::lock_guard lock(a.mu);
+    auto it = a.by_proc.find(peer.name);
+    if (it != a.by_proc.end()) where = it->second;
+    home = a.home.lock();
+  }
+  if (where.empty() || !home || home->closed.load(std::memory_order_acquire)) return {};
+  std::lock_guard dialing(a.dialing);
+  {
+    std::lock_guard lock(r.mu);
+    auto it = r.by_peer.find(peer.name);
+    if (it != r.by_peer.end()) return {it->second.link, it->second.local.lock()};
+  }
+  try {
+    connect_state(home, peer, Address::parse(where), nullptr);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "baton: proc %s cannot reach proc %s: %s\n", home->id.name.c_str(),
+                 peer.name.c_str(), e.what());
+    return {};
+  }
+  std::lock_guard lock(r.mu);
+  auto it = r.by_peer.find(peer.name);
+  if (it == r.by_peer.end()) return {};
+  return {it->second.link, it->second.local.lock()};
+}
+
+bool send_to_proc(const ProcId& peer, Envelope env) {
+  auto [link, local] = route_to(peer);
+  if (!link || !local) return false;
+  local->envelopes_sent.fetch_add(1, std::memory_order_relaxed);
+  return link->send(std::move(env));
+}
+
+PortId open_reply_port(ProcState& local, const ProcId& peer, PortSinkPtr sink) {
+  std::uint64_t n = 0;
+  {
+    std::lock_guard lock(local.mu);
+    n = local.next_port++;
+    local.ports.emplace(n, std::move(sink));
+  }
+  auto& r = routes();
+  std::lock_guard lock(r.mu);
+  auto it = r.by_peer.find(peer.name);
+  if (it != r.by_peer.end()) it->second.pending.push_back(n);
+  return PortId{local.client, n};
+}
+
 bool route_remote_call(const ActorId& target, const EndpointInfo& endpoint, Body& args,
                        std::shared_ptr<StateBase>& reply, const ActorId& sender) {
-  std::shared_ptr<net::Link> link;
-  std::shared_ptr<ProcState> local;
-  {
-    auto& r = routes();
-    std::lock_guard lock(r.mu);
-    auto it = r.by_peer.find(target.proc.name);
-    if (it == r.by_peer.end()) return false;
-    link = it->second.link;
-    local = it->second.local.lock();
-  }
-  if (!local) return false;
+  auto [link, local] = route_to(target.proc);
+  if (!link || !local) return false;
   std::optional<PortId> reply_to;
   if (reply) {
-    auto port = std::make_shared<RemoteReplyPort>(reply, std::string(endpoint.name));
-    std::lock_guard lock(local->mu);
-    const std::uint64_t n = local->next_port++;
-    local->ports.emplace(n, port);
-    reply_to = PortId{local->client, n};
+    reply_to = open_reply_port(
+        *local, target.proc, std::make_shared<RemoteReplyPort>(reply, std::string(endpoint.name)));
   }
   Envelope env;
   env.sender = sender;
@@ -314,12 +447,7 @@ bool route_remote_call(const ActorId& target, const EndpointInfo& endpoint, Body
   env.body = encode(endpoint.id, reply_to);
   env.body.head += args.head;
   env.body.parts = std::move(args.parts);
-  if (reply_to) {
-    auto& r = routes();
-    std::lock_guard lock(r.mu);
-    auto it = r.by_peer.find(target.proc.name);
-    if (it != r.by_peer.end()) it->second.pending.push_back(reply_to->port);
-  }
+  local->envelopes_sent.fetch_add(1, std::memory_order_relaxed);
   if (!link->send(std::move(env))) {
     if (reply) {
       reply->set_exception(std::make_exception_ptr(UndeliverableError(
@@ -332,13 +460,11 @@ bool route_remote_call(const ActorId& target, const EndpointInfo& endpoint, Body
 }
 
 bool route_remote_port(const PortId& port, const Body& body, const ActorId& sender) {
-  auto link = link_to(port.actor.proc);
-  if (!link) return false;
   Envelope env;
   env.sender = sender;
   env.dest = port;
   env.body = body;
-  return link->send(std::move(env));
+  return send_to_proc(port.actor.proc, std::move(env));
 }
 
 void close_links(ProcState& proc) {
@@ -359,6 +485,41 @@ void close_links(ProcState& proc) {
   proc.io.reset();  // joins the I/O thread; pending handlers are dropped
 }
 
+void connect_state(const std::shared_ptr<ProcState>& state, const ProcId& peer,
+                   const Address& address, std::function<void(const std::string&)> on_lost) {
+  auto& io = io_of(*state);
+  auto name = std::make_shared<std::string>(peer.name);
+  // The handler needs the link, and the link needs the handler: bind through a holder.
+  auto holder = std::make_shared<std::shared_ptr<net::Link>>();
+  std::weak_ptr<ProcState> weak = state;
+  net::LinkHandler relay{[weak, holder, name](Envelope env) {
+                           auto local = weak.lock();
+                           if (local && *holder) deliver_envelope(local, *holder, std::move(env));
+                         },
+                         [holder, name, on_lost = std::move(on_lost)](const std::string& reason) {
+                           on_link_closed(*name, *holder, reason);
+                           if (on_lost) on_lost(reason);
+                         }};
+  auto link = net::Link::connect(io, address, std::move(relay));
+  *holder = link;
+  {
+    // A link the peer dialled first stays the route: one sending link per peer keeps FIFO.
+    auto& r = routes();
+    std::lock_guard lock(r.mu);
+    r.by_peer.try_emplace(peer.name, Route{state, link, {}});
+    r.linked.notify_all();
+  }
+  {
+    auto& a = addresses();
+    std::lock_guard lock(a.mu);
+    if (a.home.expired()) a.home = state;
+  }
+  Envelope hello;
+  hello.sender = state->client;
+  hello.dest = PortId{ActorId{peer, "proc", 0}, kHelloPort};
+  link->send(std::move(hello));
+}
+
 }  // namespace baton::detail
 
 namespace baton {
@@ -370,8 +531,14 @@ Address Proc::serve(const Address& address) {
     return detail::link_handler(weak, l, std::make_shared<std::string>());
   });
   Address bound = listener->address();
-  std::lock_guard lock(state_->mu);
-  state_->listener = std::move(listener);
+  {
+    std::lock_guard lock(state_->mu);
+    state_->listener = std::move(listener);
+  }
+  auto& a = detail::addresses();
+  std::lock_guard lock(a.mu);
+  a.by_proc[state_->id.name] = bound.to_string();
+  a.home = state_;
   return bound;
 }
 
@@ -387,31 +554,11 @@ bool Proc::wait_linked(const ProcId& peer, std::chrono::milliseconds timeout) co
 
 void Proc::connect(const ProcId& peer, const Address& address,
                    std::function<void(const std::string& reason)> on_lost) {
-  auto& io = detail::io_of(*state_);
-  auto name = std::make_shared<std::string>(peer.name);
-  // The handler needs the link, and the link needs the handler: bind through a holder.
-  auto holder = std::make_shared<std::shared_ptr<net::Link>>();
-  std::weak_ptr<detail::ProcState> weak = state_;
-  net::LinkHandler relay{[weak, holder, name](Envelope env) {
-                           auto local = weak.lock();
-                           if (local && *holder)
-                             detail::deliver_envelope(local, *holder, std::move(env));
-                         },
-                         [holder, name, on_lost = std::move(on_lost)](const std::string& reason) {
-                           detail::on_link_closed(*name, *holder, reason);
-                           if (on_lost) on_lost(reason);
-                         }};
-  auto link = net::Link::connect(io, address, std::move(relay));
-  *holder = link;
-  {
-    auto& r = detail::routes();
-    std::lock_guard lock(r.mu);
-    r.by_peer[peer.name] = detail::Route{state_, link, {}};
-  }
-  Envelope hello;
-  hello.sender = state_->client;
-  hello.dest = PortId{ActorId{peer, "proc", 0}, detail::kHelloPort};
-  link->send(std::move(hello));
+  detail::connect_state(state_, peer, address, std::move(on_lost));
+}
+
+std::uint64_t Proc::envelopes_sent() const {
+  return state_->envelopes_sent.load(std::memory_order_relaxed);
 }
 
 }  // namespace baton

@@ -26,6 +26,7 @@ constexpr const char* kProcVar = "BATON_PROC";
 constexpr const char* kControllerVar = "BATON_CONTROLLER";
 constexpr const char* kControllerAddrVar = "BATON_CONTROLLER_ADDR";
 constexpr const char* kParentVar = "BATON_PARENT_PID";
+constexpr const char* kDirVar = "BATON_DIR";  // where the job's sockets live
 
 constexpr auto kStartTimeout = 30s;
 constexpr auto kStopGrace = 5s;
@@ -47,9 +48,15 @@ Runtime* g_runtime = nullptr;
                  name, kControllerVar, kControllerAddrVar);
     std::_Exit(2);
   }
+  const char* dir = std::getenv(kDirVar);
   {
+    detail::install_cast();
     Proc proc(ProcOptions{.name = name});
     proc.spawn<ProcAgent>("agent");
+    // Other workers link here when a cast or a passed reference sends them our way.
+    if (dir != nullptr) {
+      proc.serve(Address::parse("unix://" + std::string(dir) + "/" + name + ".sock"));
+    }
     std::mutex mu;
     std::condition_variable cv;
     bool lost = false;
@@ -136,6 +143,7 @@ Runtime::Runtime(int argc, char** argv) : state_(std::make_unique<State>()) {
                              std::filesystem::temp_directory_path().string());
   }
   state_->dir = tmpl;
+  detail::install_cast();
   state_->proc = std::make_unique<Proc>(ProcOptions{.name = "ctl"});
   state_->address =
       state_->proc->serve(Address::parse("unix://" + (state_->dir / "ctl.sock").string()));
@@ -196,6 +204,8 @@ ProcMesh HostMesh::spawn_procs(const std::vector<std::pair<std::string, std::siz
     env.push_back(std::string(kControllerVar) + "=ctl");
     env.push_back(std::string(kControllerAddrVar) + "=" + st.address.to_string());
     env.push_back(std::string(kParentVar) + "=" + std::to_string(::getpid()));
+    env.push_back(std::string(kDirVar) + "=" + st.dir.string());
+    detail::remember_address(name, "unix://" + (st.dir / (name.name + ".sock")).string());
     env.push_back("BATON_RANK=" + std::to_string(r));
     env.push_back("BATON_WORLD_SIZE=" + std::to_string(shape.len()));
     if (shape.has("gpus")) {

@@ -70,7 +70,7 @@ TEST(Mesh, SpawnCallSliceAndStopAcrossWorkerProcesses) {
     (void)counters.call_one(&Counter::value);
     FAIL() << "expected UsageError";
   } catch (const UsageError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("has 4 (slice it)"));
+    EXPECT_THAT(e.what(), HasSubstr("has 4 (slice it"));
   }
 
   try {
@@ -86,8 +86,7 @@ TEST(Mesh, SpawnCallSliceAndStopAcrossWorkerProcesses) {
   EXPECT_EQ(counters.call(&Counter::ask, local).get().values(), (std::vector<int>{42, 42, 42, 42}));
 
   procs.stop().get();
-  auto after = counters.call(&Counter::value);
-  EXPECT_THROW(after.get(), UndeliverableError);
+  EXPECT_THROW((void)counters.call(&Counter::value), UsageError);
 }
 
 }  // namespace

@@ -188,13 +188,16 @@ class ActorRef {
 
   friend bool operator==(const ActorRef& a, const ActorRef& b) { return a.id_ == b.id_; }
 
+  // A reference carries its proc's address, so a receiver in any process can call it.
   template <class Ar>
   void save(Ar& ar) const {
-    ar(id_);
+    ar(id_, detail::address_text(id_.proc));
   }
   template <class Ar>
   void load(Ar& ar) {
-    ar(id_);
+    std::string address;
+    ar(id_, address);
+    detail::remember_address(id_.proc, address);
     cell_ = detail::resolve_actor(id_);
   }
 

@@ -26,6 +26,8 @@ class PortSink {
   virtual ~PortSink() = default;
   /// Accepts one value's bytes; returns false if the port no longer accepts values.
   virtual bool deliver(const Body& body) = 0;
+  /// The link a value was expected over closed first (only for ports opened for a peer).
+  virtual void link_lost(const std::string& why) { (void)why; }
 };
 using PortSinkPtr = std::shared_ptr<PortSink>;
 
@@ -33,6 +35,10 @@ using PortSinkPtr = std::shared_ptr<PortSink>;
 void send_port(const PortId& id, const PortSinkPtr& cached, const Body& body);
 /// The sink of a local port by id, or null.
 PortSinkPtr resolve_port(const PortId& id);
+/// Where the proc `id` can be reached from another process ("" if unknown), for serialized
+/// references; remember_address() records what a received reference said.
+std::string address_text(const ProcId& id);
+void remember_address(const ProcId& id, const std::string& address);
 
 /// A sink that completes a future: the state of a OncePort.
 class OnceSink final : public PortSink {
@@ -84,13 +90,16 @@ class Port {
   const PortId& id() const { return id_; }
   void send(const T& value) const { detail::send_port(id_, sink_, encode(value)); }
 
+  // A port carries its proc's address, so a receiver in any process can reach it.
   template <class Ar>
   void save(Ar& ar) const {
-    ar(id_);
+    ar(id_, detail::address_text(id_.actor.proc));
   }
   template <class Ar>
   void load(Ar& ar) {
-    ar(id_);
+    std::string address;
+    ar(id_, address);
+    detail::remember_address(id_.actor.proc, address);
     sink_ = detail::resolve_port(id_);
   }
 

@@ -94,6 +94,9 @@ class Proc {
   /// Waits up to `timeout` for a link to `peer`; true once it is up.
   bool wait_linked(const ProcId& peer, std::chrono::milliseconds timeout) const;
 
+  /// Envelopes this proc has sent to other processes (calls, replies, casts).
+  std::uint64_t envelopes_sent() const;
+
   /// Stops every actor after its queued messages and waits for them; idempotent.
   void stop();
 

@@ -7,8 +7,11 @@
 //   trainers.slice("gpus", 0, 4).broadcast(&Trainer::train, 1);
 //
 // A slice is a view: it shares the actors and narrows the shape. Replies carry their Point.
-// This first version sends one message per rank from the caller; the cast tree comes later.
+// Every adverb travels down the cast tree (baton/mesh/cast.hpp).
 
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -18,7 +21,10 @@
 #include <variant>
 #include <vector>
 
+#include "baton/actor/errors.hpp"
 #include "baton/actor/proc.hpp"
+#include "baton/actor/task.hpp"
+#include "baton/mesh/cast.hpp"
 #include "baton/slice/slice.hpp"
 
 namespace baton {
@@ -114,9 +120,97 @@ Future<ValueMesh<mesh_value_t<R>>> gather(const Shape& shape, std::vector<Future
   return result;
 }
 
+/// Where every location of a mesh's base has been stopped (shared by all its views).
+class MeshLife {
+ public:
+  MeshLife(std::string name, std::size_t n)
+      : name_(std::move(name)), n_(n), stopped_(new std::atomic<bool>[n]()) {}
+  std::size_t size() const { return n_; }
+  const std::string& name() const { return name_; }
+  void stop(std::size_t loc) { stopped_[loc].store(true, std::memory_order_release); }
+  bool stopped(std::size_t loc) const { return stopped_[loc].load(std::memory_order_acquire); }
+
+ private:
+  std::string name_;
+  std::size_t n_;
+  std::unique_ptr<std::atomic<bool>[]> stopped_;
+};
+
+/// Turns the gathered items of a cast into a ValueMesh; the lowest-ranked failure wins.
+template <class R>
+void finish_gather(const Shape& shape, std::string_view endpoint, std::vector<CastItem> items,
+                   const Promise<ValueMesh<mesh_value_t<R>>>& promise) {
+  using V = mesh_value_t<R>;
+  std::vector<std::optional<V>> values(shape.len());
+  std::sort(items.begin(), items.end(),
+            [](const CastItem& a, const CastItem& b) { return a.rank < b.rank; });
+  try {
+    for (const auto& item : items) {
+      if (item.rank >= values.size() || values[item.rank]) {
+        throw DecodeError("a cast reply names rank " + std::to_string(item.rank) + " twice or " +
+                          "outside the mesh " + shape.to_string());
+      }
+      State<R> state;
+      complete_item(state, item, endpoint);
+      if constexpr (std::is_void_v<R>) {
+        state.value();
+        values[item.rank].emplace();
+      } else {
+        values[item.rank].emplace(std::move(state.value()));
+      }
+    }
+    std::vector<V> out;
+    out.reserve(values.size());
+    for (std::size_t r = 0; r < values.size(); ++r) {
+      if (!values[r]) {
+        throw UndeliverableError(
+            UndeliverableError::Reason::link_lost,
+            "no reply from rank " + std::to_string(r) + " of " + shape.to_string());
+      }
+      out.push_back(std::move(*values[r]));
+    }
+    promise.set_value(ValueMesh<V>(shape, std::move(out)));
+  } catch (...) {
+    promise.set_exception(std::current_exception());
+  }
+}
+
 }  // namespace detail
 
-/// The runtime's agent in every proc: spawns actors there on the controller's behalf.
+/// Replies of ActorMesh::stream(), in the order they arrive.
+template <class V>
+class MeshStream {
+ public:
+  MeshStream(Shape shape, PortId port, std::shared_ptr<detail::StreamQueue> q,
+             std::string_view endpoint)
+      : shape_(std::move(shape)), port_(std::move(port)), q_(std::move(q)), endpoint_(endpoint) {}
+  MeshStream(MeshStream&&) noexcept = default;
+  MeshStream& operator=(MeshStream&&) noexcept = default;
+  ~MeshStream() {
+    if (q_) detail::close_stream_port(port_);
+  }
+
+  /// The next reply and its member's Point; nullopt once every member has replied. A member's
+  /// failure is thrown (ActorError, UndeliverableError, ...) and the stream goes on after it.
+  std::optional<std::pair<Point, V>> next() {
+    if (seen_ == shape_.len()) return std::nullopt;
+    detail::CastItem item = q_->pop();
+    ++seen_;
+    if (item.rank >= shape_.len()) throw DecodeError("a streamed reply names a rank outside");
+    detail::State<V> state;
+    detail::complete_item(state, item, endpoint_);
+    return std::pair<Point, V>(shape_.point(item.rank), std::move(state.value()));
+  }
+
+ private:
+  Shape shape_;
+  PortId port_;
+  std::shared_ptr<detail::StreamQueue> q_;
+  std::string_view endpoint_;
+  std::size_t seen_ = 0;
+};
+
+/// The runtime's agent in every proc: spawns and stops actors there for the controller.
 class ProcAgent : public Actor {
  public:
   ActorId spawn(const std::string& name, std::uint64_t factory, const std::string& head,
@@ -127,67 +221,248 @@ class ProcAgent : public Actor {
     return proc().spawn_from(name, factory, std::move(args));
   }
   int ping() { return 1; }
-  static constexpr auto endpoints = baton::endpoints<&ProcAgent::spawn, &ProcAgent::ping>();
+  Task<int> stop_actor(ActorId id) {
+    if (id.proc != proc().id()) throw UsageError("stop_actor: " + id.to_string() + " is not here");
+    co_await detail::stop_actor(id, nullptr);
+    co_return 0;
+  }
+  static constexpr auto endpoints =
+      baton::endpoints<&ProcAgent::spawn, &ProcAgent::ping, &ProcAgent::stop_actor>();
 };
 
-/// One actor of type A per member of a shape.
+/// One actor of type A per member of a shape. Copies and slices are views of the same actors.
+/// Calls travel down the cast tree (see baton/mesh/cast.hpp); FIFO per (sender, actor) holds
+/// for everything sent through meshes, whichever adverb sent it.
 template <class A>
 class ActorMesh {
  public:
   ActorMesh() = default;
-  ActorMesh(Shape shape, std::shared_ptr<const std::vector<ActorRef<A>>> by_location)
-      : shape_(std::move(shape)), refs_(std::move(by_location)) {}
+  ActorMesh(Shape shape, std::vector<ActorRef<A>> by_location, std::string name = "mesh",
+            std::shared_ptr<const std::atomic<bool>> procs_stopped = nullptr)
+      : shape_(std::move(shape)), base_(std::make_shared<Base>()) {
+    base_->life = std::make_shared<detail::MeshLife>(std::move(name), by_location.size());
+    base_->procs_stopped = std::move(procs_stopped);
+    auto members = std::make_shared<std::vector<detail::CastMember>>();
+    for (const auto& ref : by_location) {
+      members->push_back({ref.id(), detail::address_text(ref.id().proc)});
+    }
+    base_->members = std::move(members);
+    base_->refs = std::move(by_location);
+  }
 
   const Shape& shape() const { return shape_; }
   std::size_t size() const { return shape_.len(); }
-  /// The actor at `rank` of this (possibly sliced) mesh.
-  const ActorRef<A>& at(std::size_t rank) const { return (*refs_)[shape_.location(rank)]; }
+  /// The actor at `rank` of this (possibly sliced) mesh. Messages sent through the ref take
+  /// their own path: FIFO with the mesh's adverbs holds only for members the sender reaches
+  /// directly (see cast_direct).
+  const ActorRef<A>& at(std::size_t rank) const { return base_->refs.at(shape_.location(rank)); }
 
   /// Calls every member; the future holds each reply at its rank (its Point via shape()).
   template <class F, class... Args>
   Future<ValueMesh<mesh_value_t<detail::reply_t<F>>>> call(F f, Args&&... args) const {
     using R = detail::reply_t<F>;
     const auto& ep = detail::endpoint_for<A>(f);
-    const Body body = detail::encode_call_args<F>(std::forward<Args>(args)...);
-    std::vector<Future<R>> parts;
-    parts.reserve(size());
-    for (std::size_t r = 0; r < size(); ++r) {
-      auto state = std::make_shared<detail::State<R>>();
-      detail::send_call(at(r).id(), nullptr, ep, body, state);
-      parts.emplace_back(std::move(state));
-    }
-    return detail::gather<R>(shape_, std::move(parts));
+    Promise<ValueMesh<mesh_value_t<R>>> promise;
+    auto result = promise.get_future();
+    auto req = request(ep, detail::encode_call_args<F>(std::forward<Args>(args)...),
+                       detail::CastMode::gather, rank_of());
+    req.done = [shape = shape_, name = ep.name, promise](std::vector<detail::CastItem> items) {
+      detail::finish_gather<R>(shape, name, std::move(items), promise);
+    };
+    detail::cast(std::move(req));
+    return result;
   }
   /// Calls the single member of a mesh of size 1.
   template <class F, class... Args>
   Future<detail::reply_t<F>> call_one(F f, Args&&... args) const {
     if (size() != 1) {
       throw UsageError("call_one() needs a mesh of exactly one actor; this mesh " +
-                       shape_.to_string() + " has " + std::to_string(size()) + " (slice it)");
+                       shape_.to_string() + " has " + std::to_string(size()) +
+                       " (slice it, or use call() or choose())");
     }
-    return at(0).call(f, std::forward<Args>(args)...);
+    return call_rank(0, f, std::forward<Args>(args)...);
+  }
+  /// Calls one member, chosen at random (to spread load).
+  template <class F, class... Args>
+  Future<detail::reply_t<F>> choose(F f, Args&&... args) const {
+    if (size() == 0) throw UsageError("choose() on an empty mesh " + shape_.to_string());
+    thread_local std::uint64_t x = reinterpret_cast<std::uintptr_t>(&x) | 1;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return call_rank(static_cast<std::size_t>(x % size()), f, std::forward<Args>(args)...);
   }
   /// Sends to every member without waiting for replies.
   template <class F, class... Args>
   void broadcast(F f, Args&&... args) const {
     const auto& ep = detail::endpoint_for<A>(f);
-    const Body body = detail::encode_call_args<F>(std::forward<Args>(args)...);
-    for (std::size_t r = 0; r < size(); ++r)
-      detail::send_call(at(r).id(), nullptr, ep, body, nullptr);
+    detail::cast(request(ep, detail::encode_call_args<F>(std::forward<Args>(args)...),
+                         detail::CastMode::none, rank_of()));
+  }
+  /// Calls every member and folds the replies with `reducer` along the tree, in rank order:
+  /// reduce(baton::sum, &A::f, ...). The lowest-ranked failure fails the future.
+  template <class Red, class F, class... Args>
+  Future<detail::reply_t<F>> reduce(Red reducer, F f, Args&&... args) const {
+    (void)reducer;
+    using R = detail::reply_t<F>;
+    static_assert(!std::is_void_v<R>, "reduce() needs an endpoint that returns a value");
+    const auto& ep = detail::endpoint_for<A>(f);
+    if (size() == 0) throw UsageError("reduce() on an empty mesh " + shape_.to_string());
+    auto state = std::make_shared<detail::State<R>>();
+    auto req = request(ep, detail::encode_call_args<F>(std::forward<Args>(args)...),
+                       detail::CastMode::reduce, rank_of());
+    req.reducer = detail::ReducerRegistration<std::decay_t<Red>, R>::id;
+    req.done = [state, name = ep.name](std::vector<detail::CastItem> items) {
+      complete_one(*state, name, items);
+    };
+    detail::cast(std::move(req));
+    return Future<R>(state);
+  }
+  /// Calls every member; replies come out of the stream as they arrive.
+  template <class F, class... Args>
+  MeshStream<mesh_value_t<detail::reply_t<F>>> stream(F f, Args&&... args) const {
+    const auto& ep = detail::endpoint_for<A>(f);
+    auto q = std::make_shared<detail::StreamQueue>();
+    const PortId port = detail::open_stream_port(*base_->members, q);
+    auto req = request(ep, detail::encode_call_args<F>(std::forward<Args>(args)...),
+                       detail::CastMode::stream, rank_of());
+    req.stream_to = port;
+    // The tree reports members it could not reach; put them in the stream as failures.
+    req.done = [q](std::vector<detail::CastItem> failed) {
+      for (auto& item : failed) q->deliver(encode(item));
+    };
+    detail::cast(std::move(req));
+    return MeshStream<mesh_value_t<detail::reply_t<F>>>(shape_, port, std::move(q), ep.name);
   }
 
   /// The members with `dim` in [begin, end): a view, no actor is copied.
   ActorMesh slice(std::string_view dim, std::size_t begin, std::size_t end) const {
-    return ActorMesh(shape_.range(dim, begin, end), refs_);
+    ActorMesh m = *this;
+    m.shape_ = shape_.range(dim, begin, end);
+    return m;
   }
   /// The members with `dim` == index; the dimension is dropped.
   ActorMesh slice(std::string_view dim, std::size_t index) const {
-    return ActorMesh(shape_.at(dim, index), refs_);
+    ActorMesh m = *this;
+    m.shape_ = shape_.at(dim, index);
+    return m;
+  }
+
+  /// Stops the members of this view after the messages already sent to them; calls to them
+  /// fail at once afterwards with a UsageError.
+  Future<void> stop() const {
+    std::vector<Future<int>> parts;
+    for (std::size_t r = 0; r < size(); ++r) {
+      const std::size_t loc = shape_.location(r);
+      if (base_->life->stopped(loc)) continue;
+      base_->life->stop(loc);
+      const ActorId& id = base_->refs[loc].id();
+      ActorId agent{id.proc, "agent", 0};
+      parts.push_back(ActorRef<ProcAgent>(agent, detail::resolve_actor(agent))
+                          .call(&ProcAgent::stop_actor, id));
+    }
+    return when_all(std::move(parts));
+  }
+
+  template <class Ar>
+  void save(Ar& ar) const {
+    ar(shape_, base_->life->name(), base_->refs);
+  }
+  template <class Ar>
+  void load(Ar& ar) {
+    Shape shape;
+    std::string name;
+    std::vector<ActorRef<A>> refs;
+    ar(shape, name, refs);
+    if (shape.len() > 0 && refs.size() <= shape.location(shape.len() - 1)) {
+      throw DecodeError("an actor mesh whose shape reaches past its members");
+    }
+    *this = ActorMesh(Shape{}, std::move(refs), std::move(name));
+    shape_ = std::move(shape);
   }
 
  private:
+  struct Base {
+    std::vector<ActorRef<A>> refs;  // by location
+    std::shared_ptr<const std::vector<detail::CastMember>> members;
+    std::shared_ptr<detail::MeshLife> life;
+    std::shared_ptr<const std::atomic<bool>> procs_stopped;
+  };
+
+  static Future<void> when_all(std::vector<Future<int>> parts) {
+    if (parts.empty()) return make_ready_future();
+    const Shape shape = Shape::of({{"n", parts.size()}});
+    auto all = detail::gather<int>(shape, std::move(parts));
+    return std::move(all).then([](ValueMesh<int>) {});
+  }
+
+  template <class R>
+  static void complete_one(detail::State<R>& state, std::string_view endpoint,
+                           const std::vector<detail::CastItem>& items) {
+    if (items.size() != 1) {
+      state.set_exception(std::make_exception_ptr(UndeliverableError(
+          UndeliverableError::Reason::link_lost,
+          "a cast to one member came back with " + std::to_string(items.size()) + " replies")));
+      return;
+    }
+    detail::complete_item(state, items[0], endpoint);
+  }
+
+  /// The cast's rank for every location of the base (-1: not in this view); throws if any
+  /// member of the view was stopped.
+  std::vector<std::int64_t> rank_of() const {
+    std::vector<std::int64_t> out(base_->refs.size(), -1);
+    for (std::size_t r = 0; r < size(); ++r) {
+      const std::size_t loc = shape_.location(r);
+      check_live(loc);
+      out[loc] = static_cast<std::int64_t>(r);
+    }
+    return out;
+  }
+  void check_live(std::size_t loc) const {
+    if (base_->procs_stopped && base_->procs_stopped->load(std::memory_order_acquire)) {
+      throw UsageError("actor mesh '" + base_->life->name() +
+                       "': its procs were stopped; spawn new procs and actors to go on");
+    }
+    if (base_->life->stopped(loc)) {
+      throw UsageError("actor mesh '" + base_->life->name() + "' was stopped (member " +
+                       base_->refs[loc].id().to_string() + "); spawn a new one to go on");
+    }
+  }
+  detail::CastRequest request(const detail::EndpointInfo& ep, Body body, detail::CastMode mode,
+                              std::vector<std::int64_t> ranks) const {
+    detail::CastRequest req;
+    req.base = base_->members;
+    req.rank_of = std::move(ranks);
+    req.endpoint = ep.id;
+    req.args = std::move(body);
+    req.mode = mode;
+    return req;
+  }
+  /// One member: a plain call if the sender reaches it directly, else down its tree path.
+  template <class F, class... Args>
+  Future<detail::reply_t<F>> call_rank(std::size_t rank, F f, Args&&... args) const {
+    using R = detail::reply_t<F>;
+    const std::size_t loc = shape_.location(rank);
+    check_live(loc);
+    if (detail::cast_direct(loc, base_->refs.size())) {
+      return base_->refs[loc].call(f, std::forward<Args>(args)...);
+    }
+    const auto& ep = detail::endpoint_for<A>(f);
+    std::vector<std::int64_t> ranks(base_->refs.size(), -1);
+    ranks[loc] = 0;
+    auto state = std::make_shared<detail::State<R>>();
+    auto req = request(ep, detail::encode_call_args<F>(std::forward<Args>(args)...),
+                       detail::CastMode::gather, std::move(ranks));
+    req.done = [state, name = ep.name](std::vector<detail::CastItem> items) {
+      complete_one(*state, name, items);
+    };
+    detail::cast(std::move(req));
+    return Future<R>(state);
+  }
+
   Shape shape_;
-  std::shared_ptr<const std::vector<ActorRef<A>>> refs_;
+  std::shared_ptr<Base> base_;
 };
 
 namespace detail {
@@ -210,6 +485,7 @@ class ProcMesh {
   /// Stops every proc of the mesh (SIGTERM, then SIGKILL after a bound); calls to its actors
   /// fail afterwards.
   Future<void> stop() const {
+    stopped_->store(true, std::memory_order_release);
     if (group_) group_->stop();
     return make_ready_future();
   }
@@ -222,6 +498,9 @@ class ProcMesh {
   template <class A, class... Args>
   ActorMesh<A> spawn(const std::string& name, Args&&... args) const {
     using Reg = detail::FactoryRegistration<A, std::decay_t<Args>...>;
+    if (stopped_->load(std::memory_order_acquire)) {
+      throw UsageError("spawn('" + name + "'): this proc mesh was stopped");
+    }
     const Body body = encode(static_cast<const std::decay_t<Args>&>(args)...);
     std::vector<Future<ActorId>> ids;
     ids.reserve(size());
@@ -230,18 +509,29 @@ class ProcMesh {
                                 detail::resolve_actor(ActorId{proc(r), "agent", 0}));
       ids.push_back(agent.call(&ProcAgent::spawn, name, Reg::id, body.head, body.parts));
     }
-    // Refs are kept by location in the base mesh, so slices of the result index the same way.
-    std::vector<ActorRef<A>> refs(procs_->size());
+    // The actor mesh is dense over this (possibly sliced) proc mesh's members, in rank order.
+    std::vector<ActorRef<A>> refs;
+    refs.reserve(size());
     for (std::size_t r = 0; r < size(); ++r) {
       ActorId id = std::move(ids[r]).get();
-      refs[shape_.location(r)] = ActorRef<A>(id, detail::resolve_actor(id));
+      auto cell = detail::resolve_actor(id);
+      refs.emplace_back(std::move(id), std::move(cell));
     }
-    return ActorMesh<A>(shape_, std::make_shared<const std::vector<ActorRef<A>>>(std::move(refs)));
+    std::vector<std::pair<std::string, std::size_t>> dims;
+    for (const auto& label : shape_.labels()) dims.emplace_back(label, shape_.size(label));
+    return ActorMesh<A>(Shape::of(dims), std::move(refs), name, stopped_);
   }
 
+  /// The procs with `dim` in [begin, end): a view.
   ProcMesh slice(std::string_view dim, std::size_t begin, std::size_t end) const {
     ProcMesh m = *this;
     m.shape_ = shape_.range(dim, begin, end);
+    return m;
+  }
+  /// The procs with `dim` == index; the dimension is dropped.
+  ProcMesh slice(std::string_view dim, std::size_t index) const {
+    ProcMesh m = *this;
+    m.shape_ = shape_.at(dim, index);
     return m;
   }
 
@@ -249,6 +539,7 @@ class ProcMesh {
   Shape shape_;
   std::shared_ptr<std::vector<ProcId>> procs_;
   std::shared_ptr<detail::ProcGroup> group_;
+  std::shared_ptr<std::atomic<bool>> stopped_ = std::make_shared<std::atomic<bool>>(false);
 };
 
 }  // namespace baton

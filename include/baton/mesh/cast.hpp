@@ -1,0 +1,146 @@
+#pragma once
+
+// The cast tree: how one message reaches every member of a (sliced) actor mesh.
+//
+// The members of a mesh's base, in location order, form a fixed tree: the sender splits them into
+// at most kCastFanOut contiguous chunks and sends each chunk to its first member's proc; that proc
+// delivers to its own member and splits the rest of its chunk the same way. A slice prunes the
+// subtrees with none of its members but never changes the tree, so every message from one sender
+// to one member (a cast, or a single-member call routed down the tree) takes the same path, and
+// FIFO per (sender, receiver) holds across direct and broadcast sends. Forwarding runs on the
+// I/O thread that received the cast, in link order. Replies climb the same tree: each node
+// gathers (or folds, for reducers) its subtree's replies and sends one message to its parent, so
+// the sender handles at most kCastFanOut messages whatever the mesh size.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "baton/actor/future.hpp"
+#include "baton/actor/port.hpp"
+#include "baton/wire/archive.hpp"
+#include "baton/wire/ids.hpp"
+
+namespace baton {
+
+/// The most messages a node of the cast tree (the sender included) sends for one cast.
+inline constexpr std::size_t kCastFanOut = 8;
+
+namespace detail {
+
+/// One member of a mesh's base: its actor and where its proc listens.
+struct CastMember {
+  ActorId actor;
+  std::string address;
+
+  template <class Ar>
+  void serialize(Ar& ar) {
+    ar(actor, address);
+  }
+};
+
+/// One reply of a cast: the member's rank in the cast's slice and its status-tagged body.
+struct CastItem {
+  std::uint32_t rank = 0;
+  Body reply;
+
+  template <class Ar>
+  void serialize(Ar& ar) {
+    ar(rank, reply.head, reply.parts);
+  }
+};
+
+enum class CastMode : std::uint8_t {
+  none = 0,    // broadcast: no replies
+  gather = 1,  // every reply, by rank
+  reduce = 2,  // replies folded by a registered reducer on the way up
+  stream = 3,  // each reply straight to a port as it comes; the tree reports only failures
+};
+
+/// A cast as the sender describes it.
+struct CastRequest {
+  std::shared_ptr<const std::vector<CastMember>> base;  // by location
+  std::vector<std::int64_t> rank_of;                    // by location: rank, or -1 if excluded
+  std::uint64_t endpoint = 0;
+  Body args;
+  CastMode mode = CastMode::none;
+  std::uint64_t reducer = 0;
+  std::optional<PortId> stream_to;
+  /// For gather, reduce and stream: called once with the replies (reduce: at most one item;
+  /// stream: only members that could not be reached), on whichever thread completes the cast.
+  std::function<void(std::vector<CastItem>)> done;
+};
+
+/// Sends a cast down the tree rooted at the calling proc.
+void cast(CastRequest request);
+/// True if location `loc` of a base of `n` members is one the sender sends to directly, so a
+/// plain call to it takes the same path as a cast.
+bool cast_direct(std::size_t loc, std::size_t n);
+/// Installs the forwarder for casts arriving from other processes (idempotent).
+void install_cast();
+
+/// Completes `state` from a cast reply (the value, or the member's failure).
+void complete_item(StateBase& state, const CastItem& item, std::string_view endpoint);
+
+/// Folds two encoded values of one type into one; registered by id in every process.
+using ReduceFn = Body (*)(const Body& a, const Body& b);
+std::uint64_t register_reducer(std::string_view key, ReduceFn fn);
+
+template <class Red, class R>
+struct ReducerRegistration {
+  static Body fold(const Body& a, const Body& b) {
+    return encode(static_cast<R>(Red{}(decode<R>(a), decode<R>(b))));
+  }
+  static std::string_view key() { return __PRETTY_FUNCTION__; }
+  static inline const std::uint64_t id = register_reducer(key(), &fold);
+};
+
+/// Replies of a streamed cast, queued as they arrive.
+class StreamQueue final : public PortSink {
+ public:
+  bool deliver(const Body& body) override;
+  /// The next item; waits for it.
+  CastItem pop();
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<CastItem> q_;
+  std::size_t head_ = 0;
+};
+/// Opens a port for a stream on the proc that sends the cast.
+PortId open_stream_port(const std::vector<CastMember>& base, std::shared_ptr<StreamQueue> q);
+/// Closes a port opened by open_stream_port.
+void close_stream_port(const PortId& id);
+
+}  // namespace detail
+
+/// Reducers for ActorMesh::reduce; any default-constructible callable (a, b) -> value works.
+struct Sum {
+  template <class T>
+  T operator()(const T& a, const T& b) const {
+    return a + b;
+  }
+};
+struct Min {
+  template <class T>
+  T operator()(const T& a, const T& b) const {
+    return b < a ? b : a;
+  }
+};
+struct Max {
+  template <class T>
+  T operator()(const T& a, const T& b) const {
+    return a < b ? b : a;
+  }
+};
+inline constexpr Sum sum{};
+inline constexpr Min min{};
+inline constexpr Max max{};
+
+}  // namespace baton

@@ -1,0 +1,267 @@
+// Actor meshes over real worker processes: every adverb, slicing, the cast tree's fan-out bound,
+// FIFO across broadcast and direct sends, meshes and ports passed between processes, and stop.
+// This binary is its own worker: main() creates the Runtime first, which in a worker never
+// returns.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <numeric>
+#include <set>
+
+#include "baton/baton.hpp"
+
+namespace baton {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+
+int my_rank() { return std::atoi(std::getenv("BATON_RANK")); }
+
+class Counter : public Actor {
+ public:
+  explicit Counter(int start) : value_(start) {}
+  void incr(int by) { value_ += by; }
+  int value() { return value_; }
+  int rank() { return my_rank(); }
+  std::string name() { return std::to_string(my_rank()); }
+  int fail_on(int rank) {
+    if (my_rank() == rank) throw std::runtime_error("rank " + std::to_string(rank) + " refuses");
+    return my_rank();
+  }
+  /// Sends this member's rank to a port that another process opened.
+  void report(Port<int> to) { to.send(my_rank() * 10 + value_); }
+  static constexpr auto endpoints =
+      baton::endpoints<&Counter::incr, &Counter::value, &Counter::rank, &Counter::name,
+                       &Counter::fail_on, &Counter::report>();
+
+ private:
+  int value_;
+};
+
+/// Lives in one worker and drives a mesh (and a controller actor) it was handed.
+class Relay : public Actor {
+ public:
+  Task<int> sum_values(ActorMesh<Counter> mesh) {
+    ValueMesh<int> v = co_await mesh.call(&Counter::value);
+    co_return std::accumulate(v.values().begin(), v.values().end(), 0);
+  }
+  Task<int> total(ActorMesh<Counter> mesh) { co_return co_await mesh.reduce(sum, &Counter::rank); }
+  void bump(ActorMesh<Counter> mesh, int by) { mesh.broadcast(&Counter::incr, by); }
+  Task<int> ask(ActorRef<Counter> other) { co_return co_await other.call(&Counter::value) + 1; }
+  static constexpr auto endpoints = baton::endpoints<&Relay::sum_values, &Relay::total,
+                                                     &Relay::bump, &Relay::ask>();
+};
+
+struct Concat {
+  std::string operator()(const std::string& a, const std::string& b) const { return a + "," + b; }
+};
+
+std::uint64_t sent_by_controller() { return Runtime::get().proc().envelopes_sent(); }
+
+TEST(Mesh, SpawnCallAndCoordinates) {
+  auto procs = this_host().spawn_procs({{"hosts", 2}, {"gpus", 2}});
+  ASSERT_EQ(procs.size(), 4u);
+  auto counters = procs.spawn<Counter>("counters", 10);
+  EXPECT_EQ(counters.shape().to_string(), "{hosts: 2, gpus: 2}");
+  ValueMesh<int> ranks = counters.call(&Counter::rank).get();
+  ASSERT_EQ(ranks.size(), 4u);
+  for (const auto& [point, rank] : ranks.items()) {
+    EXPECT_EQ(rank, static_cast<int>(point.rank));
+    EXPECT_EQ(ranks.at(point), rank);
+    EXPECT_EQ(point["hosts"] * 2 + point["gpus"], point.rank);
+  }
+  procs.stop().get();
+}
+
+TEST(Mesh, SlicesReachExactlyTheirRanks) {
+  auto procs = this_host().spawn_procs({{"hosts", 2}, {"gpus", 3}});
+  auto counters = procs.spawn<Counter>("counters", 0);
+  counters.slice("hosts", 1).broadcast(&Counter::incr, 5);
+  counters.slice("gpus", 1, 3).broadcast(&Counter::incr, 100);
+  EXPECT_EQ(counters.call(&Counter::value).get().values(),
+            (std::vector<int>{0, 100, 100, 5, 105, 105}));
+  ValueMesh<int> sliced = counters.slice("gpus", 2).call(&Counter::rank).get();
+  EXPECT_EQ(sliced.values(), (std::vector<int>{2, 5}));
+  EXPECT_EQ(sliced.shape().to_string(), "{hosts: 2}");
+  // A slice's replies carry the slice's coordinates.
+  ValueMesh<int> corner = counters.slice("hosts", 1, 2).slice("gpus", 1, 3).call(&Counter::rank).get();
+  EXPECT_EQ(corner.values(), (std::vector<int>{4, 5}));
+  EXPECT_EQ(corner.items()[1].first.to_string(), "{hosts: 0, gpus: 1}");
+  // Procs can be sliced before spawning: the actor mesh covers exactly that slice.
+  auto right = procs.slice("gpus", 2, 3).spawn<Counter>("right", 7);
+  EXPECT_EQ(right.call(&Counter::rank).get().values(), (std::vector<int>{2, 5}));
+  procs.stop().get();
+}
+
+TEST(Mesh, CallOneChooseReduceAndErrors) {
+  auto procs = this_host().spawn_procs({{"gpus", 16}});
+  auto counters = procs.spawn<Counter>("counters", 1);
+  try {
+    (void)counters.call_one(&Counter::value);
+    FAIL() << "expected UsageError";
+  } catch (const UsageError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("has 16 (slice it"));
+  }
+  // Every rank, including the ones reached through a forwarder.
+  for (std::size_t r = 0; r < 16; ++r) {
+    EXPECT_EQ(counters.slice("gpus", r).call_one(&Counter::rank).get(), static_cast<int>(r));
+  }
+  std::set<int> chosen;
+  for (int i = 0; i < 200; ++i) {
+    const int r = counters.choose(&Counter::rank).get();
+    ASSERT_GE(r, 0);
+    ASSERT_LT(r, 16);
+    chosen.insert(r);
+  }
+  EXPECT_GT(chosen.size(), 1u) << "choose() should spread over the mesh";
+
+  EXPECT_EQ(counters.reduce(sum, &Counter::rank).get(), 120);
+  EXPECT_EQ(counters.reduce(min, &Counter::rank).get(), 0);
+  EXPECT_EQ(counters.reduce(max, &Counter::rank).get(), 15);
+  EXPECT_EQ(counters.slice("gpus", 4, 8).reduce(sum, &Counter::rank).get(), 4 + 5 + 6 + 7);
+  // A user reducer folds in rank order along the tree.
+  EXPECT_EQ(counters.reduce(Concat{}, &Counter::name).get(), "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15");
+
+  try {
+    counters.reduce(sum, &Counter::fail_on, 9).get();
+    FAIL() << "expected ActorError";
+  } catch (const ActorError& e) {
+    EXPECT_EQ(e.remote_message(), "rank 9 refuses");
+  }
+  try {
+    counters.call(&Counter::fail_on, 13).get();
+    FAIL() << "expected ActorError";
+  } catch (const ActorError& e) {
+    EXPECT_EQ(e.remote_message(), "rank 13 refuses");
+    EXPECT_THAT(e.actor(), HasSubstr("counters"));
+  }
+  procs.stop().get();
+}
+
+TEST(Mesh, StreamYieldsEveryReplyWithItsPoint) {
+  auto procs = this_host().spawn_procs({{"hosts", 3}, {"gpus", 4}});
+  auto counters = procs.spawn<Counter>("counters", 0);
+  auto s = counters.stream(&Counter::rank);
+  std::set<std::size_t> seen;
+  while (auto next = s.next()) {
+    EXPECT_EQ(next->second, static_cast<int>(next->first.rank));
+    seen.insert(next->first.rank);
+  }
+  EXPECT_EQ(seen.size(), 12u);
+
+  auto failing = counters.stream(&Counter::fail_on, 5);
+  int ok = 0;
+  int errors = 0;
+  for (;;) {
+    try {
+      if (!failing.next()) break;
+      ++ok;
+    } catch (const ActorError& e) {
+      EXPECT_EQ(e.remote_message(), "rank 5 refuses");
+      ++errors;
+    }
+  }
+  EXPECT_EQ(ok, 11);
+  EXPECT_EQ(errors, 1);
+  procs.stop().get();
+}
+
+TEST(Mesh, BroadcastThenChooseSeesTheIncrementEveryTime) {
+  auto procs = this_host().spawn_procs({{"gpus", 16}});
+  auto counters = procs.spawn<Counter>("counters", 0);
+  for (int i = 1; i <= 300; ++i) {
+    counters.broadcast(&Counter::incr, 1);
+    ASSERT_EQ(counters.choose(&Counter::value).get(), i) << "iteration " << i;
+  }
+  // Direct and routed single-member calls against slice broadcasts, on every rank.
+  for (std::size_t r = 0; r < 16; ++r) {
+    auto one = counters.slice("gpus", r);
+    one.broadcast(&Counter::incr, 1000);
+    ASSERT_EQ(one.call_one(&Counter::value).get(), 1300) << "rank " << r;
+  }
+  procs.stop().get();
+}
+
+TEST(Mesh, ControllerSendsAtMostTheFanOutPerBroadcast) {
+  for (std::size_t n : {4u, 16u, 40u}) {
+    auto procs = this_host().spawn_procs({{"gpus", n}});
+    auto counters = procs.spawn<Counter>("counters", 0);
+    (void)counters.call(&Counter::value).get();
+    const std::uint64_t before = sent_by_controller();
+    counters.broadcast(&Counter::incr, 1);
+    const std::uint64_t sent = sent_by_controller() - before;
+    EXPECT_LE(sent, kCastFanOut) << "n = " << n;
+    EXPECT_EQ(sent, std::min<std::uint64_t>(n, kCastFanOut)) << "n = " << n;
+    // And everyone got it.
+    EXPECT_EQ(counters.reduce(sum, &Counter::value).get(), static_cast<int>(n));
+    procs.stop().get();
+  }
+}
+
+TEST(Mesh, MeshesRefsAndPortsPassBetweenProcesses) {
+  auto procs = this_host().spawn_procs({{"gpus", 6}});
+  auto counters = procs.slice("gpus", 1, 6).spawn<Counter>("counters", 3);
+  auto relay = procs.slice("gpus", 0).spawn<Relay>("relay");
+  // An actor in worker 0 calls a mesh spawned by the controller on workers 1..5.
+  EXPECT_EQ(relay.call_one(&Relay::sum_values, counters).get(), 15);
+  EXPECT_EQ(relay.call_one(&Relay::total, counters).get(), 1 + 2 + 3 + 4 + 5);
+  relay.call_one(&Relay::bump, counters.slice("gpus", 0, 2), 10).get();
+  EXPECT_EQ(counters.call(&Counter::value).get().values(), (std::vector<int>{13, 13, 3, 3, 3}));
+  // It calls an actor that lives in the controller.
+  auto local = Runtime::get().proc().spawn<Counter>("local", 41);
+  EXPECT_EQ(relay.call_one(&Relay::ask, local).get(), 42);
+  // Workers reply to a port the controller opened.
+  auto [port, receiver] = Runtime::get().proc().open_port<int>();
+  counters.broadcast(&Counter::report, port);
+  std::multiset<int> got;
+  for (int i = 0; i < 5; ++i) {
+    got.insert(receiver.recv(30s));  // throws TimeoutError if a report never comes
+  }
+  EXPECT_EQ(got, (std::multiset<int>{23, 33, 33, 43, 53}));  // rank * 10 + value
+  procs.stop().get();
+}
+
+TEST(Mesh, StoppedMeshesFailClearly) {
+  auto procs = this_host().spawn_procs({{"gpus", 4}});
+  auto counters = procs.spawn<Counter>("counters", 0);
+  auto relay = procs.slice("gpus", 0).spawn<Relay>("relay");
+  counters.broadcast(&Counter::incr, 1);
+  counters.slice("gpus", 2, 4).stop().get();
+  // The rest keeps working; the stopped members fail at once with a clear error.
+  EXPECT_EQ(counters.slice("gpus", 0, 2).call(&Counter::value).get().values(),
+            (std::vector<int>{1, 1}));
+  try {
+    (void)counters.call(&Counter::value);
+    FAIL() << "expected UsageError";
+  } catch (const UsageError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("actor mesh 'counters' was stopped"));
+  }
+  // A copy in another process reaches the stopped actors and hears that they are gone.
+  try {
+    relay.call_one(&Relay::sum_values, counters).get();
+    FAIL() << "expected an error";
+  } catch (const std::exception& e) {
+    EXPECT_THAT(e.what(), HasSubstr("counters[0] has stopped"));
+  }
+  counters.stop().get();
+  procs.stop().get();
+  try {
+    (void)relay.call_one(&Relay::ask, counters.at(0));
+    FAIL() << "expected UsageError";
+  } catch (const UsageError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("procs were stopped"));
+  }
+  EXPECT_THROW(procs.spawn<Counter>("again", 0), UsageError);
+}
+
+}  // namespace
+}  // namespace baton
+
+int main(int argc, char** argv) {
+  baton::Runtime rt(argc, argv);  // a worker serves here and never returns
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
