@@ -1,6 +1,7 @@
 // baton-bench NAME: runs one benchmark and prints `name value unit` lines, each figure next to
 // a baseline measured in the same run.
 
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <string_view>
@@ -28,16 +29,23 @@ int run_inproc() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  baton::Runtime rt(argc, argv);  // worker processes of `rtt` serve here
+  // The `spawn` baseline starts this executable and wants it gone at once.
+  if (std::getenv("BATON_BENCH_EXIT_AT_ONCE") != nullptr) return 0;
+  baton::Runtime rt(argc, argv);  // worker processes serve here
   const std::string_view which = argc > 1 ? argv[1] : "";
   try {
     if (which == "inproc") return run_inproc();
     if (which == "rtt") return baton::bench::run_rtt();
-    if (which == "all") return run_inproc() | baton::bench::run_rtt();
+    if (which == "cast") return baton::bench::run_cast();
+    if (which == "spawn") return baton::bench::run_spawn();
+    if (which == "all") {
+      return run_inproc() | baton::bench::run_rtt() | baton::bench::run_cast() |
+             baton::bench::run_spawn();
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "baton-bench: %s\n", e.what());
     return 1;
   }
-  std::fprintf(stderr, "usage: baton-bench inproc|rtt|all\n");
+  std::fprintf(stderr, "usage: baton-bench inproc|rtt|cast|spawn|all\n");
   return 2;
 }

@@ -368,8 +368,12 @@ std::string address_text(const ProcId& id) {
 
 void remember_address(const ProcId& id, const std::string& address) {
   if (address.empty()) return;
-  Address::parse(address);  // throws DecodeError-like errors for garbage before it is kept
   auto& a = addresses();
+  {
+    std::lock_guard lock(a.mu);
+    if (a.by_proc.count(id.name) != 0) return;  // the first word on a proc stands
+  }
+  Address::parse(address);  // garbage throws before it is kept
   std::lock_guard lock(a.mu);
   a.by_proc.try_emplace(id.name, address);
 }

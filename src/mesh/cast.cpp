@@ -56,8 +56,8 @@ Reducers& reducers() {
 }
 
 Body undeliverable_reply(const std::string& why) {
-  return failure_reply(std::make_exception_ptr(
-      UndeliverableError(UndeliverableError::Reason::link_lost, why)));
+  return failure_reply(
+      std::make_exception_ptr(UndeliverableError(UndeliverableError::Reason::link_lost, why)));
 }
 
 /// Every addressed member of `members` as a failure.
@@ -65,8 +65,9 @@ std::vector<CastItem> failures(const std::vector<HopMember>& members, const std:
   std::vector<CastItem> out;
   for (const auto& m : members) {
     if (m.rank >= 0) {
-      out.push_back({static_cast<std::uint32_t>(m.rank),
-                     undeliverable_reply("cast to " + m.member.actor.to_string() + " lost: " + why)});
+      out.push_back(
+          {static_cast<std::uint32_t>(m.rank),
+           undeliverable_reply("cast to " + m.member.actor.to_string() + " lost: " + why)});
     }
   }
   return out;
@@ -213,7 +214,8 @@ void send_chunk(const std::shared_ptr<ProcState>& local, const ActorId& sender, 
   owner->envelopes_sent.fetch_add(1, std::memory_order_relaxed);
   if (!link->send(std::move(env)) && gather && hop.reply_to) {
     // The link closed under us: its pending ports (ours included) fail through link_lost.
-    if (auto sink = resolve_port(*hop.reply_to)) sink->link_lost("link to " + head.name + " closed");
+    if (auto sink = resolve_port(*hop.reply_to))
+      sink->link_lost("link to " + head.name + " closed");
   }
 }
 
@@ -247,13 +249,15 @@ void run_hop(const std::shared_ptr<ProcState>& local, const ActorId& sender, Hop
     const auto rank = static_cast<std::uint32_t>(me.rank);
     std::shared_ptr<StateBase> reply;
     if (hop.mode == CastMode::stream) {
-      reply = make_status_reply([to = *hop.stream_to, rank, gather, from = me.member.actor](Body b) {
-        route_remote_port_or_local(to, encode(CastItem{rank, std::move(b)}), from);
-        gather->add({});
-      });
+      reply =
+          make_status_reply([to = *hop.stream_to, rank, gather, from = me.member.actor](Body b) {
+            route_remote_port_or_local(to, encode(CastItem{rank, std::move(b)}), from);
+            gather->add({});
+          });
     } else if (gather) {
-      reply = make_status_reply(
-          [rank, gather](Body b) { gather->add({CastItem{rank, std::move(b)}}); });
+      reply = make_status_reply([rank, gather](Body b) {
+        gather->add({CastItem{rank, std::move(b)}});
+      });
     }
     Body mine;
     mine.head = args.head;

@@ -18,7 +18,9 @@ namespace {
 using ::testing::HasSubstr;
 using namespace std::chrono_literals;
 
-int my_rank() { return std::atoi(std::getenv("BATON_RANK")); }
+int my_rank() {
+  return std::atoi(std::getenv("BATON_RANK"));
+}
 
 class Counter : public Actor {
  public:
@@ -51,15 +53,17 @@ class Relay : public Actor {
   Task<int> total(ActorMesh<Counter> mesh) { co_return co_await mesh.reduce(sum, &Counter::rank); }
   void bump(ActorMesh<Counter> mesh, int by) { mesh.broadcast(&Counter::incr, by); }
   Task<int> ask(ActorRef<Counter> other) { co_return co_await other.call(&Counter::value) + 1; }
-  static constexpr auto endpoints = baton::endpoints<&Relay::sum_values, &Relay::total,
-                                                     &Relay::bump, &Relay::ask>();
+  static constexpr auto endpoints =
+      baton::endpoints<&Relay::sum_values, &Relay::total, &Relay::bump, &Relay::ask>();
 };
 
 struct Concat {
   std::string operator()(const std::string& a, const std::string& b) const { return a + "," + b; }
 };
 
-std::uint64_t sent_by_controller() { return Runtime::get().proc().envelopes_sent(); }
+std::uint64_t sent_by_controller() {
+  return Runtime::get().proc().envelopes_sent();
+}
 
 TEST(Mesh, SpawnCallAndCoordinates) {
   auto procs = this_host().spawn_procs({{"hosts", 2}, {"gpus", 2}});
@@ -87,7 +91,8 @@ TEST(Mesh, SlicesReachExactlyTheirRanks) {
   EXPECT_EQ(sliced.values(), (std::vector<int>{2, 5}));
   EXPECT_EQ(sliced.shape().to_string(), "{hosts: 2}");
   // A slice's replies carry the slice's coordinates.
-  ValueMesh<int> corner = counters.slice("hosts", 1, 2).slice("gpus", 1, 3).call(&Counter::rank).get();
+  ValueMesh<int> corner =
+      counters.slice("hosts", 1, 2).slice("gpus", 1, 3).call(&Counter::rank).get();
   EXPECT_EQ(corner.values(), (std::vector<int>{4, 5}));
   EXPECT_EQ(corner.items()[1].first.to_string(), "{hosts: 0, gpus: 1}");
   // Procs can be sliced before spawning: the actor mesh covers exactly that slice.
@@ -123,7 +128,8 @@ TEST(Mesh, CallOneChooseReduceAndErrors) {
   EXPECT_EQ(counters.reduce(max, &Counter::rank).get(), 15);
   EXPECT_EQ(counters.slice("gpus", 4, 8).reduce(sum, &Counter::rank).get(), 4 + 5 + 6 + 7);
   // A user reducer folds in rank order along the tree.
-  EXPECT_EQ(counters.reduce(Concat{}, &Counter::name).get(), "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15");
+  EXPECT_EQ(counters.reduce(Concat{}, &Counter::name).get(),
+            "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15");
 
   try {
     counters.reduce(sum, &Counter::fail_on, 9).get();

@@ -1,0 +1,124 @@
+// `baton-bench cast`: one call on a whole mesh of N worker procs (the cast tree down, replies
+// gathered on the way up) against N direct calls issued together and then awaited, in the same
+// run; and `baton-bench spawn`: spawn_procs with 16 procs to an actor mesh answering a call,
+// against starting 16 copies of this executable that exit at once.
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "baton/baton.hpp"
+#include "figures.hpp"
+
+extern char** environ;
+
+namespace baton::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class Pinger : public Actor {
+ public:
+  int ping(int x) { return x + 1; }
+  static constexpr auto endpoints = baton::endpoints<&Pinger::ping>();
+};
+
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+int run_cast() {
+  double ratio64 = 0;
+  for (std::size_t n : {4u, 16u, 64u}) {
+    auto procs = this_host().spawn_procs({{"procs", n}});
+    auto mesh = procs.spawn<Pinger>("pinger");
+    const int rounds = n >= 64 ? 100 : 200;
+    std::vector<double> cast_ms;
+    std::vector<double> unicast_ms;
+    for (int i = 0; i < rounds + rounds / 10; ++i) {
+      // Interleaved, so both see the same machine state.
+      auto t0 = Clock::now();
+      ValueMesh<int> all = mesh.call(&Pinger::ping, i).get();
+      const double c = ms_since(t0);
+      if (all.size() != n || all[n - 1] != i + 1) throw std::runtime_error("bad cast reply");
+      t0 = Clock::now();
+      std::vector<Future<int>> each;
+      each.reserve(n);
+      for (std::size_t r = 0; r < n; ++r) each.push_back(mesh.at(r).call(&Pinger::ping, i));
+      for (auto& f : each) {
+        if (std::move(f).get() != i + 1) throw std::runtime_error("bad unicast reply");
+      }
+      const double u = ms_since(t0);
+      if (i >= rounds / 10) {
+        cast_ms.push_back(c);
+        unicast_ms.push_back(u);
+      }
+    }
+    const double cast = median(cast_ms);
+    const double unicast = median(unicast_ms);
+    print_figure("cast_gather_p50_n" + std::to_string(n), cast, "ms");
+    print_figure("unicast_gather_p50_n" + std::to_string(n), unicast, "ms");
+    if (n == 64) ratio64 = cast / unicast;
+    procs.stop().get();
+  }
+  print_figure("cast_ratio_n64", ratio64, "x");
+  return 0;
+}
+
+int run_spawn() {
+  constexpr std::size_t kProcs = 16;
+  constexpr int kRounds = 7;
+  std::vector<double> ours;
+  std::vector<double> raw;
+  for (int i = 0; i < kRounds; ++i) {
+    auto t0 = Clock::now();
+    auto procs = this_host().spawn_procs({{"procs", kProcs}});
+    auto mesh = procs.spawn<Pinger>("pinger");
+    if (mesh.call(&Pinger::ping, 1).get().size() != kProcs) throw std::runtime_error("bad reply");
+    ours.push_back(ms_since(t0));
+    procs.stop().get();
+
+    // The floor: start 16 copies of this executable that exit as soon as main() begins.
+    std::vector<std::string> env_s;
+    for (char** e = environ; *e != nullptr; ++e) env_s.emplace_back(*e);
+    env_s.emplace_back("BATON_BENCH_EXIT_AT_ONCE=1");
+    std::vector<char*> envp;
+    for (auto& e : env_s) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    std::string self = "baton-bench";
+    char* argv[] = {self.data(), nullptr};
+    t0 = Clock::now();
+    std::vector<pid_t> pids;
+    for (std::size_t p = 0; p < kProcs; ++p) {
+      pid_t pid = -1;
+      if (::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv, envp.data()) != 0) {
+        throw std::runtime_error("posix_spawn failed");
+      }
+      pids.push_back(pid);
+    }
+    for (pid_t pid : pids) ::waitpid(pid, nullptr, 0);
+    raw.push_back(ms_since(t0));
+  }
+  const double spawn = median(ours);
+  const double floor = median(raw);
+  print_figure("spawn_procs16_p50", spawn, "ms");
+  print_figure("exec16_p50", floor, "ms");
+  print_figure("spawn_ratio", spawn / floor, "x");
+  return 0;
+}
+
+}  // namespace baton::bench
