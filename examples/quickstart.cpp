@@ -52,11 +52,14 @@ int main(int argc, char** argv) {
   for (double v : loss.values()) std::printf(" %.4f", v);
   std::printf("\n");
 
+  bool failed_loudly = false;
   try {
     trainers.slice("gpus", 3).call_one(&Trainer::train, -1).get();
   } catch (const baton::ActorError& e) {
     std::printf("ActorError from %s: %s\n", e.actor().c_str(), e.remote_message().c_str());
+    failed_loudly = true;
   }
+  if (!failed_loudly) return 1;
 
   procs.stop().get();
   std::printf("stopped\n");
