@@ -8,13 +8,18 @@
 
 #include <asio.hpp>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <future>
 #include <mutex>
+#include <optional>
+#include <random>
 #include <thread>
+#include <tuple>
+#include <unordered_map>
 
 namespace baton::net {
 
@@ -57,52 +62,115 @@ Protocol::endpoint to_endpoint(asio::io_context& ctx, const Address& a) {
                               " is in-process; links need unix:// or tcp://");
 }
 
+// Link control frames carry this header; they have no sequence number of their own.
+constexpr std::string_view kControl = "baton.link";
+constexpr std::string_view kHello = "hello";  // body: session, next seq expected from the peer
+constexpr std::string_view kAck = "ack";      // body: next seq expected from the peer
+constexpr std::string_view kBye = "bye";      // the peer closes the link on purpose
+
+Frame control_frame(std::string_view kind, std::uint64_t a, std::uint64_t b = 0) {
+  Envelope env;
+  env.sender = ActorId{ProcId{"link"}, "link", 0};
+  env.dest = PortId{env.sender, 0};
+  env.headers.emplace_back(std::string(kControl), std::string(kind));
+  env.body = encode(a, b);
+  return encode_frame(env);
+}
+
+std::uint64_t new_session_id() {
+  static std::mutex mu;
+  static std::mt19937_64 rng{std::random_device{}()};
+  std::lock_guard lock(mu);
+  std::uint64_t id = 0;
+  while (id == 0) id = rng();
+  return id;
+}
+
+class StreamLink;
+
+/// The links a listener accepted, by session, so a reconnecting dialler finds its link again.
+struct Sessions {
+  std::mutex mu;
+  std::unordered_map<std::uint64_t, std::weak_ptr<StreamLink>> by_id;
+};
+
 class StreamLink final : public Link {
  public:
+  using Clock = std::chrono::steady_clock;
+
   StreamLink(asio::io_context& ctx, Protocol::socket socket, std::string description,
-             const DecodeLimits& limits)
-      : strand_(asio::make_strand(ctx)),
+             const LinkOptions& options)
+      : ctx_(ctx),
+        strand_(asio::make_strand(ctx)),
+        timer_(strand_),
         socket_(std::move(socket)),
         description_(std::move(description)),
-        limits_(limits) {}
+        options_(options) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    unix_ = ::getsockname(socket_.native_handle(), reinterpret_cast<sockaddr*>(&addr), &len) == 0 &&
+            addr.ss_family == AF_UNIX;
+  }
+
+  /// The dialling side: it owns the session and reconnects to `to` when a connection breaks.
+  void set_dialler(Address to) {
+    redial_ = std::move(to);
+    session_ = new_session_id();
+    // The hello goes first on the connection, before anything a sender writes directly.
+    std::lock_guard lock(mu_);
+    ctl_.push_back(control_frame(kHello, session_, 0));
+    writing_ = true;
+  }
+  /// The accepting side: a hello on a new connection may hand it to an existing link.
+  void set_sessions(std::shared_ptr<Sessions> sessions) { sessions_ = std::move(sessions); }
 
   void start(LinkHandler handler) {
     handler_ = std::move(handler);
-    asio::post(strand_, [self = shared()] { self->read_prefix(); });
+    asio::post(strand_, [self = shared()] {
+      self->last_recv_ = Clock::now();
+      if (self->redial_) self->write_next(self->epoch_);  // the hello set_dialler queued
+      self->read_prefix(self->epoch_);
+      self->arm_heartbeat();
+    });
   }
 
   bool send(Envelope env) override {
     std::lock_guard lock(mu_);
     if (closed_) return false;
     env.seq = next_send_seq_;
-    Frame frame = encode_frame(env, limits_);  // may throw: then the seq is not used
+    Frame frame = encode_frame(env, options_.limits);  // may throw: then the seq is not used
     ++next_send_seq_;
-    if (!writing_ && queue_.empty()) {
+    out_.push_back(std::move(frame));
+    if (!connected_) return true;  // goes out when the connection is repaired
+    if (!writing_ && ctl_.empty() && written_ + 1 == out_.size() && front_sent_ == 0) {
       // Nothing queued: write from this thread at once, sparing a wake-up of the I/O thread;
       // whatever the socket does not take now goes the asynchronous way.
-      front_sent_ = write_now(frame);
-      if (front_sent_ == frame.size()) {
-        front_sent_ = 0;
+      const std::size_t n = write_now(out_.back());
+      if (n == out_.back().size()) {
+        ++written_;
         return true;
       }
+      front_sent_ = n;
     }
-    queue_.push_back(std::move(frame));
-    if (!writing_) {
-      writing_ = true;
-      asio::post(strand_, [self = shared()] { self->write_next(); });
-    }
+    start_writer_locked();
     return true;
   }
 
   void close(const std::string& reason) override {
-    asio::post(strand_, [self = shared(), reason] { self->shutdown(reason); });
+    asio::post(strand_, [self = shared(), reason] {
+      if (self->in_flight_) {
+        self->close_after_write_ = reason;  // the bye must not cut a frame in half
+        return;
+      }
+      self->shutdown(reason, true);
+    });
   }
 
   void close_and_wait(const std::string& reason) override {
     auto done = std::make_shared<std::promise<void>>();
     auto f = done->get_future();
     asio::post(strand_, [self = shared(), reason, done] {
-      self->shutdown(reason);
+      self->shutdown(reason, true);
       done->set_value();
     });
     f.wait();
@@ -115,6 +183,37 @@ class StreamLink final : public Link {
 
   std::string describe() const override { return description_; }
 
+  std::uint64_t connections() const override {
+    std::lock_guard lock(mu_);
+    return connections_;
+  }
+
+  /// Takes over a new connection for this link (on its strand): everything not yet
+  /// acknowledged is sent again from the start; the peer drops what it already has.
+  void resume(Protocol::socket socket, std::uint64_t peer_expects) {
+    if (closed()) return;
+    {
+      std::lock_guard lock(mu_);
+      asio::error_code ignored;
+      socket_.close(ignored);  // an old connection still thought alive is replaced
+      socket_ = std::move(socket);
+      ++epoch_;
+      ++connections_;
+      connected_ = true;
+      written_ = 0;
+      front_sent_ = 0;
+      ctl_.clear();
+      writing_ = false;
+      in_flight_ = false;
+      if (session_ != 0 && redial_) ctl_.push_back(control_frame(kHello, session_, next_recv_seq_));
+    }
+    trim(peer_expects);
+    last_recv_ = Clock::now();
+    read_prefix(epoch_);
+    std::lock_guard lock(mu_);
+    start_writer_locked();
+  }
+
  private:
   std::shared_ptr<StreamLink> shared() {
     return std::static_pointer_cast<StreamLink>(shared_from_this());
@@ -122,56 +221,65 @@ class StreamLink final : public Link {
 
   // --- reading: prefix, header, then each part into its own buffer -------------------------
 
-  /// Reads exactly `buffer`, then runs `next` on the strand; a failed read closes the link.
-  void read_then(asio::mutable_buffer buffer, void (StreamLink::*next)()) {
-    asio::async_read(
-        socket_, buffer,
-        asio::bind_executor(strand_, [self = shared(), next](asio::error_code ec, std::size_t) {
-          if (ec) return self->shutdown(eof_reason(ec));
-          ((*self).*next)();
-        }));
+  /// Reads exactly `buffer`, then runs `next` on the strand; a failed read breaks the
+  /// connection of epoch `epoch` (a handler of an older connection is ignored).
+  void read_then(asio::mutable_buffer buffer, std::uint64_t epoch,
+                 void (StreamLink::*next)(std::uint64_t)) {
+    asio::async_read(socket_, buffer,
+                     asio::bind_executor(
+                         strand_, [self = shared(), next, epoch](asio::error_code ec, std::size_t) {
+                           if (epoch != self->epoch_) return;
+                           if (ec) return self->broken(epoch, ec);
+                           ((*self).*next)(epoch);
+                         }));
   }
 
-  void read_prefix() { read_then(asio::buffer(prefix_), &StreamLink::on_prefix); }
+  void read_prefix(std::uint64_t epoch) {
+    read_then(asio::buffer(prefix_), epoch, &StreamLink::on_prefix);
+  }
 
-  void on_prefix() {
+  void on_prefix(std::uint64_t epoch) {
     std::size_t len = 0;
     try {
-      len = decode_header_length(prefix_, limits_);
+      len = decode_header_length(prefix_, options_.limits);
     } catch (const DecodeError& e) {
       return shutdown(e.what());
     }
     header_.assign(len, '\0');
-    read_then(asio::buffer(header_), &StreamLink::on_header);
+    read_then(asio::buffer(header_), epoch, &StreamLink::on_header);
   }
 
-  void on_header() {
+  void on_header(std::uint64_t epoch) {
     incoming_ = Envelope{};
     try {
-      part_lengths_ = decode_header(Bytes::adopt(std::move(header_)), incoming_, limits_);
+      part_lengths_ = decode_header(Bytes::adopt(std::move(header_)), incoming_, options_.limits);
     } catch (const DecodeError& e) {
       return shutdown(e.what());
     }
     incoming_.body.parts.reserve(part_lengths_.size());
-    read_part(0);
+    read_part(epoch, 0);
   }
 
-  void read_part(std::size_t i) {
-    if (i == part_lengths_.size()) return deliver();
+  void read_part(std::uint64_t epoch, std::size_t i) {
+    if (i == part_lengths_.size()) return deliver(epoch);
     auto buf = std::make_shared<std::vector<std::byte>>(static_cast<std::size_t>(part_lengths_[i]));
-    asio::async_read(
-        socket_, asio::buffer(*buf),
-        asio::bind_executor(strand_, [self = shared(), buf, i](asio::error_code ec, std::size_t) {
-          if (ec) return self->shutdown(eof_reason(ec));
-          self->incoming_.body.parts.push_back(Bytes::adopt(std::move(*buf)));
-          self->read_part(i + 1);
-        }));
+    asio::async_read(socket_, asio::buffer(*buf),
+                     asio::bind_executor(strand_, [self = shared(), buf, i, epoch](
+                                                      asio::error_code ec, std::size_t) {
+                       if (epoch != self->epoch_) return;
+                       if (ec) return self->broken(epoch, ec);
+                       self->incoming_.body.parts.push_back(Bytes::adopt(std::move(*buf)));
+                       self->read_part(epoch, i + 1);
+                     }));
   }
 
-  void deliver() {
+  void deliver(std::uint64_t epoch) {
+    last_recv_ = Clock::now();
+    if (const std::string* kind = incoming_.header(kControl)) return on_control(epoch, *kind);
+    ++frames_in_;
     const std::uint64_t seq = incoming_.seq;
     if (seq < next_recv_seq_) {
-      read_prefix();  // a duplicate of a frame already delivered
+      read_prefix(epoch);  // a duplicate of a frame already delivered (resent after a repair)
       return;
     }
     if (seq > next_recv_seq_) {
@@ -179,6 +287,7 @@ class StreamLink final : public Link {
                       std::to_string(seq));
     }
     ++next_recv_seq_;
+    if (++unacked_in_ >= options_.ack_every) send_ack();
     if (handler_.on_envelope) {
       try {
         handler_.on_envelope(std::move(incoming_));
@@ -187,23 +296,230 @@ class StreamLink final : public Link {
                      e.what());
       }
     }
-    read_prefix();
+    if (epoch == epoch_) read_prefix(epoch);
   }
 
-  // --- writing: one frame at a time, header and parts gathered ------------------------------
+  void on_control(std::uint64_t epoch, const std::string& kind) {
+    std::uint64_t a = 0;
+    std::uint64_t b = 0;
+    try {
+      std::tie(a, b) = decode<std::tuple<std::uint64_t, std::uint64_t>>(incoming_.body);
+    } catch (const DecodeError& e) {
+      return shutdown(std::string("malformed link control frame: ") + e.what());
+    }
+    if (kind == kAck) {
+      trim(a);
+    } else if (kind == kBye) {
+      return shutdown("peer closed the link");
+    } else if (kind == kHello) {
+      if (a == 0) return shutdown("a hello with no session");
+      if (redial_) {
+        trim(b);  // the listener's answer on a repaired connection
+      } else if (!adopt_session(a, b)) {
+        return;  // the connection went to the link it belongs to
+      }
+    } else {
+      return shutdown("unknown link control frame '" + detail::printable(kind) + "'");
+    }
+    read_prefix(epoch);
+  }
 
-  void write_next() {
-    Frame* frame = nullptr;
+  /// On the accepting side: the first hello of a connection names its session. A new session
+  /// is this link's; a known one takes the connection over, and this link ends quietly.
+  bool adopt_session(std::uint64_t session, std::uint64_t peer_expects) {
+    if (session_ == session) {
+      trim(peer_expects);
+      return true;
+    }
+    if (session_ != 0 || frames_in_ != 0 || !sessions_) {
+      shutdown("a hello in the middle of a link");
+      return false;
+    }
+    std::shared_ptr<StreamLink> owner;
+    {
+      std::lock_guard lock(sessions_->mu);
+      auto& slot = sessions_->by_id[session];
+      owner = slot.lock();
+      if (!owner || owner->closed()) {
+        slot = shared();
+        owner = nullptr;
+      }
+    }
+    if (!owner) {
+      session_ = session;
+      trim(peer_expects);
+      queue_control(control_frame(kHello, session_, next_recv_seq_));
+      return true;
+    }
+    Protocol::socket socket = take_socket();
+    shutdown("connection resumed by its session's link");
+    asio::post(
+        owner->strand_, [owner, peer_expects,
+                         sock = std::make_shared<Protocol::socket>(std::move(socket))]() mutable {
+          owner->resume(std::move(*sock), peer_expects);
+          owner->queue_control(control_frame(kHello, owner->session_, owner->next_recv_seq_));
+        });
+    return false;
+  }
+
+  Protocol::socket take_socket() {
+    std::lock_guard lock(mu_);
+    ++epoch_;
+    return std::move(socket_);
+  }
+
+  /// Drops the frames the peer acknowledged: those with seq < `next`.
+  void trim(std::uint64_t next) {
+    std::lock_guard lock(mu_);
+    while (!out_.empty() && written_ > 0 && out_base_seq_ < next) {
+      out_.pop_front();
+      ++out_base_seq_;
+      --written_;
+    }
+  }
+
+  void send_ack() {
+    unacked_in_ = 0;
+    queue_control(control_frame(kAck, next_recv_seq_));
+  }
+
+  // --- heartbeats ----------------------------------------------------------------------------
+
+  void arm_heartbeat() {
+    timer_.expires_after(options_.heartbeat);
+    timer_.async_wait([self = shared()](asio::error_code ec) {
+      if (ec || self->closed()) return;
+      if (self->connected() && Clock::now() - self->last_recv_ > self->options_.dead_after) {
+        self->broken(self->epoch_, asio::error::timed_out);
+      } else if (self->connected()) {
+        self->send_ack();  // the heartbeat, acknowledging what arrived
+      }
+      self->arm_heartbeat();
+    });
+  }
+
+  bool connected() const {
+    std::lock_guard lock(mu_);
+    return connected_;
+  }
+
+  // --- a broken connection: repair, or close for good -----------------------------------------
+
+  void broken(std::uint64_t epoch, const asio::error_code& ec) {
+    if (epoch != epoch_ || closed()) return;
+    const std::string reason =
+        ec == asio::error::timed_out
+            ? "no frame from the peer for " + std::to_string(options_.dead_after.count()) + " ms"
+            : eof_reason(ec);
+    // A unix socket has no network in between: whatever breaks it is the peer's process closing
+    // it or dying, and nothing will come back. Over TCP a reset can read as an end of stream
+    // (whichever operation takes the error first), and a peer that closes on purpose says bye
+    // first, so every other break is repaired.
+    if (unix_ || ec == asio::error::operation_aborted || session_ == 0) return shutdown(reason);
     {
       std::lock_guard lock(mu_);
-      if (closed_ || queue_.empty()) {
+      ++epoch_;
+      connected_ = false;
+      writing_ = false;
+      in_flight_ = false;
+      asio::error_code ignored;
+      socket_.close(ignored);
+    }
+    if (std::getenv("BATON_DEBUG_LINKS") != nullptr) {
+      std::fprintf(stderr, "baton: link %s broken (%s); repairing\n", description_.c_str(),
+                   reason.c_str());
+    }
+    repair_deadline_ = Clock::now() + options_.reconnect_for;
+    repair_reason_ = reason;
+    if (redial_) {
+      backoff_ = std::chrono::milliseconds(5);
+      redial(epoch_);
+    } else {
+      wait_for_peer(epoch_);
+    }
+  }
+
+  void redial(std::uint64_t epoch) {
+    auto socket = std::make_shared<Protocol::socket>(ctx_);
+    Protocol::endpoint ep;
+    try {
+      ep = to_endpoint(ctx_, *redial_);
+    } catch (const std::exception& e) {
+      return retry_or_give_up(epoch, e.what());
+    }
+    socket->async_connect(
+        ep, asio::bind_executor(strand_, [self = shared(), socket, epoch](asio::error_code ec) {
+          if (epoch != self->epoch_ || self->closed()) return;
+          if (ec == asio::error::connection_refused || ec == std::errc::no_such_file_or_directory) {
+            // Nobody listens there any more: the peer's process is gone, not just the path.
+            return self->shutdown("connection lost (" + self->repair_reason_ +
+                                  ") and the peer refuses new ones: " + ec.message());
+          }
+          if (ec) return self->retry_or_give_up(epoch, ec.message());
+          self->resume(std::move(*socket), 0);
+        }));
+  }
+
+  void retry_or_give_up(std::uint64_t epoch, const std::string& why) {
+    if (Clock::now() + backoff_ > repair_deadline_) {
+      return shutdown("connection lost (" + repair_reason_ + ") and not restored within " +
+                      std::to_string(options_.reconnect_for.count()) + " ms: " + why);
+    }
+    repair_timer_ = std::make_unique<asio::steady_timer>(strand_, backoff_);
+    backoff_ = std::min(backoff_ * 2, std::chrono::milliseconds(500));
+    repair_timer_->async_wait([self = shared(), epoch](asio::error_code ec) {
+      if (!ec && epoch == self->epoch_ && !self->closed()) self->redial(epoch);
+    });
+  }
+
+  void wait_for_peer(std::uint64_t epoch) {
+    repair_timer_ = std::make_unique<asio::steady_timer>(strand_, options_.reconnect_for);
+    repair_timer_->async_wait([self = shared(), epoch](asio::error_code ec) {
+      if (ec || epoch != self->epoch_ || self->closed()) return;
+      self->shutdown("connection lost (" + self->repair_reason_ + ") and the peer did not " +
+                     "come back within " + std::to_string(self->options_.reconnect_for.count()) +
+                     " ms");
+    });
+  }
+
+  // --- writing: one frame at a time, control frames between data frames ---------------------
+
+  void queue_control(Frame frame) {
+    std::lock_guard lock(mu_);
+    if (closed_) return;
+    ctl_.push_back(std::move(frame));
+    if (connected_) start_writer_locked();
+  }
+
+  void start_writer_locked() {
+    if (writing_ || !connected_) return;
+    writing_ = true;
+    asio::post(strand_, [self = shared(), epoch = epoch_.load()] { self->write_next(epoch); });
+  }
+
+  void write_next(std::uint64_t epoch) {
+    Frame* frame = nullptr;
+    bool control = false;
+    std::size_t skip = 0;
+    {
+      std::lock_guard lock(mu_);
+      if (epoch != epoch_) return;
+      if (closed_ || !connected_) {
         writing_ = false;
         return;
       }
-      frame = &queue_.front();
+      if (front_sent_ == 0 && !ctl_.empty()) {
+        frame = &ctl_.front();
+        control = true;
+      } else if (written_ < out_.size()) {
+        frame = &out_[written_];
+        skip = front_sent_;  // bytes a direct write already sent
+      } else {
+        writing_ = false;
+        return;
+      }
     }
     buffers_.clear();
-    std::size_t skip = front_sent_;  // bytes a direct write already sent
     auto add = [&](const void* data, std::size_t size) {
       if (skip >= size) {
         skip -= size;
@@ -214,17 +530,26 @@ class StreamLink final : public Link {
     };
     add(frame->header.data(), frame->header.size());
     for (const Bytes& p : frame->parts) add(p.data(), p.size());
-    asio::async_write(
-        socket_, buffers_,
-        asio::bind_executor(strand_, [self = shared()](asio::error_code ec, std::size_t) {
-          if (ec) return self->shutdown("write failed: " + ec.message());
-          {
-            std::lock_guard lock(self->mu_);
-            self->queue_.pop_front();
-            self->front_sent_ = 0;
-          }
-          self->write_next();
-        }));
+    in_flight_ = true;
+    asio::async_write(socket_, buffers_,
+                      asio::bind_executor(strand_, [self = shared(), control, epoch](
+                                                       asio::error_code ec, std::size_t) {
+                        if (epoch != self->epoch_) return;
+                        self->in_flight_ = false;
+                        if (ec) return self->broken(epoch, ec);
+                        if (self->close_after_write_)
+                          return self->shutdown(*self->close_after_write_, true);
+                        {
+                          std::lock_guard lock(self->mu_);
+                          if (control) {
+                            self->ctl_.pop_front();
+                          } else {
+                            ++self->written_;
+                            self->front_sent_ = 0;
+                          }
+                        }
+                        self->write_next(epoch);
+                      }));
   }
 
   /// One non-blocking gather write of a whole frame; returns the bytes the socket took.
@@ -243,48 +568,92 @@ class StreamLink final : public Link {
   }
 
   static std::string eof_reason(const asio::error_code& ec) {
-    if (ec == asio::error::eof) return "peer closed the link";
+    if (ec == asio::error::eof || ec == asio::error::broken_pipe ||
+        ec == asio::error::connection_reset) {
+      return "peer closed the link";
+    }
     if (ec == asio::error::operation_aborted) return "link closed";
-    return "read failed: " + ec.message();
+    return "connection failed: " + ec.message();
   }
 
-  void shutdown(const std::string& reason) {
+  /// Closes for good; `tell_peer` sends a bye first when the connection is between frames.
+  void shutdown(const std::string& reason, bool tell_peer = false) {
     {
       std::lock_guard lock(mu_);
       if (closed_) return;
+      if (tell_peer && connected_ && !in_flight_ && front_sent_ == 0) {
+        (void)write_now(control_frame(kBye, 0));
+      }
       closed_ = true;
-      queue_.clear();
+      connected_ = false;
+      out_.clear();
+      ctl_.clear();
     }
     if (std::getenv("BATON_DEBUG_LINKS") != nullptr) {
       std::fprintf(stderr, "baton: link %s closed: %s\n", description_.c_str(), reason.c_str());
     }
+    if (sessions_ && session_ != 0) {
+      std::lock_guard lock(sessions_->mu);
+      auto it = sessions_->by_id.find(session_);
+      if (it != sessions_->by_id.end() && it->second.lock().get() == this) {
+        sessions_->by_id.erase(it);
+      }
+    }
     asio::error_code ignored;
-    socket_.shutdown(Protocol::socket::shutdown_both, ignored);
-    socket_.close(ignored);
+    timer_.cancel();
+    if (repair_timer_) repair_timer_->cancel();
+    {
+      std::lock_guard lock(mu_);
+      ++epoch_;
+      socket_.shutdown(Protocol::socket::shutdown_both, ignored);
+      socket_.close(ignored);
+    }
     if (handler_.on_closed) handler_.on_closed(reason);
     handler_ = {};  // drop captured state; the link may outlive its owner's interest
   }
 
+  asio::io_context& ctx_;
   asio::strand<asio::io_context::executor_type> strand_;
+  asio::steady_timer timer_;
   Protocol::socket socket_;
   std::string description_;
-  DecodeLimits limits_;
+  LinkOptions options_;
   LinkHandler handler_;
+  std::optional<Address> redial_;       // set on the dialling side
+  std::uint64_t session_ = 0;           // 0: none (a peer that sent no hello)
+  std::shared_ptr<Sessions> sessions_;  // set on the accepting side
 
-  // Reading state, touched only on the strand.
+  // Touched only on the strand (epoch_ is also changed under mu_, and read there).
+  std::atomic<std::uint64_t> epoch_{0};  // the connection handlers belong to
   std::byte prefix_[4] = {};
   std::string header_;
   Envelope incoming_;
   std::vector<std::uint64_t> part_lengths_;
   std::uint64_t next_recv_seq_ = 0;
+  std::uint64_t frames_in_ = 0;
+  std::size_t unacked_in_ = 0;
+  Clock::time_point last_recv_ = Clock::now();
+  Clock::time_point repair_deadline_;
+  std::string repair_reason_;
+  std::chrono::milliseconds backoff_{5};
+  std::unique_ptr<asio::steady_timer> repair_timer_;
 
-  // Writing state.
+  // Writing state, under mu_. out_ holds every data frame not yet acknowledged, from seq
+  // out_base_seq_ on; the first written_ of them are on the wire.
   mutable std::mutex mu_;
-  std::deque<Frame> queue_;  // front is being written; deque keeps it in place while we push
+  std::deque<Frame> out_;
+  std::deque<Frame> ctl_;
+  std::uint64_t out_base_seq_ = 0;
+  std::size_t written_ = 0;
   std::vector<asio::const_buffer> buffers_;
   std::uint64_t next_send_seq_ = 0;
-  std::size_t front_sent_ = 0;  // bytes of queue_.front() already written
+  std::size_t front_sent_ = 0;  // bytes of out_[written_] already written
+  std::uint64_t connections_ = 1;
+  bool unix_ = false;       // a unix-domain socket: an end of stream is final
+  bool in_flight_ = false;  // an asynchronous write is on the current connection (strand)
+  std::optional<std::string> close_after_write_;  // close() waits for the write in flight
   bool writing_ = false;
+  bool connected_ = true;
   bool closed_ = false;
 };
 
@@ -292,14 +661,15 @@ class StreamLink final : public Link {
 // listener is gone still finds it alive.
 struct AcceptCore : std::enable_shared_from_this<AcceptCore> {
   AcceptCore(asio::io_context& c, std::function<LinkHandler(const std::shared_ptr<Link>&)> f,
-             const DecodeLimits& l, Address a)
-      : ctx(c), acceptor(c), on_accept(std::move(f)), limits(l), address(std::move(a)) {}
+             const LinkOptions& o, Address a)
+      : ctx(c), acceptor(c), on_accept(std::move(f)), options(o), address(std::move(a)) {}
 
   void accept() {
     acceptor.async_accept([self = shared_from_this()](asio::error_code ec, Protocol::socket s) {
       if (ec) return;  // closed
       auto link = std::make_shared<StreamLink>(
-          self->ctx, std::move(s), self->address.to_string() + " <- peer", self->limits);
+          self->ctx, std::move(s), self->address.to_string() + " <- peer", self->options);
+      link->set_sessions(self->sessions);
       LinkHandler handler = self->on_accept(link);
       link->start(std::move(handler));
       self->accept();
@@ -309,16 +679,17 @@ struct AcceptCore : std::enable_shared_from_this<AcceptCore> {
   asio::io_context& ctx;
   asio::basic_socket_acceptor<Protocol> acceptor;
   std::function<LinkHandler(const std::shared_ptr<Link>&)> on_accept;
-  DecodeLimits limits;
+  LinkOptions options;
   Address address;
+  std::shared_ptr<Sessions> sessions = std::make_shared<Sessions>();
 };
 
 class StreamListener final : public Listener {
  public:
   StreamListener(IoThread& io, const Address& at,
                  std::function<LinkHandler(const std::shared_ptr<Link>&)> on_accept,
-                 const DecodeLimits& limits)
-      : core_(std::make_shared<AcceptCore>(io.impl().ctx, std::move(on_accept), limits, at)) {
+                 const LinkOptions& options)
+      : core_(std::make_shared<AcceptCore>(io.impl().ctx, std::move(on_accept), options, at)) {
     const Protocol::endpoint ep = to_endpoint(core_->ctx, at);
     if (at.transport == Address::Transport::unix_socket && at.host[0] == '/') {
       ::unlink(at.host.c_str());  // a stale socket file from an earlier run
@@ -362,7 +733,7 @@ class StreamListener final : public Listener {
 }  // namespace
 
 std::shared_ptr<Link> Link::connect(IoThread& io, const Address& to, LinkHandler handler,
-                                    const DecodeLimits& limits) {
+                                    const LinkOptions& options) {
   auto& ctx = io.impl().ctx;
   Protocol::socket socket(ctx);
   try {
@@ -372,7 +743,8 @@ std::shared_ptr<Link> Link::connect(IoThread& io, const Address& to, LinkHandler
     throw std::runtime_error("cannot connect to " + to.to_string() + ": " + e.code().message() +
                              " (is the peer running and listening there?)");
   }
-  auto link = std::make_shared<StreamLink>(ctx, std::move(socket), "-> " + to.to_string(), limits);
+  auto link = std::make_shared<StreamLink>(ctx, std::move(socket), "-> " + to.to_string(), options);
+  link->set_dialler(to);
   link->start(std::move(handler));
   return link;
 }
@@ -380,9 +752,9 @@ std::shared_ptr<Link> Link::connect(IoThread& io, const Address& to, LinkHandler
 std::unique_ptr<Listener> Listener::listen(
     IoThread& io, const Address& at,
     std::function<LinkHandler(const std::shared_ptr<Link>&)> on_accept,
-    const DecodeLimits& limits) {
+    const LinkOptions& options) {
   try {
-    return std::make_unique<StreamListener>(io, at, std::move(on_accept), limits);
+    return std::make_unique<StreamListener>(io, at, std::move(on_accept), options);
   } catch (const std::system_error& e) {
     throw std::runtime_error("cannot listen on " + at.to_string() + ": " + e.code().message());
   }

@@ -6,10 +6,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -214,6 +216,234 @@ TEST_F(HostileFixture, DuplicatesAreDroppedAndAGapClosesTheLink) {
   ASSERT_EQ(in.envelopes.size(), 2u);
   EXPECT_EQ(in.envelopes[0].seq, 0u);
   EXPECT_EQ(in.envelopes[1].seq, 1u);
+}
+
+/// A TCP proxy between a dialler and a listener, to break connections for real: reset() cuts
+/// every live connection with a TCP reset both ways; blackhole() makes the live ones swallow
+/// bytes without closing; stop_accepting() refuses new connections. One thread per connection
+/// polls both sockets (a 5 ms poll tick lets it see the flags; nothing waits on it).
+class Proxy {
+ public:
+  explicit Proxy(std::uint16_t upstream) : upstream_(upstream) {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        ::listen(listen_fd_, 16) != 0) {
+      throw std::runtime_error("proxy cannot listen");
+    }
+    socklen_t len = sizeof(addr);
+    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    acceptor_ = std::thread([this] { accept_loop(); });
+  }
+  ~Proxy() {
+    stop_accepting();
+    reset();
+    std::lock_guard lock(mu_);
+    for (auto& t : pumps_) t.join();
+  }
+
+  Address address() const { return Address::parse("tcp://127.0.0.1:" + std::to_string(port_)); }
+  void reset() {
+    std::lock_guard lock(mu_);
+    for (auto& c : conns_) c->reset = true;
+  }
+  void blackhole() {
+    std::lock_guard lock(mu_);
+    for (auto& c : conns_) c->blackhole = true;
+  }
+  void stop_accepting() {
+    if (stopped_.exchange(true)) return;
+    ::shutdown(listen_fd_, SHUT_RDWR);
+    acceptor_.join();
+    ::close(listen_fd_);
+  }
+  int connections() {
+    std::lock_guard lock(mu_);
+    return static_cast<int>(conns_.size());
+  }
+
+ private:
+  struct Conn {
+    int down;
+    int up;
+    std::atomic<bool> reset{false};
+    std::atomic<bool> blackhole{false};
+  };
+
+  void accept_loop() {
+    for (;;) {
+      const int down = ::accept(listen_fd_, nullptr, nullptr);
+      if (down < 0) return;
+      const int up = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      addr.sin_port = htons(upstream_);
+      if (::connect(up, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+        std::fprintf(stderr, "proxy: upstream connect failed: %s\n", std::strerror(errno));
+        ::close(down);
+        ::close(up);
+        continue;
+      }
+      auto conn = std::make_shared<Conn>();
+      conn->down = down;
+      conn->up = up;
+      std::lock_guard lock(mu_);
+      conns_.push_back(conn);
+      pumps_.emplace_back([conn] { pump(*conn); });
+    }
+  }
+
+  static void pump(Conn& c) {
+    char buf[65536];
+    for (;;) {
+      if (c.reset) {
+        const linger hard{1, 0};  // close with a reset, as a failed network path would
+        ::setsockopt(c.down, SOL_SOCKET, SO_LINGER, &hard, sizeof(hard));
+        ::setsockopt(c.up, SOL_SOCKET, SO_LINGER, &hard, sizeof(hard));
+        ::close(c.down);
+        ::close(c.up);
+        return;
+      }
+      pollfd fds[2] = {{c.down, POLLIN, 0}, {c.up, POLLIN, 0}};
+      if (::poll(fds, 2, 5) <= 0) continue;
+      for (int i = 0; i < 2; ++i) {
+        if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+        const ssize_t n = ::read(fds[i].fd, buf, sizeof(buf));
+        if (n <= 0) {
+          c.reset = true;
+          break;
+        }
+        if (c.blackhole) continue;  // swallowed
+        const int to = i == 0 ? c.up : c.down;
+        for (ssize_t off = 0; off < n;) {
+          const ssize_t w = ::write(to, buf + off, static_cast<std::size_t>(n - off));
+          if (w <= 0) {
+            c.reset = true;
+            break;
+          }
+          off += w;
+        }
+      }
+    }
+  }
+
+  std::uint16_t upstream_;
+  std::uint16_t port_ = 0;
+  int listen_fd_ = -1;
+  std::atomic<bool> stopped_{false};
+  std::thread acceptor_;
+  std::mutex mu_;
+  std::vector<std::shared_ptr<Conn>> conns_;
+  std::vector<std::thread> pumps_;
+};
+
+/// A listener whose first accepted link is the one under test (later accepts are connections
+/// that resume it and end at once), behind a proxy.
+struct RepairFixture : ::testing::Test {
+  Inbox client_in;  // first, so it outlives the I/O thread and every link's handler
+  LinkOptions options{
+      .heartbeat = 20ms, .dead_after = 300ms, .reconnect_for = 10s, .ack_every = 16};
+  IoThread io;
+  std::mutex mu;
+  std::vector<std::unique_ptr<Inbox>> inboxes;
+  std::vector<std::shared_ptr<Link>> accepted_links;
+  std::unique_ptr<Listener> listener;
+  std::unique_ptr<Proxy> proxy;
+
+  void start() {
+    listener = Listener::listen(
+        io, Address::parse("tcp://127.0.0.1:0"),
+        [this](const std::shared_ptr<Link>& l) {
+          std::lock_guard lock(mu);
+          inboxes.push_back(std::make_unique<Inbox>());
+          accepted_links.push_back(l);
+          return inboxes.back()->handler();
+        },
+        options);
+    proxy = std::make_unique<Proxy>(listener->address().port);
+  }
+
+  std::pair<Inbox*, std::shared_ptr<Link>> first_accepted() {
+    for (auto until = std::chrono::steady_clock::now() + kDeadline;
+         std::chrono::steady_clock::now() < until;) {
+      {
+        std::lock_guard lock(mu);
+        if (!inboxes.empty()) return {inboxes[0].get(), accepted_links[0]};
+      }
+      std::this_thread::yield();
+    }
+    throw std::runtime_error("nothing accepted");
+  }
+};
+
+void expect_in_order(Inbox& in, std::uint64_t n) {
+  ASSERT_TRUE(in.wait_envelopes(n)) << "only " << in.envelopes.size() << " of " << n;
+  std::lock_guard lock(in.mu);
+  ASSERT_EQ(in.envelopes.size(), n) << "a frame arrived twice";
+  for (std::uint64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(in.envelopes[i].seq, i);
+    using Args = std::tuple<int, Bytes>;
+    ASSERT_EQ(decode<Args>(in.envelopes[i].body), decode<Args>(make(i, 100).body)) << i;
+  }
+}
+
+TEST_F(RepairFixture, EveryFrameArrivesOnceInOrderAcrossResetConnections) {
+  start();
+  auto client = Link::connect(io, proxy->address(), client_in.handler(), options);
+  auto [server_in, server] = first_accepted();
+  constexpr std::uint64_t kCount = 4000;
+  // Both directions at once, while the proxy cuts the connection every 500 frames received.
+  std::thread server_sender([&, srv = server] {
+    for (std::uint64_t i = 0; i < kCount; ++i) ASSERT_TRUE(srv->send(make(i, 100)));
+  });
+  for (std::uint64_t i = 0; i < kCount; ++i) {
+    ASSERT_TRUE(client->send(make(i, 100)));
+    if (i % 500 == 250) {
+      ASSERT_TRUE(server_in->wait_envelopes(i / 2));
+      proxy->reset();
+    }
+  }
+  server_sender.join();
+  expect_in_order(*server_in, kCount);
+  expect_in_order(client_in, kCount);
+  EXPECT_GE(client->connections(), 5u);
+  EXPECT_GE(proxy->connections(), 5);
+  std::lock_guard lock(server_in->mu);
+  EXPECT_TRUE(server_in->closed.empty()) << server_in->closed.front();
+  EXPECT_TRUE(client_in.closed.empty());
+}
+
+TEST_F(RepairFixture, HeartbeatsNoticeASilentPathAndTheLinkIsRepaired) {
+  start();
+  auto client = Link::connect(io, proxy->address(), client_in.handler(), options);
+  auto [server_in, server] = first_accepted();
+  ASSERT_TRUE(client->send(make(0, 100)));
+  ASSERT_TRUE(server_in->wait_envelopes(1));
+  proxy->blackhole();  // the connection stays open but nothing gets through
+  ASSERT_TRUE(client->send(make(1, 100)));
+  ASSERT_TRUE(server->send(make(0, 100)));
+  expect_in_order(*server_in, 2);
+  expect_in_order(client_in, 1);
+  EXPECT_EQ(client->connections(), 2u);
+}
+
+TEST_F(RepairFixture, APeerThatStaysAwayClosesTheLinkWithAReason) {
+  options.reconnect_for = 300ms;
+  start();
+  auto client = Link::connect(io, proxy->address(), client_in.handler(), options);
+  auto [server_in, server] = first_accepted();
+  ASSERT_TRUE(client->send(make(0, 100)));
+  ASSERT_TRUE(server_in->wait_envelopes(1));
+  proxy->stop_accepting();
+  proxy->reset();
+  // The path is gone and nothing listens there any more: the dialler gives up at once.
+  EXPECT_THAT(client_in.wait_closed(), HasSubstr("the peer refuses new ones"));
+  EXPECT_THAT(server_in->wait_closed(), HasSubstr("did not come back within 300 ms"));
+  EXPECT_FALSE(client->send(make(1, 100)));
 }
 
 TEST(Link, ConnectingToNothingSaysWhere) {

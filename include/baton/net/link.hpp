@@ -9,9 +9,17 @@
 // numbers its frames; a duplicate is dropped, a gap or malformed bytes close the link with a
 // reason, and the process and its other links carry on.
 //
-// Not yet here (see the open issue): reconnect with resend of unacknowledged frames, and
-// heartbeats.
+// A link outlives its connection. The dialling side opens each connection with a hello naming
+// the link's session; the receiver acknowledges frames (every LinkOptions::ack_every frames and
+// with every heartbeat), and the sender keeps each frame until it is acknowledged. When a
+// connection breaks (a reset, a failed write, or no frame for LinkOptions::dead_after), the
+// dialler reconnects with backoff and both sides resend what was not acknowledged; the
+// receiver drops the duplicates, so every frame arrives once and in order. A peer that closes
+// its end (or whose process dies) closes the link at once; one that stays away longer than
+// LinkOptions::reconnect_for closes it with the reason.
 
+#include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -30,6 +38,20 @@ struct LinkHandler {
   std::function<void(Envelope)> on_envelope;
   /// Called once, with the reason, when the link closes for any cause.
   std::function<void(const std::string& reason)> on_closed;
+};
+
+/// How a link watches and repairs its connection; every field has a working default.
+struct LinkOptions {
+  DecodeLimits limits;
+  /// How often each side sends a heartbeat (which also acknowledges what arrived).
+  std::chrono::milliseconds heartbeat{1000};
+  /// No frame at all for this long: the connection is taken as broken and repaired.
+  std::chrono::milliseconds dead_after{10000};
+  /// How long a broken link tries to reconnect (dialler) or waits for the peer to come back
+  /// (listener) before it closes for good.
+  std::chrono::milliseconds reconnect_for{10000};
+  /// Frames received between two acknowledgements, at most.
+  std::size_t ack_every = 64;
 };
 
 /// An event loop on a thread of its own; links and listeners run on it.
@@ -51,7 +73,7 @@ class Link : public std::enable_shared_from_this<Link> {
  public:
   /// Connects to a unix or tcp address; throws std::runtime_error naming the address and why.
   static std::shared_ptr<Link> connect(IoThread& io, const Address& to, LinkHandler handler,
-                                       const DecodeLimits& limits = {});
+                                       const LinkOptions& options = {});
   virtual ~Link() = default;
 
   /// Queues an envelope (its seq is assigned here); thread-safe. Throws std::length_error if
@@ -65,6 +87,8 @@ class Link : public std::enable_shared_from_this<Link> {
   virtual bool closed() const = 0;
   /// "unix:///path <- peer" or "tcp://1.2.3.4:5 -> 6.7.8.9:10", for logs.
   virtual std::string describe() const = 0;
+  /// Connections this link has had (1 until a broken one was repaired).
+  virtual std::uint64_t connections() const = 0;
 };
 
 /// Accepts links on an address; tcp port 0 picks a free port (see address()).
@@ -73,7 +97,7 @@ class Listener {
   static std::unique_ptr<Listener> listen(
       IoThread& io, const Address& at,
       std::function<LinkHandler(const std::shared_ptr<Link>&)> on_accept,
-      const DecodeLimits& limits = {});
+      const LinkOptions& options = {});
   virtual ~Listener() = default;
   /// The bound address (with the real port for tcp://host:0).
   virtual Address address() const = 0;
