@@ -1,11 +1,13 @@
 #include "baton/host/runtime.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -49,6 +51,8 @@ Runtime* g_runtime = nullptr;
     std::_Exit(2);
   }
   const char* dir = std::getenv(kDirVar);
+  // Output goes to the controller over a pipe: lines, not blocks, so they come back promptly.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   {
     detail::install_cast();
     Proc proc(ProcOptions{.name = name});
@@ -125,6 +129,7 @@ class LocalProcGroup final : public detail::ProcGroup {
 
 struct Runtime::State {
   std::vector<std::string> argv;
+  std::unique_ptr<OutputForwarder> output;
   std::filesystem::path dir;
   std::unique_ptr<Proc> proc;
   Address address;
@@ -133,9 +138,14 @@ struct Runtime::State {
   std::vector<std::weak_ptr<LocalProcGroup>> groups;
 };
 
-Runtime::Runtime(int argc, char** argv) : state_(std::make_unique<State>()) {
+Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
+    : state_(std::make_unique<State>()) {
   if (std::getenv(kProcVar) != nullptr) run_worker();
   if (g_runtime != nullptr) throw UsageError("only one baton::Runtime may exist in a process");
+  if (const char* w = std::getenv("BATON_LOG_WINDOW_MS")) {
+    options.output.window = std::chrono::milliseconds(std::strtoul(w, nullptr, 10));
+  }
+  state_->output = std::make_unique<OutputForwarder>(std::move(options.output));
   for (int i = 0; i < argc; ++i) state_->argv.emplace_back(argv[i]);
   std::string tmpl = (std::filesystem::temp_directory_path() / "baton-XXXXXX").string();
   if (::mkdtemp(tmpl.data()) == nullptr) {
@@ -155,6 +165,7 @@ Runtime::~Runtime() {
     if (auto g = w.lock()) g->stop();
   }
   state_->proc.reset();
+  state_->output.reset();  // the workers are gone: print what they left in the pipes
   std::error_code ignored;
   std::filesystem::remove_all(state_->dir, ignored);
   g_runtime = nullptr;
@@ -170,6 +181,14 @@ Runtime& Runtime::get() {
         "no baton::Runtime: create `baton::Runtime rt(argc, argv);` at the top of main");
   }
   return *g_runtime;
+}
+
+void Runtime::flush_output() {
+  state_->output->flush();
+}
+
+void Runtime::set_output_window(std::chrono::milliseconds window) {
+  state_->output->set_window(window);
 }
 
 HostMesh this_host() {
@@ -216,9 +235,25 @@ ProcMesh HostMesh::spawn_procs(const std::vector<std::pair<std::string, std::siz
     envp.reserve(env.size() + 1);
     for (auto& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
+    // The worker's stdout and stderr come back over pipes, to be printed with its rank.
+    int out[2];
+    int err[2];
+    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
+      throw std::runtime_error(std::string("cannot create pipes for a worker: ") +
+                               std::strerror(errno));
+    }
+    posix_spawn_file_actions_t actions;
+    ::posix_spawn_file_actions_init(&actions);
+    ::posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+    ::posix_spawn_file_actions_adddup2(&actions, err[1], STDERR_FILENO);
     pid_t pid = -1;
     const int rc =
-        ::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), envp.data());
+        ::posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, argv.data(), envp.data());
+    ::posix_spawn_file_actions_destroy(&actions);
+    ::close(out[1]);
+    ::close(err[1]);
+    st.output->add(out[0], 1, "procs" + std::to_string(mesh_index), r);
+    st.output->add(err[0], 2, "procs" + std::to_string(mesh_index), r);
     if (rc != 0) {
       throw std::runtime_error("cannot start worker process " + name.name + ": " +
                                std::strerror(rc));

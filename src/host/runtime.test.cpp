@@ -27,11 +27,16 @@ class Counter : public Actor {
     if (this->rank() == rank) throw std::runtime_error("rank " + std::to_string(rank) + " refuses");
     return 0;
   }
+  void say(const std::string& text, int stream) {
+    FILE* f = stream == 2 ? stderr : stdout;
+    std::fprintf(f, "%s\n", text.c_str());
+    std::fflush(f);
+  }
   // An actor in a worker calling back an actor of the controller.
   Task<int> ask(ActorRef<Counter> other) { co_return co_await other.call(&Counter::value) + 1; }
   static constexpr auto endpoints =
       baton::endpoints<&Counter::incr, &Counter::value, &Counter::device, &Counter::rank,
-                       &Counter::fail_on, &Counter::ask>();
+                       &Counter::fail_on, &Counter::ask, &Counter::say>();
 
  private:
   int value_;
@@ -89,11 +94,76 @@ TEST(Mesh, SpawnCallSliceAndStopAcrossWorkerProcesses) {
   EXPECT_THROW((void)counters.call(&Counter::value), UsageError);
 }
 
+/// Worker lines as the controller printed them (the runtime's output sink in this binary).
+struct Printed {
+  std::mutex mu;
+  std::vector<OutputLine> lines;
+  std::vector<OutputLine> take() {
+    std::lock_guard lock(mu);
+    return std::exchange(lines, {});
+  }
+};
+Printed& printed() {
+  static Printed p;
+  return p;
+}
+
+std::vector<OutputLine> with_text(const std::vector<OutputLine>& lines, const std::string& text) {
+  std::vector<OutputLine> out;
+  for (const auto& l : lines) {
+    if (l.text.find(text) != std::string::npos) out.push_back(l);
+  }
+  return out;
+}
+
+TEST(Output, WorkerLinesArriveWithTheirRankAndIdenticalOnesOnce) {
+  auto procs = this_host().spawn_procs({{"gpus", 4}});
+  auto counters = procs.spawn<Counter>("talkers", 0);
+  Runtime& rt = Runtime::get();
+  rt.set_output_window(std::chrono::seconds(30));  // long enough that flush() decides
+  (void)printed().take();
+
+  counters.call(&Counter::say, std::string("checkpoint loaded"), 1).get();
+  for (std::size_t r = 0; r < 4; ++r) {
+    counters.slice("gpus", r).call_one(&Counter::say, "step done on " + std::to_string(r), 2).get();
+  }
+  rt.flush_output();
+  auto lines = printed().take();
+  auto same = with_text(lines, "checkpoint loaded");
+  ASSERT_EQ(same.size(), 1u);
+  EXPECT_EQ(same[0].ranks, (std::vector<std::size_t>{0, 1, 2, 3}));
+  EXPECT_EQ(same[0].stream, 1);
+  EXPECT_THAT(same[0].to_string(),
+              ::testing::MatchesRegex("\\[procs[0-9]+ 0-3\\] checkpoint loaded \\(x4\\)"));
+  auto own = with_text(lines, "step done on");
+  ASSERT_EQ(own.size(), 4u);
+  for (const auto& l : own) {
+    ASSERT_EQ(l.ranks.size(), 1u);
+    EXPECT_EQ(l.text, "step done on " + std::to_string(l.ranks[0]));
+    EXPECT_EQ(l.stream, 2);
+    EXPECT_EQ(l.mesh, same[0].mesh);
+  }
+
+  // Aggregation off: every copy is its own line.
+  rt.set_output_window(std::chrono::milliseconds(0));
+  counters.call(&Counter::say, std::string("unaggregated"), 1).get();
+  rt.flush_output();
+  EXPECT_EQ(with_text(printed().take(), "unaggregated").size(), 4u);
+  rt.set_output_window(std::chrono::milliseconds(100));
+  procs.stop().get();
+}
+
 }  // namespace
 }  // namespace baton
 
 int main(int argc, char** argv) {
-  baton::Runtime rt(argc, argv);  // a worker serves here and never returns
+  baton::RuntimeOptions options;
+  options.output.sink = [](const baton::OutputLine& l) {
+    auto& p = baton::printed();
+    std::lock_guard lock(p.mu);
+    p.lines.push_back(l);
+  };
+  baton::Runtime rt(argc, argv, options);  // a worker serves here and never returns
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

@@ -16,13 +16,21 @@
 #include <utility>
 #include <vector>
 
+#include "baton/host/output.hpp"
 #include "baton/mesh/mesh.hpp"
 
 namespace baton {
 
+/// How the controller runs; every field has a working default.
+struct RuntimeOptions {
+  /// Workers' stdout/stderr: aggregation window and where lines go (see OutputOptions). The
+  /// environment variable BATON_LOG_WINDOW_MS, if set, overrides the window (0: off).
+  OutputOptions output;
+};
+
 class Runtime {
  public:
-  Runtime(int argc, char** argv);
+  Runtime(int argc, char** argv, RuntimeOptions options = {});
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -31,6 +39,11 @@ class Runtime {
   Proc& proc();
   /// The runtime of this process; throws UsageError if none was created.
   static Runtime& get();
+
+  /// Returns once every line the workers have written so far is printed.
+  void flush_output();
+  /// Changes how long identical worker lines wait for each other (zero: no aggregation).
+  void set_output_window(std::chrono::milliseconds window);
 
   struct State;
 
