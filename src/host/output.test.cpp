@@ -106,7 +106,7 @@ TEST(Output, PartialAndHugeLinesArriveWhole) {
   {
     OutputForwarder f(c.options(0ms));
     const int w = add_pipe(f, 1, "m", 7);
-    const std::string huge(200 * 1024, 'h');
+    const std::string huge(std::size_t{200} * 1024, 'h');
     std::thread writer([&] {
       put(w, huge + "\n");
       put(w, "no newline at the end");

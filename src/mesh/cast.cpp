@@ -296,7 +296,7 @@ void on_cast(const std::shared_ptr<ProcState>& local, const std::shared_ptr<net:
   }
   Done done;
   if (hop.mode != CastMode::none && hop.reply_to) {
-    done = [to = *hop.reply_to, from = local->client](std::vector<CastItem> items) {
+    done = [to = *hop.reply_to, from = local->client](const std::vector<CastItem>& items) {
       route_remote_port_or_local(to, encode(items), from);
     };
   }

@@ -34,7 +34,7 @@ class Counter : public Actor {
     return my_rank();
   }
   /// Sends this member's rank to a port that another process opened.
-  void report(Port<int> to) { to.send(my_rank() * 10 + value_); }
+  void report(const Port<int>& to) { to.send(my_rank() * 10 + value_); }
   static constexpr auto endpoints =
       baton::endpoints<&Counter::incr, &Counter::value, &Counter::rank, &Counter::name,
                        &Counter::fail_on, &Counter::report>();
@@ -51,7 +51,7 @@ class Relay : public Actor {
     co_return std::accumulate(v.values().begin(), v.values().end(), 0);
   }
   Task<int> total(ActorMesh<Counter> mesh) { co_return co_await mesh.reduce(sum, &Counter::rank); }
-  void bump(ActorMesh<Counter> mesh, int by) { mesh.broadcast(&Counter::incr, by); }
+  void bump(const ActorMesh<Counter>& mesh, int by) { mesh.broadcast(&Counter::incr, by); }
   Task<int> ask(ActorRef<Counter> other) { co_return co_await other.call(&Counter::value) + 1; }
   static constexpr auto endpoints =
       baton::endpoints<&Relay::sum_values, &Relay::total, &Relay::bump, &Relay::ask>();

@@ -55,7 +55,7 @@ class OutputForwarder {
   void set_window(std::chrono::milliseconds window);
 
   /// Lines longer than this are printed in pieces of this size.
-  static constexpr std::size_t kMaxLine = 64 * 1024;
+  static constexpr std::size_t kMaxLine = std::size_t{64} * 1024;
 
  private:
   struct State;

@@ -238,10 +238,10 @@ class ActorMesh {
  public:
   ActorMesh() = default;
   ActorMesh(Shape shape, std::vector<ActorRef<A>> by_location, std::string name = "mesh",
-            std::shared_ptr<const std::atomic<bool>> procs_stopped = nullptr)
+            const std::shared_ptr<const std::atomic<bool>>& procs_stopped = nullptr)
       : shape_(std::move(shape)), base_(std::make_shared<Base>()) {
     base_->life = std::make_shared<detail::MeshLife>(std::move(name), by_location.size());
-    base_->procs_stopped = std::move(procs_stopped);
+    base_->procs_stopped = procs_stopped;
     auto members = std::make_shared<std::vector<detail::CastMember>>();
     for (const auto& ref : by_location) {
       members->push_back({ref.id(), detail::address_text(ref.id().proc)});
@@ -328,7 +328,7 @@ class ActorMesh {
                        detail::CastMode::stream, rank_of());
     req.stream_to = port;
     // The tree reports members it could not reach; put them in the stream as failures.
-    req.done = [q](std::vector<detail::CastItem> failed) {
+    req.done = [q](const std::vector<detail::CastItem>& failed) {
       for (auto& item : failed) q->deliver(encode(item));
     };
     detail::cast(std::move(req));
@@ -393,7 +393,7 @@ class ActorMesh {
     if (parts.empty()) return make_ready_future();
     const Shape shape = Shape::of({{"n", parts.size()}});
     auto all = detail::gather<int>(shape, std::move(parts));
-    return std::move(all).then([](ValueMesh<int>) {});
+    return std::move(all).then([](const ValueMesh<int>&) {});
   }
 
   template <class R>
