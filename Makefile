@@ -39,7 +39,7 @@ test-asan:
 test-tsan:
 	cmake -S . -B build-tsan -G Ninja -DBATON_SANITIZE=thread -DBATON_BENCH=OFF $(CMAKE_ARGS)
 	cmake --build build-tsan -j $(JOBS)
-	cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j $(JOBS)
+	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:suppressions=$(CURDIR)/tsan.supp ctest --output-on-failure -j $(JOBS)
 
 demo: deps build
 	./$(BUILD)/bin/quickstart
