@@ -148,6 +148,7 @@ class StreamLink final : public Link {
       const std::size_t n = write_now(out_.back());
       if (n == out_.back().size()) {
         ++written_;
+        drop_written_locked();
         return true;
       }
       front_sent_ = n;
@@ -287,7 +288,7 @@ class StreamLink final : public Link {
                       std::to_string(seq));
     }
     ++next_recv_seq_;
-    if (++unacked_in_ >= options_.ack_every) send_ack();
+    if (!unix_ && ++unacked_in_ >= options_.ack_every) send_ack();
     if (handler_.on_envelope) {
       try {
         handler_.on_envelope(std::move(incoming_));
@@ -372,6 +373,16 @@ class StreamLink final : public Link {
   void trim(std::uint64_t next) {
     std::lock_guard lock(mu_);
     while (!out_.empty() && written_ > 0 && out_base_seq_ < next) {
+      out_.pop_front();
+      ++out_base_seq_;
+      --written_;
+    }
+  }
+
+  /// A unix socket is never repaired (see broken()), so what is written needs no keeping.
+  void drop_written_locked() {
+    if (!unix_) return;
+    while (written_ > 0) {
       out_.pop_front();
       ++out_base_seq_;
       --written_;
@@ -546,6 +557,7 @@ class StreamLink final : public Link {
                           } else {
                             ++self->written_;
                             self->front_sent_ = 0;
+                            self->drop_written_locked();
                           }
                         }
                         self->write_next(epoch);
