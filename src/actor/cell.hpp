@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -231,6 +232,12 @@ void route_remote_port_or_local(const PortId& port, const Body& body, const Acto
 std::shared_ptr<ProcState> home_proc();
 /// The sender of a message sent now: the running actor, else `fallback`'s client.
 const ActorId& current_sender(const ProcState* fallback);
+/// Lets the host layer say, when the link to a peer closes, whether the peer was a child process
+/// that exited (waiting a little for it), and how: calls waiting on it then fail with a
+/// SupervisionError carrying that report, and later calls to it fail at once.
+void set_exit_probe(std::function<std::optional<std::string>(const std::string& peer)> probe);
+/// The report of a proc known to have died, if it did.
+std::optional<std::string> proc_failure(const ProcId& id);
 /// A failure as a status-tagged body.
 Body failure_reply(std::exception_ptr e);
 /// Completes `state` from a status-tagged body: the value, or the remote failure.

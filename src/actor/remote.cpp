@@ -61,6 +61,18 @@ Addresses& addresses() {
   return *a;
 }
 
+// Procs of this process's children that died, with what happened; and the probe that asks the
+// host layer whether a peer whose link closed was a child that exited.
+struct Failures {
+  std::mutex mu;
+  std::unordered_map<std::string, std::string> by_proc;
+  std::function<std::optional<std::string>(const std::string&)> probe;
+};
+Failures& failures() {
+  static auto* f = new Failures;  // never destroyed, like the routes
+  return *f;
+}
+
 std::atomic<CastHandler>& cast_handler() {
   static std::atomic<CastHandler> h{nullptr};
   return h;
@@ -98,6 +110,7 @@ class RemoteReplyPort final : public ReplySinkBase {
     state_->set_exception(
         std::make_exception_ptr(UndeliverableError(UndeliverableError::Reason::link_lost, why)));
   }
+  void peer_failed(const std::exception_ptr& error) override { state_->set_exception(error); }
 
  private:
   std::shared_ptr<StateBase> state_;
@@ -152,6 +165,22 @@ void on_link_closed(const std::string& peer, const std::shared_ptr<net::Link>& l
     r.by_peer.erase(it);
   }
   if (!local) return;
+  // A child process that died is a supervision failure, with its report, not a lost link.
+  std::optional<std::string> died;
+  {
+    std::function<std::optional<std::string>(const std::string&)> probe;
+    {
+      auto& f = failures();
+      std::lock_guard lock(f.mu);
+      probe = f.probe;
+    }
+    if (probe) died = probe(peer);
+    if (died) {
+      auto& f = failures();
+      std::lock_guard lock(f.mu);
+      f.by_proc.try_emplace(peer, *died);
+    }
+  }
   for (std::uint64_t port : pending) {
     PortSinkPtr sink;
     {
@@ -161,7 +190,11 @@ void on_link_closed(const std::string& peer, const std::shared_ptr<net::Link>& l
       sink = it->second;
       local->ports.erase(it);
     }
-    sink->link_lost("link to proc " + peer + " lost (" + reason + ") before the reply came");
+    if (died) {
+      sink->peer_failed(std::make_exception_ptr(SupervisionError(*died)));
+    } else {
+      sink->link_lost("link to proc " + peer + " lost (" + reason + ") before the reply came");
+    }
   }
 }
 
@@ -335,6 +368,20 @@ std::shared_ptr<ProcState> home_proc() {
   return a.home.lock();
 }
 
+void set_exit_probe(std::function<std::optional<std::string>(const std::string&)> probe) {
+  auto& f = failures();
+  std::lock_guard lock(f.mu);
+  f.probe = std::move(probe);
+}
+
+std::optional<std::string> proc_failure(const ProcId& id) {
+  auto& f = failures();
+  std::lock_guard lock(f.mu);
+  auto it = f.by_proc.find(id.name);
+  if (it == f.by_proc.end()) return std::nullopt;
+  return it->second;
+}
+
 void set_cast_handler(CastHandler handler) {
   cast_handler().store(handler, std::memory_order_release);
 }
@@ -438,6 +485,17 @@ PortId open_reply_port(ProcState& local, const ProcId& peer, PortSinkPtr sink) {
 
 bool route_remote_call(const ActorId& target, const EndpointInfo& endpoint, Body& args,
                        std::shared_ptr<StateBase>& reply, const ActorId& sender) {
+  if (auto died = proc_failure(target.proc)) {
+    // Calls touching a failed proc fail at once, with what happened to it.
+    const std::string why = target.to_string() + " (" + std::string(endpoint.name) + "): " + *died;
+    if (reply) {
+      reply->set_exception(std::make_exception_ptr(SupervisionError(why)));
+    } else {
+      std::fprintf(stderr, "baton: message from %s dropped: %s\n", sender.to_string().c_str(),
+                   why.c_str());
+    }
+    return true;
+  }
   auto [link, local] = route_to(target.proc);
   if (!link || !local) return false;
   std::optional<PortId> reply_to;

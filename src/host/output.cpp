@@ -50,6 +50,7 @@ struct OutputForwarder::State {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<Pipe> added;  // handed over to the reader thread on its next turn
+  std::map<std::pair<std::string, std::size_t>, std::deque<std::string>> recent;  // stderr
   std::uint64_t flush_asked = 0;
   std::uint64_t flush_done = 0;
   bool stopping = false;
@@ -75,6 +76,12 @@ struct OutputForwarder::State {
   }
 
   void on_line(const Pipe& p, std::string text) {
+    if (p.stream == 2) {
+      std::lock_guard lock(mu);
+      auto& r = recent[{p.mesh, p.rank}];
+      r.push_back(text.substr(0, 512));
+      if (r.size() > kRecentLines) r.pop_front();
+    }
     const auto w = window();
     if (w.count() == 0) {
       emit(OutputLine{p.stream, p.mesh, {p.rank}, std::move(text)});
@@ -229,6 +236,14 @@ void OutputForwarder::flush() {
   const std::uint64_t ticket = ++state_->flush_asked;
   state_->poke();
   state_->cv.wait(lock, [&] { return state_->flush_done >= ticket; });
+}
+
+std::vector<std::string> OutputForwarder::recent_stderr(const std::string& mesh,
+                                                        std::size_t rank) const {
+  std::lock_guard lock(state_->mu);
+  auto it = state_->recent.find({mesh, rank});
+  if (it == state_->recent.end()) return {};
+  return {it->second.begin(), it->second.end()};
 }
 
 void OutputForwarder::set_window(std::chrono::milliseconds window) {

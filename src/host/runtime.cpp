@@ -1,9 +1,13 @@
 #include "baton/host/runtime.hpp"
 
+#include "actor/cell.hpp"
+
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,7 +18,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <thread>
+#include <unordered_map>
 
 extern char** environ;
 
@@ -81,6 +87,9 @@ class LocalProcGroup final : public detail::ProcGroup {
  public:
   ~LocalProcGroup() override { stop(); }
 
+  /// Set before the group's processes are signalled, so their exits read as stops.
+  std::shared_ptr<std::atomic<bool>> stopping = std::make_shared<std::atomic<bool>>(false);
+
   void add(pid_t pid, std::string name) {
     std::lock_guard lock(mu_);
     children_.push_back({pid, std::move(name)});
@@ -96,6 +105,7 @@ class LocalProcGroup final : public detail::ProcGroup {
   }
 
   void stop() override {
+    stopping->store(true);
     std::lock_guard lock(mu_);
     for (auto& c : children_) {
       if (c.pid > 0) ::kill(c.pid, SIGTERM);
@@ -125,9 +135,22 @@ class LocalProcGroup final : public detail::ProcGroup {
   std::vector<Child> children_;
 };
 
+// How long the controller waits, after a worker's link closes, for its process to be seen
+// exiting before it calls the loss a lost link instead.
+constexpr auto kExitWait = 2s;
+
 }  // namespace
 
 struct Runtime::State {
+  struct Child {
+    pid_t pid;
+    std::string mesh;
+    std::size_t rank;
+    std::shared_ptr<std::atomic<bool>> stopping;  // its group is being stopped on purpose
+  };
+
+  std::mutex children_mu;
+  std::unordered_map<std::string, Child> children;  // by proc name
   std::vector<std::string> argv;
   std::unique_ptr<OutputForwarder> output;
   std::filesystem::path dir;
@@ -157,10 +180,59 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
   state_->proc = std::make_unique<Proc>(ProcOptions{.name = "ctl"});
   state_->address =
       state_->proc->serve(Address::parse("unix://" + (state_->dir / "ctl.sock").string()));
+  detail::set_exit_probe([this](const std::string& peer) { return exit_report(peer); });
   g_runtime = this;
 }
 
+namespace {
+
+/// "exited with status 3" or "was killed by signal SIGKILL (Killed)", once `pid` has exited
+/// (waiting up to kExitWait); nothing if it is still running. The child is not reaped here.
+std::optional<std::string> exit_of(pid_t pid) {
+  const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (fd >= 0) {
+    pollfd p{fd, POLLIN, 0};
+    ::poll(&p, 1, static_cast<int>(std::chrono::milliseconds(kExitWait).count()));
+    ::close(fd);
+  }
+  siginfo_t info{};
+  if (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0) {
+    return "exited";  // already reaped
+  }
+  if (info.si_pid == 0) return std::nullopt;  // still running
+  if (info.si_code == CLD_EXITED) return "exited with status " + std::to_string(info.si_status);
+  const char* abbrev = ::sigabbrev_np(info.si_status);
+  return std::string("was killed by signal ") + (abbrev != nullptr ? "SIG" : "") +
+         (abbrev != nullptr ? abbrev : std::to_string(info.si_status)) + " (" +
+         ::strsignal(info.si_status) + ")";
+}
+
+}  // namespace
+
+std::optional<std::string> Runtime::exit_report(const std::string& proc_name) {
+  State::Child c;
+  {
+    std::lock_guard lock(state_->children_mu);
+    auto it = state_->children.find(proc_name);
+    if (it == state_->children.end()) return std::nullopt;
+    c = it->second;
+  }
+  if (c.stopping->load()) return std::nullopt;
+  auto what = exit_of(c.pid);
+  if (!what || c.stopping->load()) return std::nullopt;
+  std::string report = "proc " + proc_name + " (rank " + std::to_string(c.rank) + " of " + c.mesh +
+                       ", pid " + std::to_string(c.pid) + ") " + *what;
+  state_->output->flush();  // its last words are in the pipe
+  const auto last = state_->output->recent_stderr(c.mesh, c.rank);
+  if (!last.empty()) {
+    report += "; its last stderr lines:";
+    for (const auto& l : last) report += "\n  " + l;
+  }
+  return report;
+}
+
 Runtime::~Runtime() {
+  detail::set_exit_probe(nullptr);
   for (auto& w : state_->groups) {
     if (auto g = w.lock()) g->stop();
   }
@@ -259,6 +331,11 @@ ProcMesh HostMesh::spawn_procs(const std::vector<std::pair<std::string, std::siz
                                std::strerror(rc));
     }
     group->add(pid, name.name);
+    {
+      std::lock_guard lock(st.children_mu);
+      st.children[name.name] =
+          Runtime::State::Child{pid, "procs" + std::to_string(mesh_index), r, group->stopping};
+    }
     names.push_back(std::move(name));
     pids.push_back(pid);
   }

@@ -4,6 +4,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 
 #include "baton/baton.hpp"
@@ -27,6 +32,15 @@ class Counter : public Actor {
     if (this->rank() == rank) throw std::runtime_error("rank " + std::to_string(rank) + " refuses");
     return 0;
   }
+  int pid() { return static_cast<int>(::getpid()); }
+  int hang() {
+    for (;;) ::pause();  // until the test kills this process
+  }
+  int die(int code) {
+    std::fprintf(stderr, "dying with %d\n", code);
+    std::fflush(stderr);
+    std::_Exit(code);
+  }
   void say(const std::string& text, int stream) {
     FILE* f = stream == 2 ? stderr : stdout;
     std::fprintf(f, "%s\n", text.c_str());
@@ -36,7 +50,8 @@ class Counter : public Actor {
   Task<int> ask(ActorRef<Counter> other) { co_return co_await other.call(&Counter::value) + 1; }
   static constexpr auto endpoints =
       baton::endpoints<&Counter::incr, &Counter::value, &Counter::device, &Counter::rank,
-                       &Counter::fail_on, &Counter::ask, &Counter::say>();
+                       &Counter::fail_on, &Counter::ask, &Counter::say, &Counter::pid,
+                       &Counter::hang, &Counter::die>();
 
  private:
   int value_;
@@ -92,6 +107,44 @@ TEST(Mesh, SpawnCallSliceAndStopAcrossWorkerProcesses) {
 
   procs.stop().get();
   EXPECT_THROW((void)counters.call(&Counter::value), UsageError);
+}
+
+TEST(Failure, ADeadWorkerFailsItsCallsWithAReportAndTheRestKeepsWorking) {
+  auto procs = this_host().spawn_procs({{"gpus", 4}});
+  auto counters = procs.spawn<Counter>("mortals", 5);
+
+  // A worker that exits: the call in flight fails with what happened and its last words.
+  try {
+    counters.slice("gpus", 1).call_one(&Counter::die, 3).get();
+    FAIL() << "expected SupervisionError";
+  } catch (const SupervisionError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("exited with status 3"));
+    EXPECT_THAT(e.what(), HasSubstr("dying with 3"));
+    EXPECT_THAT(e.what(), HasSubstr("rank 1"));
+  }
+  // Later calls touching it fail at once, by any adverb; slices without it keep working.
+  EXPECT_THROW(counters.slice("gpus", 1).call_one(&Counter::value).get(), SupervisionError);
+  EXPECT_THROW(counters.call(&Counter::value).get(), SupervisionError);
+  EXPECT_EQ(counters.slice("gpus", 2, 4).call(&Counter::value).get().values(),
+            (std::vector<int>{5, 5}));
+
+  // A worker killed with SIGKILL while a call waits on it.
+  const int pid = counters.slice("gpus", 3).call_one(&Counter::pid).get();
+  auto pending = counters.slice("gpus", 3).call_one(&Counter::hang);
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  try {
+    pending.get();
+    FAIL() << "expected SupervisionError";
+  } catch (const SupervisionError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("was killed by signal SIGKILL"));
+  }
+  std::printf(
+      "kill to failed future: %.1f ms\n",
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  EXPECT_EQ(counters.slice("gpus", 0).call_one(&Counter::value).get(), 5);
+  EXPECT_EQ(counters.slice("gpus", 2).call_one(&Counter::value).get(), 5);
+  procs.stop().get();
 }
 
 /// Worker lines as the controller printed them (the runtime's output sink in this binary).

@@ -60,8 +60,29 @@ Body undeliverable_reply(const std::string& why) {
       std::make_exception_ptr(UndeliverableError(UndeliverableError::Reason::link_lost, why)));
 }
 
-/// Every addressed member of `members` as a failure.
+/// The members of a chunk whose head's proc died: the head failed with its report, and the
+/// members behind it were lost with it.
+std::vector<CastItem> head_died(const std::vector<HopMember>& members, const std::string& report) {
+  std::vector<CastItem> out;
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    const auto& m = members[i];
+    if (m.rank < 0) continue;
+    out.push_back({static_cast<std::uint32_t>(m.rank),
+                   i == 0 ? failure_reply(std::make_exception_ptr(SupervisionError(report)))
+                          : undeliverable_reply("cast to " + m.member.actor.to_string() +
+                                                " lost with its forwarder: " + report)});
+  }
+  return out;
+}
+
+/// Every addressed member of `members` as lost: the head's proc died (see head_died) or could
+/// not be reached.
 std::vector<CastItem> failures(const std::vector<HopMember>& members, const std::string& why) {
+  if (!members.empty()) {
+    if (auto died = proc_failure(members.front().member.actor.proc)) {
+      return head_died(members, *died);
+    }
+  }
   std::vector<CastItem> out;
   for (const auto& m : members) {
     if (m.rank >= 0) {
@@ -159,6 +180,15 @@ class ChildResult final : public ReplySinkBase {
     return true;
   }
   void link_lost(const std::string& why) override { finish(failures(members_, why)); }
+  void peer_failed(const std::exception_ptr& error) override {
+    std::string report = "its proc failed";
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      report = e.what();
+    }
+    finish(head_died(members_, report));
+  }
 
  private:
   void finish(std::vector<CastItem> items) {
@@ -193,6 +223,10 @@ void send_chunk(const std::shared_ptr<ProcState>& local, const ActorId& sender, 
   }
   if (!local) {
     if (gather) gather->add(failures(chunk, "no proc in this process can link to " + head.name));
+    return;
+  }
+  if (proc_failure(head)) {
+    if (gather) gather->add(failures(chunk, "its proc failed"));
     return;
   }
   remember_address(head, chunk.front().member.address);

@@ -28,6 +28,8 @@ class PortSink {
   virtual bool deliver(const Body& body) = 0;
   /// The link a value was expected over closed first (only for ports opened for a peer).
   virtual void link_lost(const std::string& why) { (void)why; }
+  /// The peer's process failed first; `error` says how (a SupervisionError).
+  virtual void peer_failed(const std::exception_ptr& error) { (void)error; }
 };
 using PortSinkPtr = std::shared_ptr<PortSink>;
 

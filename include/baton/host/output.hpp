@@ -53,6 +53,11 @@ class OutputForwarder {
   void flush();
   /// Changes the aggregation window (zero turns aggregation off).
   void set_window(std::chrono::milliseconds window);
+  /// The last few stderr lines of one rank (read so far; flush() first to have them all).
+  std::vector<std::string> recent_stderr(const std::string& mesh, std::size_t rank) const;
+
+  /// Stderr lines kept per rank for failure reports.
+  static constexpr std::size_t kRecentLines = 5;
 
   /// Lines longer than this are printed in pieces of this size.
   static constexpr std::size_t kMaxLine = std::size_t{64} * 1024;

@@ -12,6 +12,7 @@
 // environment (never on the command line); it serves its proc, and exits when the controller
 // stops it or goes away.
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,6 +49,8 @@ class Runtime {
   struct State;
 
  private:
+  /// What became of a worker whose link closed, if it was ours and it exited.
+  std::optional<std::string> exit_report(const std::string& proc_name);
   friend class HostMesh;
   std::unique_ptr<State> state_;
 };
