@@ -4,16 +4,24 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <poll.h>
 #include <signal.h>
+#include <spawn.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <sstream>
 
 #include "baton/baton.hpp"
 
+extern char** environ;
+
 namespace baton {
+[[noreturn]] void run_doomed_controller();
 namespace {
 
 using ::testing::HasSubstr;
@@ -147,6 +155,75 @@ TEST(Failure, ADeadWorkerFailsItsCallsWithAReportAndTheRestKeepsWorking) {
   procs.stop().get();
 }
 
+}  // namespace
+
+/// The controller of NoOrphans: starts three workers, prints their pids, and waits to be killed.
+[[noreturn]] void run_doomed_controller() {
+  auto procs = this_host().spawn_procs({{"gpus", 3}});
+  auto counters = procs.spawn<Counter>("doomed", 0);
+  std::string line = "pids";
+  const ValueMesh<int> pids = counters.call(&Counter::pid).get();
+  for (int pid : pids.values()) line += " " + std::to_string(pid);
+  std::fprintf(stdout, "%s\n", line.c_str());
+  std::fflush(stdout);
+  for (;;) ::pause();
+}
+
+namespace {
+
+TEST(Failure, NoOrphansWhenTheControllerIsKilled) {
+  // A controller of its own, in a child process, so the test can SIGKILL it.
+  int out[2];
+  ASSERT_EQ(::pipe(out), 0);
+  posix_spawn_file_actions_t actions;
+  ::posix_spawn_file_actions_init(&actions);
+  ::posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+  std::vector<std::string> env_s;
+  for (char** e = environ; *e != nullptr; ++e) env_s.emplace_back(*e);
+  env_s.emplace_back("BATON_TEST_DOOMED_CONTROLLER=1");
+  std::vector<char*> envp;
+  envp.reserve(env_s.size() + 1);
+  for (auto& e : env_s) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string self = "doomed-controller";
+  char* child_argv[] = {self.data(), nullptr};
+  pid_t controller = -1;
+  ASSERT_EQ(
+      ::posix_spawn(&controller, "/proc/self/exe", &actions, nullptr, child_argv, envp.data()), 0);
+  ::posix_spawn_file_actions_destroy(&actions);
+  ::close(out[1]);
+  FILE* from = ::fdopen(out[0], "r");
+  char buf[256] = {};
+  ASSERT_NE(std::fgets(buf, sizeof(buf), from), nullptr) << "the controller said nothing";
+  std::fclose(from);
+  std::vector<int> pidfds;
+  {
+    std::istringstream in(buf);
+    std::string word;
+    in >> word;
+    ASSERT_EQ(word, "pids");
+    int pid = 0;
+    while (in >> pid) {
+      const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+      ASSERT_GE(fd, 0) << "worker " << pid << " is not running";
+      pidfds.push_back(fd);
+    }
+  }
+  ASSERT_EQ(pidfds.size(), 3u);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(controller, SIGKILL), 0);
+  ASSERT_EQ(::waitpid(controller, nullptr, 0), controller);
+  for (int fd : pidfds) {
+    pollfd p{fd, POLLIN, 0};
+    EXPECT_EQ(::poll(&p, 1, 10000), 1) << "a worker outlived its controller by 10 s";
+    ::close(fd);
+  }
+  std::printf(
+      "controller SIGKILL to every worker gone: %.1f ms\n",
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+}
+
 /// Worker lines as the controller printed them (the runtime's output sink in this binary).
 struct Printed {
   std::mutex mu;
@@ -217,6 +294,7 @@ int main(int argc, char** argv) {
     p.lines.push_back(l);
   };
   baton::Runtime rt(argc, argv, options);  // a worker serves here and never returns
+  if (std::getenv("BATON_TEST_DOOMED_CONTROLLER") != nullptr) baton::run_doomed_controller();
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }
