@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <sstream>
 
 #include "baton/baton.hpp"
@@ -181,6 +182,10 @@ TEST(Failure, NoOrphansWhenTheControllerIsKilled) {
   std::vector<std::string> env_s;
   for (char** e = environ; *e != nullptr; ++e) env_s.emplace_back(*e);
   env_s.emplace_back("BATON_TEST_DOOMED_CONTROLLER=1");
+  // Its job directory cannot be removed by a controller killed with SIGKILL: keep it in ours.
+  std::string tmp = (std::filesystem::temp_directory_path() / "baton-doomed-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(tmp.data()), nullptr);
+  env_s.push_back("TMPDIR=" + tmp);
   std::vector<char*> envp;
   envp.reserve(env_s.size() + 1);
   for (auto& e : env_s) envp.push_back(e.data());
@@ -219,6 +224,7 @@ TEST(Failure, NoOrphansWhenTheControllerIsKilled) {
     EXPECT_EQ(::poll(&p, 1, 10000), 1) << "a worker outlived its controller by 10 s";
     ::close(fd);
   }
+  std::filesystem::remove_all(tmp);
   std::printf(
       "controller SIGKILL to every worker gone: %.1f ms\n",
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
