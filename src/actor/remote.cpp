@@ -64,6 +64,7 @@ Addresses& addresses() {
 // Procs of this process's children that died, with what happened; and the probe that asks the
 // host layer whether a peer whose link closed was a child that exited.
 struct Failures {
+  std::atomic<bool> any{false};  // lets every remote call skip the lock until a proc dies
   std::mutex mu;
   std::unordered_map<std::string, std::string> by_proc;
   std::function<std::optional<std::string>(const std::string&)> probe;
@@ -179,6 +180,7 @@ void on_link_closed(const std::string& peer, const std::shared_ptr<net::Link>& l
       auto& f = failures();
       std::lock_guard lock(f.mu);
       f.by_proc.try_emplace(peer, *died);
+      f.any.store(true, std::memory_order_release);
     }
   }
   for (std::uint64_t port : pending) {
@@ -376,6 +378,7 @@ void set_exit_probe(std::function<std::optional<std::string>(const std::string&)
 
 std::optional<std::string> proc_failure(const ProcId& id) {
   auto& f = failures();
+  if (!f.any.load(std::memory_order_acquire)) return std::nullopt;
   std::lock_guard lock(f.mu);
   auto it = f.by_proc.find(id.name);
   if (it == f.by_proc.end()) return std::nullopt;

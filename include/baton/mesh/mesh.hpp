@@ -124,15 +124,13 @@ Future<ValueMesh<mesh_value_t<R>>> gather(const Shape& shape, std::vector<Future
 class MeshLife {
  public:
   MeshLife(std::string name, std::size_t n)
-      : name_(std::move(name)), n_(n), stopped_(new std::atomic<bool>[n]()) {}
-  std::size_t size() const { return n_; }
+      : name_(std::move(name)), stopped_(new std::atomic<bool>[n]()) {}
   const std::string& name() const { return name_; }
   void stop(std::size_t loc) { stopped_[loc].store(true, std::memory_order_release); }
   bool stopped(std::size_t loc) const { return stopped_[loc].load(std::memory_order_acquire); }
 
  private:
   std::string name_;
-  std::size_t n_;
   std::unique_ptr<std::atomic<bool>[]> stopped_;
 };
 
