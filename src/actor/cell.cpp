@@ -143,8 +143,12 @@ Message* MpscQueue::pop() {
 
 // --- Cell -----------------------------------------------------------------------------------
 
-Cell::Cell(std::shared_ptr<ProcState> proc, const ActorId& id, Cell* parent)
-    : proc_(std::move(proc)), id_(intern_id(id)), parent_(parent) {}
+Cell::Cell(std::shared_ptr<ProcState> proc, const ActorId& id, Cell* parent,
+           std::optional<Supervisor> supervisor)
+    : proc_(std::move(proc)),
+      id_(intern_id(id)),
+      parent_(parent),
+      supervisor_(std::move(supervisor)) {}
 
 Cell::~Cell() = default;
 
@@ -314,7 +318,10 @@ void Cell::handle(Message* raw) {
              describe(std::current_exception()));
         return;
       }
-      if (!handled) fail("child failed and was not handled: " + m->x().event->to_string());
+      if (!handled) {
+        fail("did not handle the failure of " + m->x().event->actor.to_string(),
+             m->x().event.get());
+      }
       return;
     }
     case Message::Kind::undeliverable: {
@@ -428,7 +435,7 @@ void Cell::do_stop(Message& m) {
   proc_->cell_finished();
 }
 
-void Cell::fail(const std::string& reason) {
+void Cell::fail(const std::string& reason, const SupervisionEvent* cause) {
   failure_ = reason;
   status_.store(Status::failed, std::memory_order_release);
   // a call in progress fails with SupervisionError.
@@ -455,13 +462,23 @@ void Cell::fail(const std::string& reason) {
     children_.clear();
   }
   actor_.reset();
-  SupervisionEvent ev{id_, reason};
+  SupervisionEvent ev{id_, reason, {}, -1, {}};
+  if (cause != nullptr) {
+    ev.causes.push_back(cause->summary());
+    ev.causes.insert(ev.causes.end(), cause->causes.begin(), cause->causes.end());
+  }
+  if (supervisor_) {
+    ev.mesh = supervisor_->mesh;
+    ev.rank = supervisor_->rank;
+  }
   if (parent_ != nullptr) {
     auto* m = new Message;
     m->kind = Message::Kind::child_failed;
     m->sender = &id_;
     m->x().event = std::make_unique<SupervisionEvent>(std::move(ev));
     parent_->enqueue(m);
+  } else if (supervisor_) {
+    report_failure_to(supervisor_->owner, std::move(ev), *proc_);
   } else {
     proc_->report_unhandled(ev);
   }
@@ -478,7 +495,7 @@ void Cell::bounce(Message& m) {
       if (failed && m.reply) {
         m.reply->set_exception(std::make_exception_ptr(SupervisionError(why)));
       } else {
-        return_to_sender(m,
+        return_to_sender(m, PortId{id_, 0},
                          failed ? UndeliverableError::Reason::actor_failed
                                 : UndeliverableError::Reason::actor_stopped,
                          why);

@@ -106,7 +106,8 @@ class Cell final : public Runnable,
  public:
   enum class Status : std::uint8_t { starting, running, stopped, failed };
 
-  Cell(std::shared_ptr<ProcState> proc, const ActorId& id, Cell* parent);
+  Cell(std::shared_ptr<ProcState> proc, const ActorId& id, Cell* parent,
+       std::optional<Supervisor> supervisor = std::nullopt);
   ~Cell();
 
   const ActorId& id() const { return id_; }
@@ -131,13 +132,15 @@ class Cell final : public Runnable,
   void finish_task();
   void after_resume();
   void do_stop(Message& m);
-  void fail(const std::string& reason);
+  /// Fails the actor and reports it; `cause` is the unhandled failure that led here.
+  void fail(const std::string& reason, const SupervisionEvent* cause = nullptr);
   void bounce(Message& m);
   void trace(const Message& m);
 
   std::shared_ptr<ProcState> proc_;
   const ActorId& id_;  // interned
   Cell* parent_;       // parents outlive children: the proc's table keeps every cell
+  std::optional<Supervisor> supervisor_;  // for a top-level actor of a mesh
   std::unique_ptr<Actor> actor_;
   const ActorTypeInfo* type_ = nullptr;
 
@@ -241,7 +244,9 @@ std::optional<std::string> proc_failure(const ProcId& id);
 /// A failure as a status-tagged body.
 Body failure_reply(std::exception_ptr e);
 /// Completes `state` from a status-tagged body: the value, or the remote failure.
-void complete_from_reply(StateBase& state, const Body& body, std::string_view endpoint);
+/// `where` names the replying actor's place in a mesh, for an ActorError.
+void complete_from_reply(StateBase& state, const Body& body, std::string_view endpoint,
+                         std::string_view where = {});
 
 /// Casts (the mesh layer's tree) arrive at this port of a proc and go to the cast handler,
 /// which runs on the I/O thread that received them, in link order.
@@ -250,7 +255,22 @@ using CastHandler = void (*)(const std::shared_ptr<ProcState>& local,
                              const std::shared_ptr<net::Link>& link, Envelope env);
 void set_cast_handler(CastHandler handler);
 
-/// Returns a message to its sender as undeliverable, or fails its reply.
-void return_to_sender(Message& m, UndeliverableError::Reason reason, const std::string& why);
+/// Hands `event` to `owner`: an actor here gets it in supervise(); a proc's client here means
+/// that proc's unhandled-failure handler; an owner in another process gets it over the link.
+/// If the owner cannot be reached, `from` (the proc reporting) handles it as unhandled.
+void report_failure_to(const ActorId& owner, SupervisionEvent event, ProcState& from);
+/// Sends `event` to `owner` in another process; false if it cannot be reached.
+bool forward_failure(const ActorId& owner, const SupervisionEvent& event);
+/// Records that the proc `name` died (`report` says how): calls to it fail at once.
+void mark_proc_failed(const std::string& name, const std::string& report);
+
+/// Returns a message for `target` to its sender as undeliverable, or fails its reply.
+void return_to_sender(Message& m, const PortId& target, UndeliverableError::Reason reason,
+                      const std::string& why);
+/// Hands a returned message to its sender `from`: the actor's handle_undeliverable(), its
+/// proc's handler when it was sent from outside actors, or the sender's process over a link.
+void deliver_undeliverable(const ActorId& from, Undeliverable u);
+/// Sends a returned message back to its sender's process; false if it cannot be reached.
+bool return_remote(const ActorId& from, const Undeliverable& u);
 
 }  // namespace baton::detail

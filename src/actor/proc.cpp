@@ -39,6 +39,11 @@ const ActorId& current_sender(const ProcState* fallback) {
   return current_sender_id(fallback);
 }
 
+ActorId current_owner() {
+  auto home = home_proc();
+  return current_sender_id(home.get());
+}
+
 std::uint64_t register_factory(std::string_view key, Factory factory, const ActorTypeInfo* type) {
   const std::uint64_t id = fnv1a(key);
   auto& r = factories();
@@ -92,18 +97,20 @@ PortSinkPtr resolve_port(const PortId& id) {
   return it == proc->ports.end() ? nullptr : it->second;
 }
 
-void return_to_sender(Message& m, UndeliverableError::Reason reason, const std::string& why) {
-  const ActorId& from = *m.sender;
-  const PortId dest{from, 0};
+void return_to_sender(Message& m, const PortId& target, UndeliverableError::Reason reason,
+                      const std::string& why) {
   if (m.reply) {
     m.reply->set_exception(std::make_exception_ptr(UndeliverableError(reason, why)));
     return;
   }
-  Undeliverable u{dest, reason, why};
+  deliver_undeliverable(*m.sender, Undeliverable{target, reason, why});
+}
+
+void deliver_undeliverable(const ActorId& from, Undeliverable u) {
   if (CellPtr sender = resolve_actor(from)) {
     auto* back = new Message;
     back->kind = Message::Kind::undeliverable;
-    back->sender = m.sender;
+    back->sender = &intern_id(from);
     back->x().undeliverable = std::make_unique<Undeliverable>(std::move(u));
     sender->enqueue(back);
     return;
@@ -112,8 +119,10 @@ void return_to_sender(Message& m, UndeliverableError::Reason reason, const std::
     proc->report_undeliverable(u);
     return;
   }
-  std::fprintf(stderr, "baton: undeliverable message from %s: %s\n", from.to_string().c_str(),
-               why.c_str());
+  // The sender lives in another process: send the message back there.
+  if (return_remote(from, u)) return;
+  std::fprintf(stderr, "baton: undeliverable message from %s to %s: %s\n", from.to_string().c_str(),
+               u.dest.to_string().c_str(), u.message.c_str());
 }
 
 void send_call(const ActorId& target, const CellPtr& cached, const EndpointInfo& endpoint,
@@ -137,7 +146,7 @@ void send_call(const ActorId& target, const CellPtr& cached, const EndpointInfo&
   }
   if (cell == nullptr) {
     std::unique_ptr<Message> owned(m);
-    return_to_sender(*owned, UndeliverableError::Reason::unknown_actor,
+    return_to_sender(*owned, PortId{target, 0}, UndeliverableError::Reason::unknown_actor,
                      "no actor " + target.to_string() + " (" + std::string(endpoint.name) +
                          "): it was never spawned, or its proc is gone");
     return;
@@ -193,7 +202,7 @@ void send_port(const PortId& id, const PortSinkPtr& cached, const Body& body) {
   Message m;
   m.sender = &current_sender_id(nullptr);
   if (Cell* c = current_cell()) m.sender = &c->id();
-  return_to_sender(m, UndeliverableError::Reason::unknown_actor, why);
+  return_to_sender(m, id, UndeliverableError::Reason::unknown_actor, why);
 }
 
 namespace {
@@ -349,9 +358,41 @@ void Proc::stop() {
   state_->idle_cv.wait(lock, [&] { return state_->live == 0; });
 }
 
-std::pair<ActorId, detail::CellPtr> Proc::spawn_erased(detail::Cell* parent,
-                                                       const std::string& name,
-                                                       std::uint64_t factory, Body args) {
+Future<void> detail::stop_all_but(Proc& proc, const ActorId& keep) {
+  std::vector<CellPtr> roots;
+  {
+    auto& st = proc.state();
+    std::lock_guard lock(st.mu);
+    for (auto& [id, cell] : st.actors) {
+      if (cell->parent() == nullptr && id != keep) roots.push_back(cell);
+    }
+  }
+  struct Join {
+    std::mutex mu;
+    std::size_t left = 0;
+    Promise<void> done;
+  };
+  auto join = std::make_shared<Join>();
+  join->left = roots.size() + 1;
+  auto result = join->done.get_future();
+  auto arrive = [join] {
+    std::unique_lock lock(join->mu);
+    if (--join->left == 0) {
+      lock.unlock();
+      join->done.set_value();
+    }
+  };
+  for (auto& c : roots) {
+    auto stopped = stop_actor(c->id(), c);
+    stopped.state()->on_ready(arrive);
+  }
+  arrive();
+  return result;
+}
+
+std::pair<ActorId, detail::CellPtr> Proc::spawn_erased(
+    detail::Cell* parent, const std::string& name, std::uint64_t factory, Body args,
+    std::optional<detail::Supervisor> supervisor) {
   if (!is_valid_name(name)) {
     throw UsageError("invalid actor name '" + name + "': use 1-128 characters of [A-Za-z0-9_.-]");
   }
@@ -363,7 +404,7 @@ std::pair<ActorId, detail::CellPtr> Proc::spawn_erased(detail::Cell* parent,
       throw UsageError("proc " + state_->id.name + " is stopping; it cannot spawn '" + name + "'");
     }
     id = ActorId{state_->id, name, state_->next_index[name]++};
-    cell = std::make_shared<detail::Cell>(state_, id, parent);
+    cell = std::make_shared<detail::Cell>(state_, id, parent, std::move(supervisor));
     auto* m = new detail::Message;
     m->kind = detail::Message::Kind::construct;
     m->factory = factory;

@@ -172,7 +172,10 @@ TEST_F(Fixture, UnhandledFailureEscalatesToTheProc) {
   ASSERT_EQ(unhandled.size(), 1u);
   EXPECT_EQ(unhandled[0].actor.to_string(), "test/parent[0]");
   EXPECT_THAT(unhandled[0].message, HasSubstr("test/child[0]"));
-  EXPECT_THAT(unhandled[0].message, HasSubstr("one-way failure 1"));
+  ASSERT_EQ(unhandled[0].causes.size(), 1u);  // the chain: the child's failure below it
+  EXPECT_THAT(unhandled[0].causes[0], HasSubstr("test/child[0]"));
+  EXPECT_THAT(unhandled[0].causes[0], HasSubstr("one-way failure 1"));
+  EXPECT_THAT(unhandled[0].to_string(), HasSubstr("because test/child[0]"));
   auto after = parent.call(&Parent::events);
   exec.run_until_idle();
   EXPECT_THROW(after.get(), SupervisionError);

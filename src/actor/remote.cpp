@@ -15,6 +15,10 @@ namespace baton::detail {
 namespace {
 
 constexpr std::uint64_t kHelloPort = std::numeric_limits<std::uint64_t>::max();
+// A supervision event for the actor (or proc client) named by the destination.
+constexpr std::uint64_t kSupervisionPort = kHelloPort - 2;
+// A message returned to its sender, named by the destination.
+constexpr std::uint64_t kUndeliverablePort = kHelloPort - 3;
 
 enum class ReplyStatus : std::uint8_t {
   ok = 0,
@@ -33,7 +37,7 @@ struct Route {
 // Remote procs by name, for the whole process.
 struct Routes {
   std::mutex mu;
-  std::condition_variable linked;  // notified when a route is added
+  std::condition_variable linked;  // notified when a route is added or removed
   std::unordered_map<std::string, Route> by_peer;
 };
 Routes& routes() {
@@ -164,6 +168,7 @@ void on_link_closed(const std::string& peer, const std::shared_ptr<net::Link>& l
     pending = std::move(it->second.pending);
     local = it->second.local.lock();
     r.by_peer.erase(it);
+    r.linked.notify_all();
   }
   if (!local) return;
   // A child process that died is a supervision failure, with its report, not a lost link.
@@ -176,12 +181,7 @@ void on_link_closed(const std::string& peer, const std::shared_ptr<net::Link>& l
       probe = f.probe;
     }
     if (probe) died = probe(peer);
-    if (died) {
-      auto& f = failures();
-      std::lock_guard lock(f.mu);
-      f.by_proc.try_emplace(peer, *died);
-      f.any.store(true, std::memory_order_release);
-    }
+    if (died) mark_proc_failed(peer, *died);
   }
   for (std::uint64_t port : pending) {
     PortSinkPtr sink;
@@ -209,6 +209,41 @@ void deliver_envelope(const std::shared_ptr<ProcState>& local,
       return;
     }
     handler(local, link, std::move(env));
+    return;
+  }
+  if (env.dest.port == kSupervisionPort) {
+    SupervisionEvent ev;
+    try {
+      ev = decode<SupervisionEvent>(env.body);
+    } catch (const std::exception& e) {
+      link->close(std::string("malformed supervision event: ") + e.what());
+      return;
+    }
+    if (env.dest.actor.proc != local->id) {
+      local->report_unhandled(ev);  // not ours to forward: handle it here
+      return;
+    }
+    report_failure_to(env.dest.actor, std::move(ev), *local);
+    return;
+  }
+  if (env.dest.port == kUndeliverablePort) {
+    Undeliverable u;
+    try {
+      auto [reason, message, target] =
+          decode<std::tuple<std::uint8_t, std::string, PortId>>(env.body);
+      if (reason > static_cast<std::uint8_t>(UndeliverableError::Reason::timeout)) {
+        throw DecodeError("bad undeliverable reason");
+      }
+      u = Undeliverable{target, static_cast<UndeliverableError::Reason>(reason), message};
+    } catch (const std::exception& e) {
+      link->close(std::string("malformed undeliverable message: ") + e.what());
+      return;
+    }
+    if (env.dest.actor.proc != local->id) {
+      local->report_undeliverable(u);
+      return;
+    }
+    deliver_undeliverable(env.dest.actor, std::move(u));
     return;
   }
   if (env.dest.port == 0) {
@@ -300,7 +335,8 @@ net::IoThread& io_of(ProcState& proc) {
 
 }  // namespace
 
-void complete_from_reply(StateBase& state, const Body& body, std::string_view endpoint) {
+void complete_from_reply(StateBase& state, const Body& body, std::string_view endpoint,
+                         std::string_view where) {
   if (body.head.empty()) {
     state.set_exception(std::make_exception_ptr(DecodeError("empty reply")));
     return;
@@ -316,7 +352,8 @@ void complete_from_reply(StateBase& state, const Body& body, std::string_view en
         break;
       case ReplyStatus::actor_error: {
         auto [actor, ep, message] = decode<std::tuple<std::string, std::string, std::string>>(rest);
-        state.set_exception(std::make_exception_ptr(ActorError(actor, ep, message)));
+        state.set_exception(
+            std::make_exception_ptr(ActorError(actor, ep, message, std::string(where))));
         break;
       }
       case ReplyStatus::supervision:
@@ -401,7 +438,7 @@ void deliver_local_call(ProcState& local, const ActorId& target, std::uint64_t e
   m->reply = std::move(reply);
   if (!cell) {
     std::unique_ptr<Message> owned(m);
-    return_to_sender(*owned, UndeliverableError::Reason::unknown_actor,
+    return_to_sender(*owned, PortId{target, 0}, UndeliverableError::Reason::unknown_actor,
                      "no actor " + target.to_string() + " in proc " + local.id.name +
                          " (stopped, or never spawned)");
     return;
@@ -494,8 +531,8 @@ bool route_remote_call(const ActorId& target, const EndpointInfo& endpoint, Body
     if (reply) {
       reply->set_exception(std::make_exception_ptr(SupervisionError(why)));
     } else {
-      std::fprintf(stderr, "baton: message from %s dropped: %s\n", sender.to_string().c_str(),
-                   why.c_str());
+      deliver_undeliverable(
+          sender, Undeliverable{PortId{target, 0}, UndeliverableError::Reason::actor_failed, why});
     }
     return true;
   }
@@ -514,14 +551,58 @@ bool route_remote_call(const ActorId& target, const EndpointInfo& endpoint, Body
   env.body.parts = std::move(args.parts);
   local->envelopes_sent.fetch_add(1, std::memory_order_relaxed);
   if (!link->send(std::move(env))) {
+    const std::string why = "the link to proc " + target.proc.name + " is closed; " +
+                            target.to_string() + " cannot be reached";
     if (reply) {
-      reply->set_exception(std::make_exception_ptr(UndeliverableError(
-          UndeliverableError::Reason::link_lost, "the link to proc " + target.proc.name +
-                                                     " is closed; " + target.to_string() +
-                                                     " cannot be reached")));
+      reply->set_exception(
+          std::make_exception_ptr(UndeliverableError(UndeliverableError::Reason::link_lost, why)));
+    } else {
+      deliver_undeliverable(
+          sender, Undeliverable{PortId{target, 0}, UndeliverableError::Reason::link_lost, why});
     }
   }
   return true;
+}
+
+bool return_remote(const ActorId& from, const Undeliverable& u) {
+  Envelope env;
+  env.sender = u.dest.actor;
+  env.dest = PortId{from, kUndeliverablePort};
+  env.body = encode(static_cast<std::uint8_t>(u.reason), u.message, u.dest);
+  return send_to_proc(from.proc, std::move(env));
+}
+
+bool forward_failure(const ActorId& owner, const SupervisionEvent& event) {
+  Envelope env;
+  env.sender = event.actor;
+  env.dest = PortId{owner, kSupervisionPort};
+  env.body = encode(event);
+  return send_to_proc(owner.proc, std::move(env));
+}
+
+void mark_proc_failed(const std::string& name, const std::string& report) {
+  auto& f = failures();
+  std::lock_guard lock(f.mu);
+  f.by_proc.try_emplace(name, report);
+  f.any.store(true, std::memory_order_release);
+}
+
+void report_failure_to(const ActorId& owner, SupervisionEvent event, ProcState& from) {
+  if (CellPtr cell = resolve_actor(owner)) {
+    auto* m = new Message;
+    m->kind = Message::Kind::child_failed;
+    m->sender = &intern_id(event.actor);
+    m->x().event = std::make_unique<SupervisionEvent>(std::move(event));
+    cell->enqueue(m);  // a failed or stopped owner passes it to its proc (see Cell::bounce)
+    return;
+  }
+  if (auto proc = find_proc(owner.proc)) {
+    proc->report_unhandled(event);
+    return;
+  }
+  if (forward_failure(owner, event)) return;
+  event.message += " (its owner " + owner.to_string() + " could not be reached)";
+  from.report_unhandled(event);
 }
 
 bool route_remote_port(const PortId& port, const Body& body, const ActorId& sender) {
@@ -615,6 +696,12 @@ bool Proc::wait_linked(const ProcId& peer, std::chrono::milliseconds timeout) co
   auto& r = detail::routes();
   std::unique_lock lock(r.mu);
   return r.linked.wait_for(lock, timeout, [&] { return r.by_peer.count(peer.name) != 0; });
+}
+
+bool Proc::wait_unlinked(const ProcId& peer, std::chrono::milliseconds timeout) const {
+  auto& r = detail::routes();
+  std::unique_lock lock(r.mu);
+  return r.linked.wait_for(lock, timeout, [&] { return r.by_peer.count(peer.name) == 0; });
 }
 
 void Proc::connect(const ProcId& peer, const Address& address,

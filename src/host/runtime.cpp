@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -19,6 +20,7 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 
@@ -37,12 +39,303 @@ constexpr const char* kParentVar = "BATON_PARENT_PID";
 constexpr const char* kDirVar = "BATON_DIR";  // where the job's sockets live
 
 constexpr auto kStartTimeout = 30s;
+// How long the controller waits, after a worker's link closes, for its process to be seen
+// exiting before it calls the loss a lost link instead (and, after a stop, for the link of a
+// process that exited to close).
+constexpr auto kExitWait = 2s;
+
+/// True for "NAME=value" entries that are a worker's bootstrap (set anew for every worker).
+bool is_bootstrap(std::string_view entry) {
+  for (std::string_view var : {kProcVar, kControllerVar, kControllerAddrVar, kParentVar, kDirVar,
+                               "BATON_RANK", "BATON_WORLD_SIZE"}) {
+    if (entry.size() > var.size() && entry.substr(0, var.size()) == var &&
+        entry[var.size()] == '=') {
+      return true;
+    }
+  }
+  return false;
+}
 constexpr auto kStopGrace = 5s;
 
 Runtime* g_runtime = nullptr;
 
-[[noreturn]] void run_worker() {
-  // No orphans: die with the controller even if it is SIGKILLed.
+/// "exited with status 3" or "was killed by signal SIGKILL (Killed)".
+std::string describe_exit(const siginfo_t& info) {
+  if (info.si_code == CLD_EXITED) return "exited with status " + std::to_string(info.si_status);
+  const int sig = info.si_status;
+  const char* abbrev = ::sigabbrev_np(sig);
+  std::string s = std::string("was killed by signal ") +
+                  (abbrev != nullptr ? "SIG" + std::string(abbrev) : std::to_string(sig)) + " (" +
+                  ::strsignal(sig) + ")";
+  if (info.si_code == CLD_DUMPED) s += ", core dumped";
+  if (sig == SIGKILL) s += "; if nobody sent it, the kernel's out-of-memory killer may have";
+  return s;
+}
+
+/// Reaps child processes as they exit, on a thread of its own: one poll over their pidfds.
+class ChildWatcher {
+ public:
+  using OnExit = std::function<void(pid_t pid, const std::string& what)>;
+
+  explicit ChildWatcher(OnExit on_exit) : on_exit_(std::move(on_exit)) {
+    wake_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (wake_ < 0) {
+      throw std::runtime_error(std::string("cannot create an eventfd: ") + std::strerror(errno));
+    }
+    thread_ = std::thread([this] { run(); });
+  }
+  ~ChildWatcher() {
+    {
+      std::lock_guard lock(mu_);
+      quit_ = true;
+    }
+    poke();
+    thread_.join();
+    for (auto& [pid, fd] : running_) ::close(fd);
+    ::close(wake_);
+  }
+  ChildWatcher(const ChildWatcher&) = delete;
+  ChildWatcher& operator=(const ChildWatcher&) = delete;
+
+  void add(pid_t pid) {
+    const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+    if (fd < 0) {
+      throw std::runtime_error("cannot watch worker process " + std::to_string(pid) +
+                               " (pidfd_open: " + std::strerror(errno) +
+                               "); baton needs Linux 5.3 or later");
+    }
+    {
+      std::lock_guard lock(mu_);
+      running_.emplace(pid, fd);
+    }
+    poke();
+  }
+
+  /// What became of `pid` once it exited, waiting until `deadline`; nullopt if still running.
+  std::optional<std::string> wait(pid_t pid, std::chrono::steady_clock::time_point deadline) {
+    std::unique_lock lock(mu_);
+    cv_.wait_until(lock, deadline, [&] { return exited_.count(pid) != 0; });
+    auto it = exited_.find(pid);
+    if (it == exited_.end()) return std::nullopt;
+    return it->second;
+  }
+
+  /// Forgets what became of `pid` (its group is gone).
+  void forget(pid_t pid) {
+    std::lock_guard lock(mu_);
+    exited_.erase(pid);
+  }
+
+ private:
+  void poke() const {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const auto n = ::write(wake_, &one, sizeof one);
+  }
+
+  void run() {
+    std::vector<pollfd> fds;
+    std::vector<pid_t> pids;
+    for (;;) {
+      fds.assign(1, pollfd{wake_, POLLIN, 0});
+      pids.assign(1, 0);
+      {
+        std::lock_guard lock(mu_);
+        if (quit_) return;
+        for (auto& [pid, fd] : running_) {
+          fds.push_back(pollfd{fd, POLLIN, 0});
+          pids.push_back(pid);
+        }
+      }
+      if (::poll(fds.data(), fds.size(), -1) < 0) {
+        if (errno == EINTR) continue;
+        std::fprintf(stderr, "baton: the child watcher's poll failed: %s\n", std::strerror(errno));
+        return;
+      }
+      if ((fds[0].revents & POLLIN) != 0) {
+        std::uint64_t n = 0;
+        [[maybe_unused]] const auto r = ::read(wake_, &n, sizeof n);
+      }
+      for (std::size_t i = 1; i < fds.size(); ++i) {
+        if (fds[i].revents == 0) continue;
+        siginfo_t info{};
+        if (::waitid(P_PID, static_cast<id_t>(pids[i]), &info, WEXITED | WNOHANG) != 0 ||
+            info.si_pid == 0) {
+          continue;
+        }
+        const std::string what = describe_exit(info);
+        {
+          std::lock_guard lock(mu_);
+          ::close(fds[i].fd);
+          running_.erase(pids[i]);
+          exited_[pids[i]] = what;
+        }
+        cv_.notify_all();
+        on_exit_(pids[i], what);
+      }
+    }
+  }
+
+  OnExit on_exit_;
+  int wake_ = -1;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::unordered_map<pid_t, int> running_;  // pidfd of each child still running
+  std::unordered_map<pid_t, std::string> exited_;
+  bool quit_ = false;
+  std::thread thread_;
+};
+
+/// Worker processes started by one spawn_procs call.
+class LocalProcGroup final : public detail::ProcGroup {
+ public:
+  /// `gone` runs once every process has exited, to let go of what was theirs.
+  LocalProcGroup(ChildWatcher& watcher, std::chrono::milliseconds grace,
+                 std::function<void(const std::vector<ProcId>&)> gone)
+      : watcher_(watcher), grace_(grace), gone_(std::move(gone)) {}
+  ~LocalProcGroup() override { stop(grace_); }
+
+  /// Set before the group's processes are told to stop, so their exits read as stops.
+  std::shared_ptr<std::atomic<bool>> stopping = std::make_shared<std::atomic<bool>>(false);
+
+  void add(pid_t pid, ProcId name) {
+    std::lock_guard lock(mu_);
+    children_.push_back({pid, std::move(name)});
+  }
+
+  std::chrono::milliseconds default_grace() const override { return grace_; }
+
+  void stop(std::chrono::milliseconds grace) override {
+    std::lock_guard lock(mu_);
+    if (stopped_) return;
+    stopped_ = true;
+    stopping->store(true);
+    using Clock = std::chrono::steady_clock;
+    // 1. Orderly: each proc stops the meshes it owns, then its actors, running on_stop.
+    std::vector<Future<int>> acks;
+    for (auto& c : children_) {
+      const ActorId agent{c.name, "agent", 0};
+      acks.push_back(ActorRef<ProcAgent>(agent, nullptr).call(&ProcAgent::shutdown));
+    }
+    auto deadline = Clock::now() + grace;
+    for (std::size_t i = 0; i < acks.size(); ++i) {
+      if (!acks[i].state()->wait_until(deadline)) {
+        std::fprintf(stderr,
+                     "baton: proc %s did not finish stopping its actors within %lld ms "
+                     "(an on_stop hook still running?); it gets SIGTERM now\n",
+                     children_[i].name.name.c_str(), static_cast<long long>(grace.count()));
+      }
+    }
+    // 2. SIGTERM, then SIGKILL for whatever is still running after the grace.
+    for (auto& c : children_) ::kill(c.pid, SIGTERM);
+    deadline = Clock::now() + grace;
+    for (auto& c : children_) {
+      if (!watcher_.wait(c.pid, deadline)) {
+        std::fprintf(stderr, "baton: proc %s ignored SIGTERM for %lld ms; sending SIGKILL\n",
+                     c.name.name.c_str(), static_cast<long long>(grace.count()));
+        ::kill(c.pid, SIGKILL);
+        watcher_.wait(c.pid, Clock::time_point::max());
+      }
+      watcher_.forget(c.pid);
+    }
+    std::vector<ProcId> names;
+    for (auto& c : children_) names.push_back(c.name);
+    if (gone_) gone_(names);
+  }
+
+ private:
+  struct Child {
+    pid_t pid;
+    ProcId name;
+  };
+  ChildWatcher& watcher_;
+  const std::chrono::milliseconds grace_;
+  std::function<void(const std::vector<ProcId>&)> gone_;
+  std::mutex mu_;
+  bool stopped_ = false;
+  std::vector<Child> children_;
+};
+
+}  // namespace
+
+struct Runtime::State {
+  struct Child {
+    pid_t pid;
+    std::string mesh;
+    std::size_t rank;
+    std::shared_ptr<std::atomic<bool>> stopping;  // its group is being stopped on purpose
+    ActorId owner;                                // who hears of its death
+    std::optional<std::string> report;            // once it died
+    bool started = false;  // linked: a death before is a failed spawn, not a failure
+  };
+
+  std::mutex children_mu;
+  std::condition_variable children_cv;
+  std::unordered_map<std::string, Child> children;  // by proc name
+  std::unordered_map<pid_t, std::string> names;     // proc name by pid
+  std::vector<std::string> argv;
+  std::unique_ptr<OutputForwarder> output;
+  std::filesystem::path dir;
+  bool own_dir = false;
+  std::unique_ptr<Proc> proc;
+  Address address;
+  std::string prefix;  // of this process's mesh names: empty in the controller
+  std::chrono::milliseconds stop_grace{5000};
+  std::mutex mu;
+  std::size_t next_mesh = 0;
+  std::vector<std::weak_ptr<LocalProcGroup>> groups;
+  std::function<bool(const MeshFailure&)> supervise;  // under mu
+  std::unique_ptr<ChildWatcher> watcher;
+
+  void stop_groups() {
+    std::vector<std::shared_ptr<LocalProcGroup>> live;
+    {
+      std::lock_guard lock(mu);
+      for (auto& w : groups) {
+        if (auto g = w.lock()) live.push_back(std::move(g));
+      }
+    }
+    for (auto& g : live) g->stop(stop_grace);
+  }
+};
+
+namespace {
+OutputOptions output_options(OutputOptions options) {
+  if (const char* w = std::getenv("BATON_LOG_WINDOW_MS")) {
+    options.window = std::chrono::milliseconds(std::strtoul(w, nullptr, 10));
+  }
+  return options;
+}
+}  // namespace
+
+Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
+    : state_(std::make_unique<State>()) {
+  if (g_runtime != nullptr) throw UsageError("only one baton::Runtime may exist in a process");
+  for (int i = 0; i < argc; ++i) state_->argv.emplace_back(argv[i]);
+  state_->stop_grace = options.stop_grace;
+  state_->supervise = std::move(options.supervise);
+  state_->output = std::make_unique<OutputForwarder>(output_options(std::move(options.output)));
+  state_->watcher = std::make_unique<ChildWatcher>(
+      [this](pid_t pid, const std::string& what) { child_exited(pid, what); });
+  if (std::getenv(kProcVar) != nullptr) run_worker();
+  std::string tmpl = (std::filesystem::temp_directory_path() / "baton-XXXXXX").string();
+  if (::mkdtemp(tmpl.data()) == nullptr) {
+    throw std::runtime_error("cannot create a directory for the job's sockets in " +
+                             std::filesystem::temp_directory_path().string());
+  }
+  state_->dir = tmpl;
+  state_->own_dir = true;
+  detail::install_cast();
+  state_->proc = std::make_unique<Proc>(ProcOptions{
+      .name = "ctl", .on_unhandled_failure = [this](const MeshFailure& ev) { unhandled(ev); }});
+  state_->address =
+      state_->proc->serve(Address::parse("unix://" + (state_->dir / "ctl.sock").string()));
+  detail::set_exit_probe([this](const std::string& peer) { return exit_report(peer); });
+  detail::set_shutdown_hook([this] { state_->stop_groups(); });
+  g_runtime = this;
+}
+
+void Runtime::run_worker() {
+  // No orphans: die with the process that started us, even if it is SIGKILLed.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   const char* parent = std::getenv(kParentVar);
   if (parent != nullptr && ::getppid() != std::atoi(parent)) std::_Exit(1);
@@ -61,12 +354,30 @@ Runtime* g_runtime = nullptr;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   {
     detail::install_cast();
-    Proc proc(ProcOptions{.name = name});
+    // A failure nobody here handled goes to whoever started this process.
+    const ActorId spawner{ProcId::parse(controller), "client", 0};
+    state_->proc = std::make_unique<Proc>(
+        ProcOptions{.name = name, .on_unhandled_failure = [spawner](const MeshFailure& ev) {
+                      if (detail::forward_failure(spawner, ev)) return;
+                      std::fprintf(stderr,
+                                   "baton: unhandled failure, and its owner %s cannot be "
+                                   "reached:\n  %s\n",
+                                   spawner.to_string().c_str(), ev.to_string().c_str());
+                      std::fflush(stderr);
+                      std::_Exit(1);
+                    }});
+    Proc& proc = *state_->proc;
     proc.spawn<ProcAgent>("agent");
+    state_->prefix = std::string(name) + "-";
     // Other workers link here when a cast or a passed reference sends them our way.
     if (dir != nullptr) {
-      proc.serve(Address::parse("unix://" + std::string(dir) + "/" + name + ".sock"));
+      state_->dir = dir;
+      state_->address =
+          proc.serve(Address::parse("unix://" + std::string(dir) + "/" + name + ".sock"));
     }
+    detail::set_exit_probe([this](const std::string& peer) { return exit_report(peer); });
+    detail::set_shutdown_hook([this] { state_->stop_groups(); });
+    g_runtime = this;  // actors here may spawn procs of their own
     std::mutex mu;
     std::condition_variable cv;
     bool lost = false;
@@ -79,167 +390,88 @@ Runtime* g_runtime = nullptr;
     std::unique_lock lock(mu);
     cv.wait(lock, [&] { return lost; });  // the controller stopped us or went away
   }
-  std::_Exit(0);
+  std::fflush(stdout);
+  std::_Exit(0);  // the procs this one started die with it (PR_SET_PDEATHSIG)
 }
 
-/// Worker processes started by one spawn_procs call.
-class LocalProcGroup final : public detail::ProcGroup {
- public:
-  ~LocalProcGroup() override { stop(); }
-
-  /// Set before the group's processes are signalled, so their exits read as stops.
-  std::shared_ptr<std::atomic<bool>> stopping = std::make_shared<std::atomic<bool>>(false);
-
-  void add(pid_t pid, std::string name) {
-    std::lock_guard lock(mu_);
-    children_.push_back({pid, std::move(name)});
-  }
-
-  /// Exit status text if `pid` has exited, else empty.
-  static std::string reap_if_exited(pid_t pid) {
-    int status = 0;
-    if (::waitpid(pid, &status, WNOHANG) != pid) return {};
-    if (WIFSIGNALED(status))
-      return std::string("killed by signal ") + ::strsignal(WTERMSIG(status));
-    return "exited with status " + std::to_string(WEXITSTATUS(status));
-  }
-
-  void stop() override {
-    stopping->store(true);
-    std::lock_guard lock(mu_);
-    for (auto& c : children_) {
-      if (c.pid > 0) ::kill(c.pid, SIGTERM);
-    }
-    const auto deadline = std::chrono::steady_clock::now() + kStopGrace;
-    for (auto& c : children_) {
-      while (c.pid > 0) {
-        if (!reap_if_exited(c.pid).empty()) {
-          c.pid = -1;
-        } else if (std::chrono::steady_clock::now() > deadline) {
-          ::kill(c.pid, SIGKILL);
-          ::waitpid(c.pid, nullptr, 0);
-          c.pid = -1;
-        } else {
-          std::this_thread::sleep_for(2ms);  // a bounded reap, not synchronisation
-        }
-      }
-    }
-  }
-
- private:
-  struct Child {
-    pid_t pid;
-    std::string name;
-  };
-  std::mutex mu_;
-  std::vector<Child> children_;
-};
-
-// How long the controller waits, after a worker's link closes, for its process to be seen
-// exiting before it calls the loss a lost link instead.
-constexpr auto kExitWait = 2s;
-
-}  // namespace
-
-struct Runtime::State {
-  struct Child {
-    pid_t pid;
-    std::string mesh;
-    std::size_t rank;
-    std::shared_ptr<std::atomic<bool>> stopping;  // its group is being stopped on purpose
-  };
-
-  std::mutex children_mu;
-  std::unordered_map<std::string, Child> children;  // by proc name
-  std::vector<std::string> argv;
-  std::unique_ptr<OutputForwarder> output;
-  std::filesystem::path dir;
-  std::unique_ptr<Proc> proc;
-  Address address;
-  std::mutex mu;
-  std::size_t next_mesh = 0;
-  std::vector<std::weak_ptr<LocalProcGroup>> groups;
-};
-
-Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
-    : state_(std::make_unique<State>()) {
-  if (std::getenv(kProcVar) != nullptr) run_worker();
-  if (g_runtime != nullptr) throw UsageError("only one baton::Runtime may exist in a process");
-  if (const char* w = std::getenv("BATON_LOG_WINDOW_MS")) {
-    options.output.window = std::chrono::milliseconds(std::strtoul(w, nullptr, 10));
-  }
-  state_->output = std::make_unique<OutputForwarder>(std::move(options.output));
-  for (int i = 0; i < argc; ++i) state_->argv.emplace_back(argv[i]);
-  std::string tmpl = (std::filesystem::temp_directory_path() / "baton-XXXXXX").string();
-  if (::mkdtemp(tmpl.data()) == nullptr) {
-    throw std::runtime_error("cannot create a directory for the job's sockets in " +
-                             std::filesystem::temp_directory_path().string());
-  }
-  state_->dir = tmpl;
-  detail::install_cast();
-  state_->proc = std::make_unique<Proc>(ProcOptions{.name = "ctl"});
-  state_->address =
-      state_->proc->serve(Address::parse("unix://" + (state_->dir / "ctl.sock").string()));
-  detail::set_exit_probe([this](const std::string& peer) { return exit_report(peer); });
-  g_runtime = this;
-}
-
-namespace {
-
-/// "exited with status 3" or "was killed by signal SIGKILL (Killed)", once `pid` has exited
-/// (waiting up to kExitWait); nothing if it is still running. The child is not reaped here.
-std::optional<std::string> exit_of(pid_t pid) {
-  const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-  if (fd >= 0) {
-    pollfd p{fd, POLLIN, 0};
-    ::poll(&p, 1, static_cast<int>(std::chrono::milliseconds(kExitWait).count()));
-    ::close(fd);
-  }
-  siginfo_t info{};
-  if (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0) {
-    return "exited";  // already reaped
-  }
-  if (info.si_pid == 0) return std::nullopt;  // still running
-  if (info.si_code == CLD_EXITED) return "exited with status " + std::to_string(info.si_status);
-  const char* abbrev = ::sigabbrev_np(info.si_status);
-  return std::string("was killed by signal ") + (abbrev != nullptr ? "SIG" : "") +
-         (abbrev != nullptr ? abbrev : std::to_string(info.si_status)) + " (" +
-         ::strsignal(info.si_status) + ")";
-}
-
-}  // namespace
-
-std::optional<std::string> Runtime::exit_report(const std::string& proc_name) {
+void Runtime::child_exited(pid_t pid, const std::string& what) {
   State::Child c;
+  std::string name;
   {
     std::lock_guard lock(state_->children_mu);
-    auto it = state_->children.find(proc_name);
-    if (it == state_->children.end()) return std::nullopt;
-    c = it->second;
+    auto n = state_->names.find(pid);
+    if (n == state_->names.end()) return;
+    name = n->second;
+    c = state_->children.at(name);
   }
-  if (c.stopping->load()) return std::nullopt;
-  auto what = exit_of(c.pid);
-  if (!what || c.stopping->load()) return std::nullopt;
-  std::string report = "proc " + proc_name + " (rank " + std::to_string(c.rank) + " of " + c.mesh +
-                       ", pid " + std::to_string(c.pid) + ") " + *what;
+  if (c.stopping->load() || !c.started) return;  // a stop, or a failed spawn (which throws)
+  std::string report = "proc " + name + " (rank " + std::to_string(c.rank) + " of " + c.mesh +
+                       ", pid " + std::to_string(pid) + ") " + what;
   state_->output->flush();  // its last words are in the pipe
   const auto last = state_->output->recent_stderr(c.mesh, c.rank);
   if (!last.empty()) {
     report += "; its last stderr lines:";
     for (const auto& l : last) report += "\n  " + l;
   }
-  return report;
+  {
+    std::lock_guard lock(state_->children_mu);
+    state_->children.at(name).report = report;
+  }
+  state_->children_cv.notify_all();
+  detail::mark_proc_failed(name, report);  // later calls fail at once
+  // The owner of its mesh hears of it.
+  SupervisionEvent ev{
+      ActorId{ProcId{name}, "agent", 0}, report, c.mesh, static_cast<std::int64_t>(c.rank), {}};
+  detail::report_failure_to(c.owner, std::move(ev), state_->proc->state());
+}
+
+std::optional<std::string> Runtime::exit_report(const std::string& proc_name) {
+  std::unique_lock lock(state_->children_mu);
+  auto it = state_->children.find(proc_name);
+  if (it == state_->children.end()) return std::nullopt;
+  auto stopping = it->second.stopping;
+  state_->children_cv.wait_for(lock, kExitWait, [&] {
+    return stopping->load() || state_->children.at(proc_name).report.has_value();
+  });
+  if (stopping->load()) return std::nullopt;
+  return state_->children.at(proc_name).report;
+}
+
+void Runtime::unhandled(const MeshFailure& event) {
+  std::function<bool(const MeshFailure&)> handler;
+  {
+    std::lock_guard lock(state_->mu);
+    handler = state_->supervise;
+  }
+  if (handler) {
+    try {
+      if (handler(event)) return;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "baton: the controller's supervise hook threw: %s\n", e.what());
+    }
+  }
+  state_->output->flush();
+  std::fprintf(stderr,
+               "baton: a failure that nothing handled stops this program:\n  %s\n"
+               "  (an owner may handle failures in Actor::supervise, the controller in "
+               "RuntimeOptions::supervise)\n",
+               event.to_string().c_str());
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(1);  // every worker dies with this process (PR_SET_PDEATHSIG)
 }
 
 Runtime::~Runtime() {
   detail::set_exit_probe(nullptr);
-  for (auto& w : state_->groups) {
-    if (auto g = w.lock()) g->stop();
-  }
+  detail::set_shutdown_hook(nullptr);
+  state_->stop_groups();
   state_->proc.reset();
+  state_->watcher.reset();
   state_->output.reset();  // the workers are gone: print what they left in the pipes
-  std::error_code ignored;
-  std::filesystem::remove_all(state_->dir, ignored);
+  if (state_->own_dir) {
+    std::error_code ignored;
+    std::filesystem::remove_all(state_->dir, ignored);
+  }
   g_runtime = nullptr;
 }
 
@@ -263,6 +495,11 @@ void Runtime::set_output_window(std::chrono::milliseconds window) {
   state_->output->set_window(window);
 }
 
+void Runtime::set_supervise(std::function<bool(const MeshFailure&)> handler) {
+  std::lock_guard lock(state_->mu);
+  state_->supervise = std::move(handler);
+}
+
 HostMesh this_host() {
   return HostMesh{};
 }
@@ -272,15 +509,26 @@ ProcMesh HostMesh::spawn_procs(const std::vector<std::pair<std::string, std::siz
   Runtime::State& st = *rt.state_;
   const Shape shape = Shape::of(dims);
   std::size_t mesh_index = 0;
+  // Once its processes are gone, stop() returns only after their links and pipes are closed.
+  auto group = std::make_shared<LocalProcGroup>(
+      *st.watcher, st.stop_grace, [&st](const std::vector<ProcId>& gone) {
+        for (const auto& name : gone) {
+          if (!st.proc->wait_unlinked(name, kExitWait)) {
+            std::fprintf(stderr, "baton: the link to stopped proc %s is still open\n",
+                         name.name.c_str());
+          }
+        }
+        st.output->flush();
+      });
   {
     std::lock_guard lock(st.mu);
     mesh_index = st.next_mesh++;
-  }
-  auto group = std::make_shared<LocalProcGroup>();
-  {
-    std::lock_guard lock(st.mu);
+    std::erase_if(st.groups, [](const auto& w) { return w.expired(); });
     st.groups.push_back(group);
   }
+  const std::string mesh = st.prefix + "procs" + std::to_string(mesh_index);
+  // The caller owns the mesh: the running actor, or code outside actors (the controller).
+  const ActorId owner = detail::current_owner();
   std::vector<ProcId> names;
   std::vector<pid_t> pids;
   std::vector<char*> argv;
@@ -288,11 +536,13 @@ ProcMesh HostMesh::spawn_procs(const std::vector<std::pair<std::string, std::siz
   argv.push_back(nullptr);
   for (std::size_t r = 0; r < shape.len(); ++r) {
     const Point p = shape.point(r);
-    ProcId name{"procs" + std::to_string(mesh_index) + "." + std::to_string(r)};
+    ProcId name{mesh + "." + std::to_string(r)};
     std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+    for (char** e = environ; *e != nullptr; ++e) {
+      if (!is_bootstrap(*e)) env.emplace_back(*e);  // a worker's own is replaced below
+    }
     env.push_back(std::string(kProcVar) + "=" + name.name);
-    env.push_back(std::string(kControllerVar) + "=ctl");
+    env.push_back(std::string(kControllerVar) + "=" + rt.proc().id().name);
     env.push_back(std::string(kControllerAddrVar) + "=" + st.address.to_string());
     env.push_back(std::string(kParentVar) + "=" + std::to_string(::getpid()));
     env.push_back(std::string(kDirVar) + "=" + st.dir.string());
@@ -324,37 +574,42 @@ ProcMesh HostMesh::spawn_procs(const std::vector<std::pair<std::string, std::siz
     ::posix_spawn_file_actions_destroy(&actions);
     ::close(out[1]);
     ::close(err[1]);
-    st.output->add(out[0], 1, "procs" + std::to_string(mesh_index), r);
-    st.output->add(err[0], 2, "procs" + std::to_string(mesh_index), r);
+    st.output->add(out[0], 1, mesh, r);
+    st.output->add(err[0], 2, mesh, r);
     if (rc != 0) {
       throw std::runtime_error("cannot start worker process " + name.name + ": " +
                                std::strerror(rc));
     }
-    group->add(pid, name.name);
     {
       std::lock_guard lock(st.children_mu);
       st.children[name.name] =
-          Runtime::State::Child{pid, "procs" + std::to_string(mesh_index), r, group->stopping};
+          Runtime::State::Child{pid, mesh, r, group->stopping, owner, std::nullopt, false};
+      st.names[pid] = name.name;
     }
+    group->add(pid, name);
+    st.watcher->add(pid);
     names.push_back(std::move(name));
     pids.push_back(pid);
   }
-  // Each worker dials the controller; wait for every hello, and notice one that died.
+  // Each worker dials us; wait for every hello, and notice one that died.
   const auto deadline = std::chrono::steady_clock::now() + kStartTimeout;
   for (std::size_t r = 0; r < names.size(); ++r) {
     while (!rt.proc().wait_linked(names[r], 50ms)) {
-      const std::string exited = LocalProcGroup::reap_if_exited(pids[r]);
-      if (!exited.empty()) {
-        group->stop();
-        throw std::runtime_error("worker " + names[r].name + " " + exited +
+      if (auto exited = st.watcher->wait(pids[r], std::chrono::steady_clock::now())) {
+        group->stop(0ms);
+        throw std::runtime_error("worker " + names[r].name + " " + *exited +
                                  " during start-up (see its output above)");
       }
       if (std::chrono::steady_clock::now() > deadline) {
-        group->stop();
+        group->stop(0ms);
         throw std::runtime_error("worker " + names[r].name + " did not connect within " +
                                  std::to_string(kStartTimeout.count()) + " s");
       }
     }
+  }
+  {
+    std::lock_guard lock(st.children_mu);
+    for (const auto& n : names) st.children.at(n.name).started = true;
   }
   return ProcMesh(shape, std::move(names), group);
 }

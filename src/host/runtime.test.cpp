@@ -11,7 +11,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -65,6 +67,23 @@ class Counter : public Actor {
  private:
   int value_;
 };
+
+/// Failures that reached the controller's supervise hook (installed in main()).
+struct Failures {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<MeshFailure> events;
+  /// Waits (with a generous bound, so a broken build fails rather than hangs) for `n` events.
+  std::vector<MeshFailure> wait(std::size_t n) {
+    std::unique_lock lock(mu);
+    cv.wait_for(lock, std::chrono::seconds(30), [&] { return events.size() >= n; });
+    return std::exchange(events, {});
+  }
+};
+Failures& failures() {
+  static Failures f;
+  return f;
+}
 
 TEST(Mesh, SpawnCallSliceAndStopAcrossWorkerProcesses) {
   auto procs = this_host().spawn_procs({{"hosts", 2}, {"gpus", 2}});
@@ -154,6 +173,15 @@ TEST(Failure, ADeadWorkerFailsItsCallsWithAReportAndTheRestKeepsWorking) {
   EXPECT_EQ(counters.slice("gpus", 0).call_one(&Counter::value).get(), 5);
   EXPECT_EQ(counters.slice("gpus", 2).call_one(&Counter::value).get(), 5);
   procs.stop().get();
+  // The controller, owner of the proc mesh, heard of both deaths.
+  auto events = failures().wait(2);
+  ASSERT_EQ(events.size(), 2u);
+  std::sort(events.begin(), events.end(),
+            [](const MeshFailure& a, const MeshFailure& b) { return a.rank < b.rank; });
+  EXPECT_EQ(events[0].rank, 1);
+  EXPECT_THAT(events[0].message, HasSubstr("exited with status 3"));
+  EXPECT_EQ(events[1].rank, 3);
+  EXPECT_THAT(events[1].message, HasSubstr("was killed by signal SIGKILL"));
 }
 
 }  // namespace
@@ -298,6 +326,15 @@ int main(int argc, char** argv) {
     auto& p = baton::printed();
     std::lock_guard lock(p.mu);
     p.lines.push_back(l);
+  };
+  options.supervise = [](const baton::MeshFailure& f) {
+    auto& s = baton::failures();
+    {
+      std::lock_guard lock(s.mu);
+      s.events.push_back(f);
+    }
+    s.cv.notify_all();
+    return true;
   };
   baton::Runtime rt(argc, argv, options);  // a worker serves here and never returns
   if (std::getenv("BATON_TEST_DOOMED_CONTROLLER") != nullptr) baton::run_doomed_controller();

@@ -379,8 +379,13 @@ void cast(CastRequest request) {
   run_hop(local, sender, std::move(hop), request.args, false, std::move(request.done));
 }
 
-void complete_item(StateBase& state, const CastItem& item, std::string_view endpoint) {
-  complete_from_reply(state, item.reply, endpoint);
+void complete_item(StateBase& state, const CastItem& item, std::string_view endpoint,
+                   const Shape* shape) {
+  std::string where;
+  if (shape != nullptr && item.rank < shape->len()) {
+    where = "rank " + std::to_string(item.rank) + " " + shape->point(item.rank).to_string();
+  }
+  complete_from_reply(state, item.reply, endpoint, where);
 }
 
 std::uint64_t register_reducer(std::string_view key, ReduceFn fn) {
@@ -414,6 +419,33 @@ PortId open_stream_port(const std::vector<CastMember>& base, std::shared_ptr<Str
   const std::uint64_t n = local->next_port++;
   local->ports.emplace(n, std::move(q));
   return PortId{local->client, n};
+}
+
+namespace {
+struct ShutdownHook {
+  std::mutex mu;
+  std::function<void()> hook;
+};
+ShutdownHook& shutdown_hook() {
+  static auto* h = new ShutdownHook;  // never destroyed: agents may run during exit
+  return *h;
+}
+}  // namespace
+
+void set_shutdown_hook(std::function<void()> hook) {
+  auto& h = shutdown_hook();
+  std::lock_guard lock(h.mu);
+  h.hook = std::move(hook);
+}
+
+void run_shutdown_hook() {
+  std::function<void()> hook;
+  {
+    auto& h = shutdown_hook();
+    std::lock_guard lock(h.mu);
+    hook = h.hook;
+  }
+  if (hook) hook();
 }
 
 void close_stream_port(const PortId& id) {

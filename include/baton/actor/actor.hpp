@@ -25,6 +25,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "baton/actor/endpoint.hpp"
 #include "baton/actor/future.hpp"
@@ -37,12 +38,35 @@ class Proc;
 template <class A>
 class ActorRef;
 
-/// A failure reported to an actor's parent (and up the tree while nobody handles it).
+/// A failure reported to the owner of what failed: an actor's parent, or the actor (or the
+/// controller) that spawned the mesh it belongs to; it climbs while nobody handles it.
 struct SupervisionEvent {
-  ActorId actor;        // the actor that failed
-  std::string message;  // what happened
-  std::string to_string() const { return actor.to_string() + ": " + message; }
+  ActorId actor;           // the actor that failed; for a process that died, its proc's agent
+  std::string message;     // what happened
+  std::string mesh;        // the mesh the failed actor or proc belongs to, if any
+  std::int64_t rank = -1;  // its rank in that mesh, if any
+  /// The failures that led to this one and were not handled, nearest first, root cause last.
+  std::vector<std::string> causes;
+
+  /// One line: who failed, where, and what happened.
+  std::string summary() const {
+    std::string s = actor.to_string();
+    if (!mesh.empty()) s += " (rank " + std::to_string(rank) + " of mesh '" + mesh + "')";
+    return s + ": " + message;
+  }
+  /// The summary and, one per line, every cause below it.
+  std::string to_string() const {
+    std::string s = summary();
+    for (const auto& c : causes) s += "\n  because " + c;
+    return s;
+  }
+  template <class Ar>
+  void serialize(Ar& ar) {
+    ar(actor, message, mesh, rank, causes);
+  }
 };
+/// The failure a mesh's owner hears of in its `supervise` hook.
+using MeshFailure = SupervisionEvent;
 
 /// A message that came back to its sender.
 struct Undeliverable {
@@ -57,6 +81,14 @@ class Cell;
 using CellPtr = std::shared_ptr<Cell>;
 
 using Factory = std::unique_ptr<Actor> (*)(const Body& args);
+
+/// Who hears of a top-level actor's failure when it has no parent in its proc: the owner of its
+/// mesh, which may live in another process, and where the actor sits in that mesh.
+struct Supervisor {
+  ActorId owner;  // an actor, or a proc's client (code outside actors, e.g. the controller)
+  std::string mesh;
+  std::int64_t rank = -1;
+};
 
 struct ActorTypeInfo {
   std::string_view name;
@@ -107,6 +139,9 @@ Cell* current_cell();
 const ActorId& cell_id(const Cell& c);
 CellPtr cell_ptr(Cell& c);
 Proc& cell_proc(Cell& c);
+/// Who owns what is spawned now: the running actor, else the client of this process's main
+/// proc (code outside actors, such as the controller's main thread).
+ActorId current_owner();
 /// Stops an actor after the messages already queued for it; the future completes when stopped.
 Future<void> stop_actor(const ActorId& target, const CellPtr& cached);
 
@@ -124,8 +159,9 @@ class Actor {
   /// The proc this actor runs in.
   Proc& proc() const { return detail::cell_proc(*cell_); }
 
-  /// A child failed. Return true if handled; false fails this actor too (escalation).
-  virtual bool supervise(const SupervisionEvent& event) {
+  /// A child, or a member of a mesh this actor spawned, failed. Return true if handled;
+  /// false fails this actor too, and the failure climbs to this actor's own owner.
+  virtual bool supervise(const MeshFailure& event) {
     (void)event;
     return false;
   }

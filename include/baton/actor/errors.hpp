@@ -9,13 +9,18 @@ namespace baton {
 /// A remote endpoint threw: carries the actor that threw and the exception's message.
 class ActorError : public std::runtime_error {
  public:
-  ActorError(std::string actor, std::string endpoint, std::string message)
-      : std::runtime_error(actor + " failed in " + endpoint + ": " + message),
+  /// `where`, if given, is the actor's place in a mesh ("rank 2 {gpus: 2}").
+  ActorError(std::string actor, std::string endpoint, std::string message, std::string where = {})
+      : std::runtime_error(actor + (where.empty() ? "" : " (" + where + ")") + " failed in " +
+                           endpoint + ": " + message),
         actor_(std::move(actor)),
         endpoint_(std::move(endpoint)),
-        remote_message_(std::move(message)) {}
+        remote_message_(std::move(message)),
+        where_(std::move(where)) {}
 
   const std::string& actor() const { return actor_; }
+  /// The actor's rank and coordinates in the mesh it was called through, if it was.
+  const std::string& where() const { return where_; }
   const std::string& endpoint() const { return endpoint_; }
   const std::string& remote_message() const { return remote_message_; }
 
@@ -23,6 +28,7 @@ class ActorError : public std::runtime_error {
   std::string actor_;
   std::string endpoint_;
   std::string remote_message_;
+  std::string where_;
 };
 
 /// The actor that would have answered failed or stopped before it replied.

@@ -52,6 +52,11 @@ class StateBase {
     std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return ready_; });
   }
+  template <class Clock, class Duration>
+  bool wait_until(std::chrono::time_point<Clock, Duration> t) const {
+    std::unique_lock lock(mu_);
+    return cv_.wait_until(lock, t, [&] { return ready_; });
+  }
   template <class Rep, class Period>
   bool wait_for(std::chrono::duration<Rep, Period> d) const {
     std::unique_lock lock(mu_);

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -93,6 +94,8 @@ class Proc {
   bool linked(const ProcId& peer) const;
   /// Waits up to `timeout` for a link to `peer`; true once it is up.
   bool wait_linked(const ProcId& peer, std::chrono::milliseconds timeout) const;
+  /// Waits up to `timeout` until no link to `peer` is left (its socket closed); true then.
+  bool wait_unlinked(const ProcId& peer, std::chrono::milliseconds timeout) const;
 
   /// Envelopes this proc has sent to other processes (calls, replies, casts).
   std::uint64_t envelopes_sent() const;
@@ -101,8 +104,10 @@ class Proc {
   void stop();
 
   /// Spawns from a registered constructor id and serialized arguments (for remote spawns).
-  ActorId spawn_from(const std::string& name, std::uint64_t factory, Body args) {
-    return spawn_erased(nullptr, name, factory, std::move(args)).first;
+  /// With `supervisor`, a failure of the actor goes to that owner instead of this proc.
+  ActorId spawn_from(const std::string& name, std::uint64_t factory, Body args,
+                     std::optional<detail::Supervisor> supervisor = std::nullopt) {
+    return spawn_erased(nullptr, name, factory, std::move(args), std::move(supervisor)).first;
   }
 
   /// The internal state (for the runtime).
@@ -118,14 +123,18 @@ class Proc {
                                    encode(static_cast<const std::decay_t<Args>&>(args)...));
     return ActorRef<A>(std::move(id), std::move(cell));
   }
-  std::pair<ActorId, detail::CellPtr> spawn_erased(detail::Cell* parent, const std::string& name,
-                                                   std::uint64_t factory, Body args);
+  std::pair<ActorId, detail::CellPtr> spawn_erased(
+      detail::Cell* parent, const std::string& name, std::uint64_t factory, Body args,
+      std::optional<detail::Supervisor> supervisor = std::nullopt);
   PortId register_port(detail::PortSinkPtr sink);
 
   std::shared_ptr<detail::ProcState> state_;
 };
 
 namespace detail {
+/// Stops every top-level actor of `proc` but `keep`, each after the messages already queued for
+/// it (their on_stop hooks run); the future completes when all have stopped.
+Future<void> stop_all_but(Proc& proc, const ActorId& keep);
 /// A port whose values become messages in an actor's mailbox.
 std::pair<PortId, PortSinkPtr> open_actor_port(Cell& cell,
                                                std::function<void(const Body&)> handler);

@@ -10,8 +10,12 @@
 //
 // A worker is started by the controller as this executable with its bootstrap in the
 // environment (never on the command line); it serves its proc, and exits when the controller
-// stops it or goes away.
+// stops it or goes away. An actor in a worker may spawn procs of its own (this_host() works
+// there too): it owns them, they die with it, and their failures go to its supervise().
 
+#include <chrono>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -27,6 +31,14 @@ struct RuntimeOptions {
   /// Workers' stdout/stderr: aggregation window and where lines go (see OutputOptions). The
   /// environment variable BATON_LOG_WINDOW_MS, if set, overrides the window (0: off).
   OutputOptions output;
+  /// The controller's supervise hook: a failure that no owner below handled (a mesh the
+  /// controller spawned lost a member, or an actor's supervise() returned false all the way
+  /// up). Runs on a runtime thread; return true if handled. Unset, or false: the controller
+  /// prints the report and exits with status 1.
+  std::function<bool(const MeshFailure&)> supervise;
+  /// How long a proc mesh's stop() waits, for each step, before it moves on: for the actors'
+  /// on_stop hooks, then for the processes to exit after SIGTERM (then SIGKILL).
+  std::chrono::milliseconds stop_grace{5000};
 };
 
 class Runtime {
@@ -45,12 +57,17 @@ class Runtime {
   void flush_output();
   /// Changes how long identical worker lines wait for each other (zero: no aggregation).
   void set_output_window(std::chrono::milliseconds window);
+  /// Replaces the controller's supervise hook (see RuntimeOptions::supervise).
+  void set_supervise(std::function<bool(const MeshFailure&)> handler);
 
   struct State;
 
  private:
+  [[noreturn]] void run_worker();
   /// What became of a worker whose link closed, if it was ours and it exited.
   std::optional<std::string> exit_report(const std::string& proc_name);
+  void child_exited(int pid, const std::string& what);
+  void unhandled(const MeshFailure& event);
   friend class HostMesh;
   std::unique_ptr<State> state_;
 };

@@ -23,6 +23,7 @@
 
 #include "baton/actor/future.hpp"
 #include "baton/actor/port.hpp"
+#include "baton/slice/slice.hpp"
 #include "baton/wire/archive.hpp"
 #include "baton/wire/ids.hpp"
 
@@ -85,7 +86,9 @@ bool cast_direct(std::size_t loc, std::size_t n);
 void install_cast();
 
 /// Completes `state` from a cast reply (the value, or the member's failure).
-void complete_item(StateBase& state, const CastItem& item, std::string_view endpoint);
+/// `shape`, if given, is the cast's: an ActorError then names the member's rank and point.
+void complete_item(StateBase& state, const CastItem& item, std::string_view endpoint,
+                   const Shape* shape = nullptr);
 
 /// Folds two encoded values of one type into one; registered by id in every process.
 using ReduceFn = Body (*)(const Body& a, const Body& b);

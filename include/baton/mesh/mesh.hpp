@@ -11,7 +11,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -149,7 +151,7 @@ void finish_gather(const Shape& shape, std::string_view endpoint, std::vector<Ca
                           "outside the mesh " + shape.to_string());
       }
       State<R> state;
-      complete_item(state, item, endpoint);
+      complete_item(state, item, endpoint, &shape);
       if constexpr (std::is_void_v<R>) {
         state.value();
         values[item.rank].emplace();
@@ -196,7 +198,7 @@ class MeshStream {
     ++seen_;
     if (item.rank >= shape_.len()) throw DecodeError("a streamed reply names a rank outside");
     detail::State<V> state;
-    detail::complete_item(state, item, endpoint_);
+    detail::complete_item(state, item, endpoint_, &shape_);
     return std::pair<Point, V>(shape_.point(item.rank), std::move(state.value()));
   }
 
@@ -208,15 +210,24 @@ class MeshStream {
   std::size_t seen_ = 0;
 };
 
+namespace detail {
+/// What a proc does, before its actors stop, to stop what it owns (its own proc meshes); set
+/// by the host layer.
+void set_shutdown_hook(std::function<void()> hook);
+void run_shutdown_hook();
+}  // namespace detail
+
 /// The runtime's agent in every proc: spawns and stops actors there for the controller.
 class ProcAgent : public Actor {
  public:
+  /// Spawns a member of the mesh `name` at `rank`; its failures go to `owner` (see
+  /// Actor::supervise), wherever that owner lives.
   ActorId spawn(const std::string& name, std::uint64_t factory, const std::string& head,
-                const std::vector<Bytes>& parts) {
+                const std::vector<Bytes>& parts, const ActorId& owner, std::int64_t rank) {
     Body args;
     args.head = head;
     args.parts = parts;
-    return proc().spawn_from(name, factory, std::move(args));
+    return proc().spawn_from(name, factory, std::move(args), detail::Supervisor{owner, name, rank});
   }
   int ping() { return 1; }
   Task<int> stop_actor(ActorId id) {
@@ -224,8 +235,16 @@ class ProcAgent : public Actor {
     co_await detail::stop_actor(id, nullptr);
     co_return 0;
   }
+  /// Orderly stop of the whole proc: the proc meshes it owns stop first, then every actor
+  /// after the messages already queued for it, running its on_stop hook.
+  Task<int> shutdown() {
+    detail::run_shutdown_hook();
+    co_await detail::stop_all_but(proc(), id());
+    co_return 0;
+  }
   static constexpr auto endpoints =
-      baton::endpoints<&ProcAgent::spawn, &ProcAgent::ping, &ProcAgent::stop_actor>();
+      baton::endpoints<&ProcAgent::spawn, &ProcAgent::ping, &ProcAgent::stop_actor,
+                       &ProcAgent::shutdown>();
 };
 
 /// One actor of type A per member of a shape. Copies and slices are views of the same actors.
@@ -468,7 +487,11 @@ namespace detail {
 class ProcGroup {
  public:
   virtual ~ProcGroup() = default;
-  virtual void stop() = 0;
+  /// Orderly stop: each proc's actors stop (on_stop runs), then SIGTERM; whatever is still
+  /// running after `grace` (in all) gets SIGKILL. Returns once every process is gone.
+  virtual void stop(std::chrono::milliseconds grace) = 0;
+  /// The default grace of stop().
+  virtual std::chrono::milliseconds default_grace() const = 0;
 };
 }  // namespace detail
 
@@ -480,11 +503,14 @@ class ProcMesh {
         procs_(std::make_shared<std::vector<ProcId>>(std::move(by_location))),
         group_(std::move(group)) {}
 
-  /// Stops every proc of the mesh (SIGTERM, then SIGKILL after a bound); calls to its actors
-  /// fail afterwards.
-  Future<void> stop() const {
+  /// Stops every proc of the mesh, in order: the proc meshes its actors own stop first, then
+  /// its actors after the messages already queued for them (on_stop runs), then the processes
+  /// get SIGTERM; whatever still runs after `grace` (RuntimeOptions::stop_grace by default) gets
+  /// SIGKILL. Returns once every process is gone; calls to its actors fail afterwards.
+  Future<void> stop() const { return stop(group_ ? group_->default_grace() : kNoGrace); }
+  Future<void> stop(std::chrono::milliseconds grace) const {
     stopped_->store(true, std::memory_order_release);
-    if (group_) group_->stop();
+    if (group_) group_->stop(grace);
     return make_ready_future();
   }
 
@@ -492,7 +518,9 @@ class ProcMesh {
   std::size_t size() const { return shape_.len(); }
   const ProcId& proc(std::size_t rank) const { return (*procs_)[shape_.location(rank)]; }
 
-  /// Spawns an A named `name` in every proc; constructor arguments are serialized.
+  /// Spawns an A named `name` in every proc; constructor arguments are serialized. The caller
+  /// (the running actor, or the controller) owns the new mesh: its members' failures go to
+  /// the caller's supervise() hook, or to the controller's (RuntimeOptions::supervise).
   template <class A, class... Args>
   ActorMesh<A> spawn(const std::string& name, Args&&... args) const {
     using Reg = detail::FactoryRegistration<A, std::decay_t<Args>...>;
@@ -500,12 +528,14 @@ class ProcMesh {
       throw UsageError("spawn('" + name + "'): this proc mesh was stopped");
     }
     const Body body = encode(static_cast<const std::decay_t<Args>&>(args)...);
+    const ActorId owner = detail::current_owner();
     std::vector<Future<ActorId>> ids;
     ids.reserve(size());
     for (std::size_t r = 0; r < size(); ++r) {
       ActorRef<ProcAgent> agent(ActorId{proc(r), "agent", 0},
                                 detail::resolve_actor(ActorId{proc(r), "agent", 0}));
-      ids.push_back(agent.call(&ProcAgent::spawn, name, Reg::id, body.head, body.parts));
+      ids.push_back(agent.call(&ProcAgent::spawn, name, Reg::id, body.head, body.parts, owner,
+                               static_cast<std::int64_t>(r)));
     }
     // The actor mesh is dense over this (possibly sliced) proc mesh's members, in rank order.
     std::vector<ActorRef<A>> refs;
@@ -534,6 +564,8 @@ class ProcMesh {
   }
 
  private:
+  static constexpr std::chrono::milliseconds kNoGrace{0};
+
   Shape shape_;
   std::shared_ptr<std::vector<ProcId>> procs_;
   std::shared_ptr<detail::ProcGroup> group_;

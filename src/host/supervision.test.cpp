@@ -1,0 +1,592 @@
+// Supervision across real processes: throws, constructor failures, processes that exit, crash
+// or are killed, nested meshes owned by actors, orderly stop, undeliverable messages and
+// respawn. This binary is its own worker: main() creates the Runtime first, which in a worker
+// never returns.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <dirent.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <sstream>
+
+#include "baton/baton.hpp"
+
+extern char** environ;
+
+namespace baton {
+[[noreturn]] void run_unsupervised_controller();
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+
+// A bound on every wait below, so a broken build fails instead of hanging; never reached when
+// things work, and nothing is asserted about time.
+constexpr auto kBound = 30s;
+
+int my_rank() {
+  const char* r = std::getenv("BATON_RANK");
+  return r != nullptr ? std::atoi(r) : -1;
+}
+
+// What a blocked endpoint waits for, in its worker process; a Releaser there sets it.
+std::mutex g_mu;
+std::condition_variable g_cv;
+bool g_released = false;
+
+class Worker : public Actor {
+ public:
+  explicit Worker(int refuse_rank) {
+    if (my_rank() == refuse_rank) {
+      throw std::runtime_error("cannot load shard " + std::to_string(refuse_rank));
+    }
+  }
+  int value() { return value_; }
+  void incr(int by) { value_ += by; }
+  int pid() { return static_cast<int>(::getpid()); }
+  int refuse(const std::string& why) { throw std::runtime_error(why); }
+  void boom(int rank) {
+    if (my_rank() == rank) throw std::runtime_error("boom on rank " + std::to_string(rank));
+  }
+  int crash(int how) {
+    rlimit none{0, 0};
+    ::setrlimit(RLIMIT_CORE, &none);  // no core files from these tests
+    std::fprintf(stderr, "rank %d going down (%d)\n", my_rank(), how);
+    std::fflush(stderr);
+    if (how == 0) std::_Exit(7);
+    if (how == 1) ::raise(SIGSEGV);
+    std::abort();
+  }
+  int block() {
+    std::unique_lock lock(g_mu);
+    g_cv.wait(lock, [] { return g_released; });
+    return value_;
+  }
+  void ignore_sigterm() { ::signal(SIGTERM, SIG_IGN); }
+  static constexpr auto endpoints =
+      baton::endpoints<&Worker::value, &Worker::incr, &Worker::pid, &Worker::refuse, &Worker::boom,
+                       &Worker::crash, &Worker::block, &Worker::ignore_sigterm>();
+
+ private:
+  int value_ = 0;
+};
+
+class Releaser : public Actor {
+ public:
+  void release() {
+    {
+      std::lock_guard lock(g_mu);
+      g_released = true;
+    }
+    g_cv.notify_all();
+  }
+  static constexpr auto endpoints = baton::endpoints<&Releaser::release>();
+};
+
+/// Sends one-way messages and says what came back.
+class Sender : public Actor {
+ public:
+  Sender(bool handle, Port<std::string> report) : handle_(handle), report_(std::move(report)) {}
+  void poke(ActorRef<Worker> target) { target.send(&Worker::incr, 1); }
+  int alive() { return 1; }
+  bool handle_undeliverable(const Undeliverable& u) override {
+    if (!handle_) return false;
+    report_.send(std::string(to_string(u.reason)) + " | " + u.dest.to_string() + " | " + u.message);
+    return true;
+  }
+  static constexpr auto endpoints = baton::endpoints<&Sender::poke, &Sender::alive>();
+
+ private:
+  bool handle_;
+  Port<std::string> report_;
+};
+
+/// Counts what it was sent and says so when it stops.
+class Stopper : public Actor {
+ public:
+  Stopper(Port<std::string> report, bool hang) : report_(std::move(report)), hang_(hang) {}
+  void incr(int by) { n_ += by; }
+  void ignore_sigterm() { ::signal(SIGTERM, SIG_IGN); }
+  int pid() { return static_cast<int>(::getpid()); }
+  void on_stop() override {
+    report_.send("rank " + std::to_string(my_rank()) + " stopped after " + std::to_string(n_));
+    if (hang_) {
+      for (;;) ::pause();  // a cleanup hook that never ends: stop's bound must cut it off
+    }
+  }
+  static constexpr auto endpoints =
+      baton::endpoints<&Stopper::incr, &Stopper::ignore_sigterm, &Stopper::pid>();
+
+ private:
+  Port<std::string> report_;
+  bool hang_;
+  int n_ = 0;
+};
+
+class Leaf : public Actor {
+ public:
+  int pid() { return static_cast<int>(::getpid()); }
+  static constexpr auto endpoints = baton::endpoints<&Leaf::pid>();
+};
+
+/// An actor that owns a proc mesh of its own (controller -> Mid -> its leaves).
+class Mid : public Actor {
+ public:
+  Mid(bool handle, Port<std::string> report) : handle_(handle), report_(std::move(report)) {}
+  std::vector<int> start(int n) {
+    procs_.emplace(this_host().spawn_procs({{"leaves", static_cast<std::size_t>(n)}}));
+    leaves_ = procs_->spawn<Leaf>("leaf");
+    pids_ = leaves_.call(&Leaf::pid).get().values();
+    return pids_;
+  }
+  int alive() { return 1; }
+  bool supervise(const MeshFailure& f) override {
+    report_.send("supervise: " + f.to_string());
+    return handle_;
+  }
+  void on_stop() override {
+    int running = 0;
+    for (int pid : pids_) running += ::kill(pid, 0) == 0 ? 1 : 0;
+    report_.send("mid stopped; leaves still running: " + std::to_string(running));
+  }
+  static constexpr auto endpoints = baton::endpoints<&Mid::start, &Mid::alive>();
+
+ private:
+  bool handle_;
+  Port<std::string> report_;
+  std::optional<ProcMesh> procs_;
+  ActorMesh<Leaf> leaves_;
+  std::vector<int> pids_;
+};
+
+/// Failures that reached the controller's supervise hook (installed in main()).
+struct Seen {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<MeshFailure> events;
+
+  MeshFailure next() {
+    std::unique_lock lock(mu);
+    if (!cv.wait_for(lock, kBound, [&] { return !events.empty(); })) {
+      throw std::runtime_error("no supervision event reached the controller");
+    }
+    MeshFailure f = std::move(events.front());
+    events.erase(events.begin());
+    return f;
+  }
+  std::size_t count() {
+    std::lock_guard lock(mu);
+    return events.size();
+  }
+};
+Seen& seen() {
+  static Seen s;
+  return s;
+}
+
+/// Child processes of this process (zombies included), from /proc.
+std::vector<int> children() {
+  std::vector<int> out;
+  DIR* d = ::opendir("/proc");
+  if (d == nullptr) return out;
+  while (dirent* e = ::readdir(d)) {
+    const int pid = std::atoi(e->d_name);
+    if (pid <= 0) continue;
+    std::ifstream stat("/proc/" + std::string(e->d_name) + "/stat");
+    std::string text;
+    std::getline(stat, text);
+    const auto close = text.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(text.substr(close + 1));
+    std::string state;
+    int ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == ::getpid()) out.push_back(pid);
+  }
+  ::closedir(d);
+  return out;
+}
+
+std::size_t entries(const char* dir) {
+  std::size_t n = 0;
+  DIR* d = ::opendir(dir);
+  while (dirent* e = ::readdir(d)) n += e->d_name[0] != '.' ? 1 : 0;
+  ::closedir(d);
+  return n - (std::string(dir) == "/proc/self/fd" ? 1 : 0);  // the directory's own fd
+}
+
+bool running(int pid) {
+  return ::kill(pid, 0) == 0;
+}
+
+TEST(Supervision, AnEndpointThrowFailsOnlyThatCallAndNamesTheActor) {
+  auto procs = this_host().spawn_procs({{"gpus", 3}});
+  auto workers = procs.spawn<Worker>("thrower", -1);
+  try {
+    workers.call(&Worker::refuse, std::string("bad batch")).get();
+    FAIL() << "expected ActorError";
+  } catch (const ActorError& e) {
+    EXPECT_EQ(e.remote_message(), "bad batch");
+    EXPECT_THAT(e.endpoint(), HasSubstr("Worker::refuse"));
+    EXPECT_THAT(e.actor(), ::testing::MatchesRegex("procs[0-9]+\\.0/thrower\\[0\\]"));
+    EXPECT_EQ(e.where(), "rank 0 {gpus: 0}");
+    EXPECT_THAT(e.what(), HasSubstr("(rank 0 {gpus: 0}) failed in "));
+    EXPECT_THAT(e.what(), HasSubstr("Worker::refuse: bad batch"));
+  }
+  // The actors keep serving, and nothing reached the supervisor.
+  EXPECT_EQ(workers.call(&Worker::value).get().values(), (std::vector<int>{0, 0, 0}));
+  EXPECT_EQ(seen().count(), 0u);
+  procs.stop().get();
+}
+
+TEST(Supervision, AOneWayThrowGoesToTheOwnerAndFailsThatRankOnly) {
+  auto procs = this_host().spawn_procs({{"gpus", 4}});
+  auto workers = procs.spawn<Worker>("oneway", -1);
+  workers.broadcast(&Worker::boom, 2);
+  auto queued = workers.slice("gpus", 2).call_one(&Worker::value);  // behind the boom
+  const MeshFailure f = seen().next();
+  EXPECT_THAT(f.actor.to_string(), ::testing::MatchesRegex("procs[0-9]+\\.2/oneway\\[0\\]"));
+  EXPECT_EQ(f.mesh, "oneway");
+  EXPECT_EQ(f.rank, 2);
+  EXPECT_THAT(f.message, HasSubstr("boom threw with no caller to tell: boom on rank 2"));
+  try {
+    queued.get();
+    FAIL() << "expected SupervisionError";
+  } catch (const SupervisionError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("boom on rank 2"));
+  }
+  EXPECT_THROW(workers.call(&Worker::value).get(), SupervisionError);
+  EXPECT_EQ(workers.slice("gpus", 0, 2).call(&Worker::value).get().values(),
+            (std::vector<int>{0, 0}));
+  EXPECT_EQ(workers.slice("gpus", 3).call_one(&Worker::value).get(), 0);
+  EXPECT_EQ(seen().count(), 0u);
+  procs.stop().get();
+}
+
+TEST(Supervision, AConstructorThrowGoesToTheOwner) {
+  auto procs = this_host().spawn_procs({{"gpus", 3}});
+  auto workers = procs.spawn<Worker>("fragile", 1);
+  const MeshFailure f = seen().next();
+  EXPECT_EQ(f.mesh, "fragile");
+  EXPECT_EQ(f.rank, 1);
+  EXPECT_THAT(f.message, HasSubstr("constructor threw: cannot load shard 1"));
+  try {
+    workers.slice("gpus", 1).call_one(&Worker::value).get();
+    FAIL() << "expected SupervisionError";
+  } catch (const SupervisionError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("cannot load shard 1"));
+  }
+  EXPECT_EQ(workers.slice("gpus", 2).call_one(&Worker::value).get(), 0);
+  procs.stop().get();
+}
+
+struct Death {
+  const char* name;
+  int how;  // Worker::crash's argument, or -1: SIGKILL from outside while a call waits
+  const char* report;
+};
+
+class ProcessDeath : public ::testing::TestWithParam<Death> {};
+
+TEST_P(ProcessDeath, IsReportedToTheOwnerAndFailsPendingAndLaterCalls) {
+  const Death d = GetParam();
+  auto procs = this_host().spawn_procs({{"gpus", 3}});
+  auto workers = procs.spawn<Worker>("mortal", -1);
+  auto rank1 = workers.slice("gpus", 1);
+  const int pid = rank1.call_one(&Worker::pid).get();
+  Future<int> pending =
+      d.how < 0 ? rank1.call_one(&Worker::block) : rank1.call_one(&Worker::crash, d.how);
+  const auto t0 = std::chrono::steady_clock::now();
+  if (d.how < 0) {
+    ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  }
+  try {
+    pending.get();
+    FAIL() << "expected SupervisionError";
+  } catch (const SupervisionError& e) {
+    EXPECT_THAT(e.what(), HasSubstr(d.report));
+    EXPECT_THAT(e.what(), HasSubstr("rank 1"));
+    EXPECT_THAT(e.what(), HasSubstr("pid " + std::to_string(pid)));
+    if (d.how >= 0) {
+      EXPECT_THAT(e.what(), HasSubstr("rank 1 going down"));  // its last words
+    }
+  }
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("%s: death to failed future %.1f ms\n", d.name, ms);
+  const MeshFailure f = seen().next();
+  EXPECT_EQ(f.rank, 1);
+  EXPECT_THAT(f.mesh, ::testing::MatchesRegex("procs[0-9]+"));
+  EXPECT_THAT(f.actor.to_string(), HasSubstr(".1/agent[0]"));
+  EXPECT_THAT(f.message, HasSubstr(d.report));
+  // Later calls touching it fail at once; slices without it keep working.
+  EXPECT_THROW(rank1.call_one(&Worker::value).get(), SupervisionError);
+  EXPECT_THROW(workers.call(&Worker::value).get(), SupervisionError);
+  EXPECT_EQ(workers.slice("gpus", 0).call_one(&Worker::value).get(), 0);
+  EXPECT_EQ(workers.slice("gpus", 2).call_one(&Worker::value).get(), 0);
+  procs.stop().get();
+  EXPECT_EQ(seen().count(), 0u);  // one event per death, none for the stop
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Ways, ProcessDeath,
+    ::testing::Values(Death{"exit", 0, "exited with status 7"},
+                      Death{"segv", 1, "was killed by signal SIGSEGV"},
+                      Death{"abort", 2, "was killed by signal SIGABRT"},
+                      Death{"sigkill", -1,
+                            "was killed by signal SIGKILL (Killed); if nobody "
+                            "sent it, the kernel's out-of-memory killer may have"}),
+    [](const auto& param_info) { return std::string(param_info.param.name); });
+
+TEST(Supervision, GetWithATimeoutOnAHungActorLeavesTheFutureUsable) {
+  auto procs = this_host().spawn_procs({{"gpus", 1}});
+  auto workers = procs.spawn<Worker>("hung", -1);
+  auto releasers = procs.spawn<Releaser>("releaser");
+  Future<int> f = workers.call_one(&Worker::block);
+  EXPECT_THROW(f.get(50ms), TimeoutError);
+  EXPECT_FALSE(f.ready());
+  releasers.call_one(&Releaser::release).get();
+  EXPECT_EQ(f.get(), 0);
+  procs.stop().get();
+}
+
+TEST(Supervision, TwentyKillsDuringABroadcastNeverHangAndLeaveNoProcess) {
+  const std::size_t before = children().size();
+  for (int run = 0; run < 20; ++run) {
+    auto procs = this_host().spawn_procs({{"gpus", 4}});
+    auto workers = procs.spawn<Worker>("victims", -1);
+    auto releasers = procs.spawn<Releaser>("releasers");
+    const std::size_t victim = static_cast<std::size_t>(run % 4);
+    const int pid = workers.slice("gpus", victim).call_one(&Worker::pid).get();
+    workers.broadcast(&Worker::incr, 1);
+    Future<ValueMesh<int>> all = workers.call(&Worker::block);
+    ASSERT_EQ(::kill(pid, SIGKILL), 0);
+    for (std::size_t r = 0; r < 4; ++r) {
+      if (r != victim) releasers.slice("gpus", r).broadcast(&Releaser::release);
+    }
+    try {
+      all.get();
+      FAIL() << "run " << run << ": expected SupervisionError";
+    } catch (const SupervisionError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("rank " + std::to_string(victim) + " of"));
+    }
+    EXPECT_EQ(seen().next().rank, static_cast<std::int64_t>(victim));
+    procs.stop().get();
+    EXPECT_EQ(children().size(), before) << "run " << run << " left a process behind";
+  }
+}
+
+TEST(Supervision, StopDrainsRunsOnStopAndLeaksNothing) {
+  auto [port, reports] = Runtime::get().proc().open_port<std::string>();
+  auto cycle = [&port = port, &reports = reports] {
+    auto procs = this_host().spawn_procs({{"gpus", 2}});
+    auto stoppers = procs.spawn<Stopper>("stoppers", port, false);
+    for (int i = 0; i < 100; ++i) stoppers.broadcast(&Stopper::incr, 1);
+    procs.stop().get();
+    std::vector<std::string> got{reports.recv(kBound), reports.recv(kBound)};
+    std::sort(got.begin(), got.end());
+    EXPECT_EQ(got,
+              (std::vector<std::string>{"rank 0 stopped after 100", "rank 1 stopped after 100"}));
+    try {
+      stoppers.broadcast(&Stopper::incr, 1);
+      FAIL() << "expected UsageError";
+    } catch (const UsageError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("its procs were stopped"));
+    }
+    EXPECT_THROW((void)procs.spawn<Stopper>("again", port, false), UsageError);
+  };
+  cycle();  // warm-up: the first spawn starts threads that live as long as the runtime
+  const std::size_t fds = entries("/proc/self/fd");
+  const std::size_t threads = entries("/proc/self/task");
+  const std::size_t procs_before = children().size();
+  for (int i = 0; i < 3; ++i) cycle();
+  EXPECT_EQ(entries("/proc/self/fd"), fds) << "file descriptors leaked";
+  EXPECT_EQ(entries("/proc/self/task"), threads) << "threads leaked";
+  EXPECT_EQ(children().size(), procs_before) << "processes leaked";
+}
+
+TEST(Supervision, StopBoundsAHangingOnStopAndAProcessThatIgnoresSigterm) {
+  auto [port, reports] = Runtime::get().proc().open_port<std::string>();
+  auto procs = this_host().spawn_procs({{"gpus", 2}});
+  auto stoppers = procs.spawn<Stopper>("stuck", port, true);
+  stoppers.slice("gpus", 1).call_one(&Stopper::ignore_sigterm).get();
+  const ValueMesh<int> pids = stoppers.call(&Stopper::pid).get();
+  procs.stop(200ms).get();
+  // Both on_stop hooks ran (and hang); the processes are gone all the same.
+  EXPECT_THAT(reports.recv(kBound), HasSubstr("stopped after 0"));
+  EXPECT_THAT(reports.recv(kBound), HasSubstr("stopped after 0"));
+  for (int pid : pids.values()) EXPECT_FALSE(running(pid)) << pid;
+}
+
+TEST(Supervision, ANestedFailureClimbsToTheControllerWithItsChain) {
+  auto [port, reports] = Runtime::get().proc().open_port<std::string>();
+  auto procs = this_host().spawn_procs({{"gpus", 1}});
+  auto mid = procs.spawn<Mid>("mid", false, port);
+  const std::vector<int> leaves = mid.call_one(&Mid::start, 2).get();
+  ASSERT_EQ(leaves.size(), 2u);
+  ASSERT_EQ(::kill(leaves[1], SIGKILL), 0);
+  EXPECT_THAT(reports.recv(kBound), HasSubstr("was killed by signal SIGKILL"));  // Mid saw it
+  const MeshFailure f = seen().next();
+  EXPECT_EQ(f.mesh, "mid");
+  EXPECT_EQ(f.rank, 0);
+  EXPECT_THAT(f.actor.to_string(), ::testing::MatchesRegex("procs[0-9]+\\.0/mid\\[0\\]"));
+  EXPECT_THAT(f.message, HasSubstr("did not handle the failure of procs"));
+  ASSERT_EQ(f.causes.size(), 1u);
+  EXPECT_THAT(f.causes[0],
+              ::testing::MatchesRegex("procs[0-9]+\\.0-procs0\\.1/agent\\[0\\] \\(rank 1 of mesh "
+                                      "'procs[0-9]+\\.0-procs0'\\): proc .* was killed by signal "
+                                      "SIGKILL(.|\n)*"));
+  EXPECT_THAT(f.to_string(), HasSubstr("\n  because procs"));
+  EXPECT_THROW(mid.call_one(&Mid::alive).get(), SupervisionError);
+  procs.stop().get();
+  // The failed owner's own procs went with it.
+  EXPECT_FALSE(running(leaves[0]));
+}
+
+TEST(Supervision, AFailureHandledOneLevelDownNeverReachesTheController) {
+  auto [port, reports] = Runtime::get().proc().open_port<std::string>();
+  auto procs = this_host().spawn_procs({{"gpus", 1}});
+  auto mid = procs.spawn<Mid>("mid", true, port);
+  const std::vector<int> leaves = mid.call_one(&Mid::start, 2).get();
+  ASSERT_EQ(::kill(leaves[0], SIGKILL), 0);
+  EXPECT_THAT(reports.recv(kBound), HasSubstr("rank 0 of mesh"));
+  // Handled: the owner is alive and the controller heard nothing.
+  EXPECT_EQ(mid.call_one(&Mid::alive).get(), 1);
+  EXPECT_EQ(seen().count(), 0u);
+  // Stop is orderly: the meshes Mid owns were stopped before Mid's own on_stop ran.
+  procs.stop().get();
+  EXPECT_EQ(reports.recv(kBound), "mid stopped; leaves still running: 0");
+  EXPECT_FALSE(running(leaves[1]));
+  EXPECT_EQ(seen().count(), 0u);
+}
+
+TEST(Supervision, AnUndeliverableMessageComesBackToItsSender) {
+  auto [port, reports] = Runtime::get().proc().open_port<std::string>();
+  auto procs = this_host().spawn_procs({{"gpus", 2}});
+  auto senders = procs.slice("gpus", 0).spawn<Sender>("handler", true, port);
+  auto workers = procs.slice("gpus", 1).spawn<Worker>("target", -1);
+  // An actor that does not exist in the other worker.
+  const ActorRef<Worker> ghost(ActorId{procs.proc(1), "ghost", 0}, nullptr);
+  senders.call_one(&Sender::poke, ghost).get();
+  const std::string back = reports.recv(kBound);
+  EXPECT_THAT(back, HasSubstr("unknown actor"));
+  EXPECT_THAT(back, HasSubstr("ghost[0]"));
+  // A stopped actor.
+  workers.stop().get();
+  senders.call_one(&Sender::poke, workers.at(0)).get();
+  EXPECT_THAT(reports.recv(kBound), HasSubstr("target[0]"));
+  EXPECT_EQ(senders.call_one(&Sender::alive).get(), 1);
+  EXPECT_EQ(seen().count(), 0u);
+
+  // By default the sender fails, and its owner hears of it.
+  auto strict = procs.slice("gpus", 0).spawn<Sender>("strict", false, port);
+  strict.call_one(&Sender::poke, ghost).get();
+  const MeshFailure f = seen().next();
+  EXPECT_EQ(f.mesh, "strict");
+  EXPECT_THAT(f.message, HasSubstr("was undeliverable"));
+  EXPECT_THAT(f.message, HasSubstr("ghost[0]"));
+  EXPECT_THROW(strict.call_one(&Sender::alive).get(), SupervisionError);
+  procs.stop().get();
+}
+
+TEST(Supervision, TheControllerRespawnsABrokenMesh) {
+  const std::size_t before = children().size();
+  auto procs = this_host().spawn_procs({{"gpus", 3}});
+  auto workers = procs.spawn<Worker>("gen1", -1);
+  workers.broadcast(&Worker::incr, 5);
+  const int pid = workers.slice("gpus", 2).call_one(&Worker::pid).get();
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  EXPECT_EQ(seen().next().rank, 2);
+  procs.stop().get();
+  EXPECT_EQ(children().size(), before);
+
+  auto fresh = this_host().spawn_procs({{"gpus", 3}});
+  auto again = fresh.spawn<Worker>("gen2", -1);
+  again.broadcast(&Worker::incr, 1);
+  EXPECT_EQ(again.call(&Worker::value).get().values(), (std::vector<int>{1, 1, 1}));
+  EXPECT_EQ(children().size(), before + 3);
+  fresh.stop().get();
+}
+
+TEST(Supervision, AnUnhandledFailureStopsTheControllerWithAReportAndStatus1) {
+  int err[2];
+  ASSERT_EQ(::pipe(err), 0);
+  posix_spawn_file_actions_t actions;
+  ::posix_spawn_file_actions_init(&actions);
+  ::posix_spawn_file_actions_adddup2(&actions, err[1], STDERR_FILENO);
+  std::vector<std::string> env_s;
+  for (char** e = environ; *e != nullptr; ++e) env_s.emplace_back(*e);
+  env_s.emplace_back("BATON_TEST_UNSUPERVISED=1");
+  std::vector<char*> envp;
+  for (auto& e : env_s) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string self = "unsupervised-controller";
+  char* child_argv[] = {self.data(), nullptr};
+  pid_t controller = -1;
+  ASSERT_EQ(
+      ::posix_spawn(&controller, "/proc/self/exe", &actions, nullptr, child_argv, envp.data()), 0);
+  ::posix_spawn_file_actions_destroy(&actions);
+  ::close(err[1]);
+  std::string text;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(err[0], buf, sizeof buf);
+    if (n <= 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(err[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(controller, &status, 0), controller);
+  ASSERT_TRUE(WIFEXITED(status)) << text;
+  EXPECT_EQ(WEXITSTATUS(status), 1) << text;
+  EXPECT_THAT(text, HasSubstr("a failure that nothing handled stops this program"));
+  EXPECT_THAT(text, HasSubstr("/doomed[0] (rank 1 of mesh 'doomed'): "));
+  EXPECT_THAT(text, HasSubstr("Worker::boom threw with no caller to tell"));
+  EXPECT_THAT(text, HasSubstr("boom on rank 1"));
+  EXPECT_THAT(text, HasSubstr("RuntimeOptions::supervise"));
+}
+
+}  // namespace
+
+/// The controller of AnUnhandledFailure...: no supervise hook; one of its actors fails.
+[[noreturn]] void run_unsupervised_controller() {
+  auto procs = this_host().spawn_procs({{"gpus", 2}});
+  auto workers = procs.spawn<Worker>("doomed", -1);
+  workers.broadcast(&Worker::boom, 1);
+  for (;;) ::pause();  // the runtime ends this process
+}
+
+}  // namespace baton
+
+int main(int argc, char** argv) {
+  baton::RuntimeOptions options;
+  if (std::getenv("BATON_TEST_UNSUPERVISED") == nullptr) {
+    options.supervise = [](const baton::MeshFailure& f) {
+      auto& s = baton::seen();
+      {
+        std::lock_guard lock(s.mu);
+        s.events.push_back(f);
+      }
+      s.cv.notify_all();
+      return true;
+    };
+  }
+  baton::Runtime rt(argc, argv, options);  // a worker serves here and never returns
+  if (std::getenv("BATON_TEST_UNSUPERVISED") != nullptr) baton::run_unsupervised_controller();
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
