@@ -241,6 +241,11 @@ const ActorId& current_sender(const ProcState* fallback);
 void set_exit_probe(std::function<std::optional<std::string>(const std::string& peer)> probe);
 /// The report of a proc known to have died, if it did.
 std::optional<std::string> proc_failure(const ProcId& id);
+/// Like proc_failure, but if nothing is known yet and `id` is a child of this process, waits a
+/// little for it to be seen exiting (see set_exit_probe). May block: not for I/O threads.
+std::optional<std::string> await_proc_failure(const ProcId& id);
+/// True if a status-tagged reply says its message was lost with a link.
+bool reply_is_link_lost(const Body& reply);
 /// A failure as a status-tagged body.
 Body failure_reply(std::exception_ptr e);
 /// Completes `state` from a status-tagged body: the value, or the remote failure.

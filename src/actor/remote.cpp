@@ -422,6 +422,27 @@ std::optional<std::string> proc_failure(const ProcId& id) {
   return it->second;
 }
 
+std::optional<std::string> await_proc_failure(const ProcId& id) {
+  if (auto known = proc_failure(id)) return known;
+  std::function<std::optional<std::string>(const std::string&)> probe;
+  {
+    auto& f = failures();
+    std::lock_guard lock(f.mu);
+    probe = f.probe;
+  }
+  if (!probe) return std::nullopt;
+  auto died = probe(id.name);
+  if (died) mark_proc_failed(id.name, *died);
+  return died;
+}
+
+bool reply_is_link_lost(const Body& reply) {
+  return reply.head.size() >= 2 &&
+         static_cast<ReplyStatus>(reply.head[0]) == ReplyStatus::undeliverable &&
+         static_cast<UndeliverableError::Reason>(reply.head[1]) ==
+             UndeliverableError::Reason::link_lost;
+}
+
 void set_cast_handler(CastHandler handler) {
   cast_handler().store(handler, std::memory_order_release);
 }

@@ -390,6 +390,27 @@ TEST(Supervision, TwentyKillsDuringABroadcastNeverHangAndLeaveNoProcess) {
   }
 }
 
+TEST(Supervision, AMemberLostBehindAForwarderIsReportedWithHowItsProcDied) {
+  // 12 members: the controller sends to 8 heads; rank 2 is reached through rank 1.
+  auto procs = this_host().spawn_procs({{"gpus", 12}});
+  auto workers = procs.spawn<Worker>("deep", -1);
+  auto releasers = procs.spawn<Releaser>("releasers");
+  const int pid = workers.slice("gpus", 2).call_one(&Worker::pid).get();
+  Future<ValueMesh<int>> all = workers.call(&Worker::block);
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  releasers.slice("gpus", 0, 2).broadcast(&Releaser::release);
+  releasers.slice("gpus", 3, 12).broadcast(&Releaser::release);
+  try {
+    all.get();
+    FAIL() << "expected SupervisionError";
+  } catch (const SupervisionError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("rank 2 of"));
+    EXPECT_THAT(e.what(), HasSubstr("was killed by signal SIGKILL"));
+  }
+  EXPECT_EQ(seen().next().rank, 2);
+  procs.stop().get();
+}
+
 TEST(Supervision, StopDrainsRunsOnStopAndLeaksNothing) {
   auto [port, reports] = Runtime::get().proc().open_port<std::string>();
   auto cycle = [&port = port, &reports = reports] {

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 
@@ -92,6 +93,23 @@ std::vector<CastItem> failures(const std::vector<HopMember>& members, const std:
     }
   }
   return out;
+}
+
+/// Turns items lost with a forwarder's link into the SupervisionError of their member's proc,
+/// where that proc is known (or seen, waiting a little) to have died. `base` is by location;
+/// an item's rank is matched to its member through the cast's rank_of, kept by the caller.
+void attribute_lost(const std::vector<CastMember>& base, std::vector<CastItem>& items,
+                    const std::vector<std::size_t>& lost,
+                    const std::vector<std::int64_t>& rank_of) {
+  for (std::size_t i : lost) {
+    for (std::size_t loc = 0; loc < base.size(); ++loc) {
+      if (rank_of[loc] != static_cast<std::int64_t>(items[i].rank)) continue;
+      if (auto died = await_proc_failure(base[loc].actor.proc)) {
+        items[i].reply = failure_reply(std::make_exception_ptr(SupervisionError(*died)));
+      }
+      break;
+    }
+  }
 }
 
 /// Folds reduce-mode items: the lowest-ranked failure wins, else the values in rank order.
@@ -376,7 +394,30 @@ void cast(CastRequest request) {
     hop.members.push_back({base[loc], request.rank_of[loc]});
   }
   const ActorId sender = current_sender(local.get());
-  run_hop(local, sender, std::move(hop), request.args, false, std::move(request.done));
+  Done done = std::move(request.done);
+  if (done) {
+    // A forwarder can only say that a member behind it was lost with its link; the process
+    // that started the member's proc knows whether it died, and how.
+    auto rank_of = std::make_shared<const std::vector<std::int64_t>>(std::move(request.rank_of));
+    done = [done = std::move(done), base = request.base,
+            rank_of = std::move(rank_of)](std::vector<CastItem> items) {
+      std::vector<std::size_t> lost;
+      for (std::size_t i = 0; i < items.size(); ++i) {
+        if (reply_is_link_lost(items[i].reply)) lost.push_back(i);
+      }
+      if (lost.empty()) {
+        done(std::move(items));
+        return;
+      }
+      // Waiting for an exit may take a moment: not on the I/O thread that brought the result.
+      std::thread([done, base, rank_of, items = std::move(items),
+                   lost = std::move(lost)]() mutable {
+        attribute_lost(*base, items, lost, *rank_of);
+        done(std::move(items));
+      }).detach();
+    };
+  }
+  run_hop(local, sender, std::move(hop), request.args, false, std::move(done));
 }
 
 void complete_item(StateBase& state, const CastItem& item, std::string_view endpoint,
