@@ -24,6 +24,8 @@ int run_rtt();
 int run_cast();
 /// `baton-bench spawn`: spawn_procs(16) to an answering actor mesh, against bare process starts.
 int run_spawn();
+/// `baton-bench failure`: kill to failed future, and stop of 16 procs, against the kernel's floor.
+int run_failure();
 
 inline void print_figure(std::string_view name, double value, std::string_view unit) {
   std::printf("%.*s %.3f %.*s\n", static_cast<int>(name.size()), name.data(), value,

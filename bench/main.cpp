@@ -1,6 +1,8 @@
 // baton-bench NAME: runs one benchmark and prints `name value unit` lines, each figure next to
 // a baseline measured in the same run.
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -31,21 +33,28 @@ int run_inproc() {
 int main(int argc, char** argv) {
   // The `spawn` baseline starts this executable and wants it gone at once.
   if (std::getenv("BATON_BENCH_EXIT_AT_ONCE") != nullptr) return 0;
-  baton::Runtime rt(argc, argv);  // worker processes serve here
+  // The `failure` baselines start it and want it idle until they kill it.
+  if (std::getenv("BATON_BENCH_PAUSE") != nullptr) {
+    for (;;) ::pause();
+  }
+  baton::RuntimeOptions options;
+  options.supervise = [](const baton::MeshFailure&) { return true; };  // `failure` kills workers
+  baton::Runtime rt(argc, argv, options);  // worker processes serve here
   const std::string_view which = argc > 1 ? argv[1] : "";
   try {
     if (which == "inproc") return run_inproc();
     if (which == "rtt") return baton::bench::run_rtt();
     if (which == "cast") return baton::bench::run_cast();
     if (which == "spawn") return baton::bench::run_spawn();
+    if (which == "failure") return baton::bench::run_failure();
     if (which == "all") {
       return run_inproc() | baton::bench::run_rtt() | baton::bench::run_cast() |
-             baton::bench::run_spawn();
+             baton::bench::run_spawn() | baton::bench::run_failure();
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "baton-bench: %s\n", e.what());
     return 1;
   }
-  std::fprintf(stderr, "usage: baton-bench inproc|rtt|cast|spawn|all\n");
+  std::fprintf(stderr, "usage: baton-bench inproc|rtt|cast|spawn|failure|all\n");
   return 2;
 }
