@@ -68,7 +68,10 @@ class Worker : public Actor {
     std::fprintf(stderr, "rank %d going down (%d)\n", my_rank(), how);
     std::fflush(stderr);
     if (how == 0) std::_Exit(7);
-    if (how == 1) ::raise(SIGSEGV);
+    if (how == 1) {
+      ::signal(SIGSEGV, SIG_DFL);  // the default action, even under a sanitizer's handler
+      ::raise(SIGSEGV);
+    }
     std::abort();
   }
   int block() {
