@@ -39,10 +39,8 @@ constexpr const char* kParentVar = "BATON_PARENT_PID";
 constexpr const char* kDirVar = "BATON_DIR";  // where the job's sockets live
 
 constexpr auto kStartTimeout = 30s;
-// How long the controller waits, after a worker's link closes, for its process to be seen
-// exiting before it calls the loss a lost link instead (and, after a stop, for the link of a
-// process that exited to close).
-constexpr auto kExitWait = 2s;
+// After a stop, how long the link of a process that exited may take to close.
+constexpr auto kUnlinkWait = 2s;
 
 /// True for "NAME=value" entries that are a worker's bootstrap (set anew for every worker).
 bool is_bootstrap(std::string_view entry) {
@@ -280,6 +278,7 @@ struct Runtime::State {
   Address address;
   std::string prefix;  // of this process's mesh names: empty in the controller
   std::chrono::milliseconds stop_grace{5000};
+  std::chrono::milliseconds exit_wait{2000};
   std::mutex mu;
   std::size_t next_mesh = 0;
   std::vector<std::weak_ptr<LocalProcGroup>> groups;
@@ -312,6 +311,7 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
   if (g_runtime != nullptr) throw UsageError("only one baton::Runtime may exist in a process");
   for (int i = 0; i < argc; ++i) state_->argv.emplace_back(argv[i]);
   state_->stop_grace = options.stop_grace;
+  state_->exit_wait = options.exit_wait;
   state_->supervise = std::move(options.supervise);
   state_->output = std::make_unique<OutputForwarder>(output_options(std::move(options.output)));
   state_->watcher = std::make_unique<ChildWatcher>(
@@ -430,7 +430,7 @@ std::optional<std::string> Runtime::exit_report(const std::string& proc_name) {
   auto it = state_->children.find(proc_name);
   if (it == state_->children.end()) return std::nullopt;
   auto stopping = it->second.stopping;
-  state_->children_cv.wait_for(lock, kExitWait, [&] {
+  state_->children_cv.wait_for(lock, state_->exit_wait, [&] {
     return stopping->load() || state_->children.at(proc_name).report.has_value();
   });
   if (stopping->load()) return std::nullopt;
@@ -513,7 +513,7 @@ ProcMesh HostMesh::spawn_procs(const std::vector<std::pair<std::string, std::siz
   auto group = std::make_shared<LocalProcGroup>(
       *st.watcher, st.stop_grace, [&st](const std::vector<ProcId>& gone) {
         for (const auto& name : gone) {
-          if (!st.proc->wait_unlinked(name, kExitWait)) {
+          if (!st.proc->wait_unlinked(name, kUnlinkWait)) {
             std::fprintf(stderr, "baton: the link to stopped proc %s is still open\n",
                          name.name.c_str());
           }

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <dirent.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/resource.h>
@@ -157,6 +158,7 @@ class Mid : public Actor {
     return pids_;
   }
   int alive() { return 1; }
+  int pid() { return static_cast<int>(::getpid()); }
   bool supervise(const MeshFailure& f) override {
     report_.send("supervise: " + f.to_string());
     return handle_;
@@ -166,7 +168,7 @@ class Mid : public Actor {
     for (int pid : pids_) running += ::kill(pid, 0) == 0 ? 1 : 0;
     report_.send("mid stopped; leaves still running: " + std::to_string(running));
   }
-  static constexpr auto endpoints = baton::endpoints<&Mid::start, &Mid::alive>();
+  static constexpr auto endpoints = baton::endpoints<&Mid::start, &Mid::alive, &Mid::pid>();
 
  private:
   bool handle_;
@@ -496,6 +498,28 @@ TEST(Supervision, AFailureHandledOneLevelDownNeverReachesTheController) {
   EXPECT_EQ(reports.recv(kBound), "mid stopped; leaves still running: 0");
   EXPECT_FALSE(running(leaves[1]));
   EXPECT_EQ(seen().count(), 0u);
+}
+
+TEST(Supervision, WhenAnOwnersProcessDiesTheProcsItStartedGoWithIt) {
+  auto [port, reports] = Runtime::get().proc().open_port<std::string>();
+  auto procs = this_host().spawn_procs({{"gpus", 1}});
+  auto mid = procs.spawn<Mid>("mid", true, port);
+  const std::vector<int> leaves = mid.call_one(&Mid::start, 2).get();
+  std::vector<int> pidfds;
+  for (int pid : leaves) {
+    pidfds.push_back(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+    ASSERT_GE(pidfds.back(), 0);
+  }
+  ASSERT_EQ(::kill(mid.call_one(&Mid::pid).get(), SIGKILL), 0);
+  for (int fd : pidfds) {
+    pollfd p{fd, POLLIN, 0};
+    EXPECT_EQ(::poll(&p, 1, static_cast<int>(std::chrono::milliseconds(kBound).count())), 1)
+        << "a leaf outlived the worker that started it";
+    ::close(fd);
+  }
+  const MeshFailure f = seen().next();  // the controller owns the dead worker's mesh
+  EXPECT_THAT(f.message, HasSubstr("was killed by signal SIGKILL"));
+  procs.stop().get();
 }
 
 TEST(Supervision, AnUndeliverableMessageComesBackToItsSender) {

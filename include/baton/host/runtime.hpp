@@ -39,6 +39,11 @@ struct RuntimeOptions {
   /// How long a proc mesh's stop() waits, for each step, before it moves on: for the actors'
   /// on_stop hooks, then for the processes to exit after SIGTERM (then SIGKILL).
   std::chrono::milliseconds stop_grace{5000};
+  /// When a worker's link closes, how long to wait for its process to be seen exiting: calls
+  /// waiting on it then fail with a SupervisionError saying how it died. A worker still running
+  /// after this fails them as a lost link (UndeliverableError). A process that exits is seen at
+  /// once (its pidfd), so this bounds only the case of a link lost while its process lives.
+  std::chrono::milliseconds exit_wait{2000};
 };
 
 class Runtime {
