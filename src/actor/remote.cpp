@@ -298,11 +298,34 @@ void deliver_envelope(const std::shared_ptr<ProcState>& local,
   }
 }
 
+/// Returns the one-way calls a link never delivered to their senders. (A call with a reply port
+/// fails through that port; casts are tracked by their tree; port values, replies included,
+/// are not returned.)
+void return_unsent(const std::string& peer, const std::string& reason, std::vector<Envelope> envs) {
+  for (auto& env : envs) {
+    if (env.dest.port != 0) continue;
+    std::optional<PortId> reply_to;
+    try {
+      InputArchive ar(env.body);
+      std::uint64_t endpoint_id = 0;
+      ar(endpoint_id, reply_to);
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (reply_to) continue;
+    deliver_undeliverable(env.sender,
+                          Undeliverable{env.dest, UndeliverableError::Reason::link_lost,
+                                        "the link to proc " + peer + " closed for good (" + reason +
+                                            ") before the peer acknowledged it"});
+  }
+}
+
 /// The handler of one link: the first envelope must be the hello naming the peer proc.
 net::LinkHandler link_handler(const std::weak_ptr<ProcState>& weak_local,
                               const std::shared_ptr<net::Link>& link,
                               const std::shared_ptr<std::string>& peer) {
   std::weak_ptr<net::Link> weak_link = link;
+  auto unsent = std::make_shared<std::vector<Envelope>>();
   return net::LinkHandler{[weak_local, weak_link, peer](Envelope env) {
                             auto local = weak_local.lock();
                             auto l = weak_link.lock();
@@ -321,10 +344,12 @@ net::LinkHandler link_handler(const std::weak_ptr<ProcState>& weak_local,
                             }
                             deliver_envelope(local, l, std::move(env));
                           },
-                          [weak_link, peer](const std::string& reason) {
+                          [weak_link, peer, unsent](const std::string& reason) {
                             if (peer->empty()) return;
                             on_link_closed(*peer, weak_link.lock(), reason);
-                          }};
+                            return_unsent(*peer, reason, std::move(*unsent));
+                          },
+                          [unsent](std::vector<Envelope> envs) { *unsent = std::move(envs); }};
 }
 
 net::IoThread& io_of(ProcState& proc) {
@@ -659,15 +684,19 @@ void connect_state(const std::shared_ptr<ProcState>& state, const ProcId& peer,
   // The handler needs the link, and the link needs the handler: bind through a holder.
   auto holder = std::make_shared<std::shared_ptr<net::Link>>();
   std::weak_ptr<ProcState> weak = state;
-  net::LinkHandler relay{[weak, holder, name](Envelope env) {
-                           auto local = weak.lock();
-                           if (local && *holder) deliver_envelope(local, *holder, std::move(env));
-                         },
-                         [holder, name, on_lost = std::move(on_lost)](const std::string& reason) {
-                           on_link_closed(*name, *holder, reason);
-                           if (on_lost) on_lost(reason);
-                         }};
-  auto link = net::Link::connect(io, address, std::move(relay));
+  auto unsent = std::make_shared<std::vector<Envelope>>();
+  net::LinkHandler relay{
+      [weak, holder, name](Envelope env) {
+        auto local = weak.lock();
+        if (local && *holder) deliver_envelope(local, *holder, std::move(env));
+      },
+      [holder, name, unsent, on_lost = std::move(on_lost)](const std::string& reason) {
+        on_link_closed(*name, *holder, reason);
+        return_unsent(*name, reason, std::move(*unsent));
+        if (on_lost) on_lost(reason);
+      },
+      [unsent](std::vector<Envelope> envs) { *unsent = std::move(envs); }};
+  auto link = net::Link::connect(io, address, std::move(relay), state->options.link);
   *holder = link;
   {
     // A link the peer dialled first stays the route: one sending link per peer keeps FIFO.
@@ -694,9 +723,12 @@ namespace baton {
 Address Proc::serve(const Address& address) {
   auto& io = detail::io_of(*state_);
   std::weak_ptr<detail::ProcState> weak = state_;
-  auto listener = net::Listener::listen(io, address, [weak](const std::shared_ptr<net::Link>& l) {
-    return detail::link_handler(weak, l, std::make_shared<std::string>());
-  });
+  auto listener = net::Listener::listen(
+      io, address,
+      [weak](const std::shared_ptr<net::Link>& l) {
+        return detail::link_handler(weak, l, std::make_shared<std::string>());
+      },
+      state_->options.link);
   Address bound = listener->address();
   {
     std::lock_guard lock(state_->mu);

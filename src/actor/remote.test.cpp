@@ -41,10 +41,12 @@ std::uint64_t local_checksum(const Bytes& data) {
   return s;
 }
 
-/// A child process serving proc "remote" with one Worker; killed when the test ends.
+/// A child process serving proc "remote" with one Worker (on a unix socket, or on TCP on the
+/// loopback); killed when the test ends.
 class RemoteProc {
  public:
-  RemoteProc() : path_("/tmp/baton-remote-" + std::to_string(::getpid()) + ".sock") {
+  explicit RemoteProc(bool tcp = false)
+      : path_("/tmp/baton-remote-" + std::to_string(::getpid()) + ".sock") {
     int ready[2];
     if (::pipe(ready) != 0) throw std::runtime_error("pipe failed");
     pid_ = ::fork();
@@ -53,18 +55,21 @@ class RemoteProc {
       ::close(ready[0]);
       {
         Proc proc(ProcOptions{.name = "remote", .threads = 2});
-        proc.serve(Address::parse("unix://" + path_));
+        const Address bound =
+            proc.serve(Address::parse(tcp ? "tcp://127.0.0.1:0" : "unix://" + path_));
         proc.spawn<Worker>("worker");
-        const char ok = 1;
-        if (::write(ready[1], &ok, 1) != 1) ::_exit(3);
+        const std::string text = bound.to_string() + "\n";
+        if (::write(ready[1], text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+          ::_exit(3);
+        }
         for (;;) ::pause();  // serve until killed
       }
     }
     ::close(ready[1]);
-    char ok = 0;
-    const bool started = ::read(ready[0], &ok, 1) == 1;
+    char c = 0;
+    while (::read(ready[0], &c, 1) == 1 && c != '\n') address_ += c;
     ::close(ready[0]);
-    if (!started) throw std::runtime_error("the remote proc did not start");
+    if (c != '\n') throw std::runtime_error("the remote proc did not start");
   }
   ~RemoteProc() { kill(); }
   void kill() {
@@ -75,10 +80,13 @@ class RemoteProc {
       ::unlink(path_.c_str());  // a killed server cannot remove its socket file
     }
   }
-  Address address() const { return Address::parse("unix://" + path_); }
+  Address address() const { return Address::parse(address_); }
+  /// SIGSTOP: the process keeps its sockets but reads and acknowledges nothing.
+  void freeze() const { ::kill(pid_, SIGSTOP); }
 
  private:
   std::string path_;
+  std::string address_;
   pid_t pid_ = -1;
 };
 
@@ -134,6 +142,42 @@ TEST(Remote, AKilledProcessFailsPendingAndLaterCallsInsteadOfHanging) {
   auto later = worker.call(&Worker::add, 1, 2);
   ASSERT_TRUE(later.ready());  // no link, no such local proc: fails at once
   EXPECT_THROW(later.get(), UndeliverableError);
+}
+
+/// Sends one-way messages and reports what came back.
+class Sender : public Actor {
+ public:
+  explicit Sender(Port<std::string> report) : report_(std::move(report)) {}
+  void poke(ActorRef<Worker> w) { w.send(&Worker::add, 1, 2); }
+  bool handle_undeliverable(const Undeliverable& u) override {
+    report_.send(std::string(to_string(u.reason)) + " | " + u.dest.to_string() + " | " + u.message);
+    return true;
+  }
+  static constexpr auto endpoints = baton::endpoints<&Sender::poke>();
+
+ private:
+  Port<std::string> report_;
+};
+
+TEST(Remote, AOneWayMessageALinkNeverDeliveredComesBackToItsSender) {
+  RemoteProc remote(/*tcp=*/true);
+  ProcOptions options{.name = "local", .threads = 2};
+  options.link.heartbeat = 20ms;
+  options.link.dead_after = 200ms;
+  Proc local(options);
+  local.connect(ProcId{"remote"}, remote.address());
+  ActorRef<Worker> worker(ActorId::parse("remote/worker[0]"), nullptr);
+  EXPECT_EQ(worker.call(&Worker::add, 1, 2).get(), 3);
+
+  auto [port, reports] = local.open_port<std::string>();
+  auto sender = local.spawn<Sender>("sender", port);
+  remote.freeze();  // what we send now is never acknowledged
+  sender.call(&Sender::poke, worker).get();
+  remote.kill();  // the connection goes, and redialling is refused: the link closes for good
+  const std::string back = reports.recv(30s);
+  EXPECT_THAT(back, HasSubstr("link lost | remote/worker[0]"));
+  EXPECT_THAT(back, HasSubstr("closed for good"));
+  EXPECT_THAT(back, HasSubstr("before the peer acknowledged it"));
 }
 
 }  // namespace

@@ -590,6 +590,7 @@ class StreamLink final : public Link {
 
   /// Closes for good; `tell_peer` sends a bye first when the connection is between frames.
   void shutdown(const std::string& reason, bool tell_peer = false) {
+    std::deque<Frame> unsent;
     {
       std::lock_guard lock(mu_);
       if (closed_) return;
@@ -598,7 +599,7 @@ class StreamLink final : public Link {
       }
       closed_ = true;
       connected_ = false;
-      out_.clear();
+      unsent.swap(out_);
       ctl_.clear();
     }
     if (std::getenv("BATON_DEBUG_LINKS") != nullptr) {
@@ -619,6 +620,18 @@ class StreamLink final : public Link {
       ++epoch_;
       socket_.shutdown(Protocol::socket::shutdown_both, ignored);
       socket_.close(ignored);
+    }
+    if (handler_.on_unsent && !unsent.empty()) {
+      std::vector<Envelope> back;
+      back.reserve(unsent.size());
+      for (const Frame& f : unsent) {
+        try {
+          back.push_back(decode_frame(Bytes::adopt(f.flatten()), options_.limits));
+        } catch (const std::exception&) {
+          // Our own encoding: it decodes. Nothing to hand back if it somehow does not.
+        }
+      }
+      handler_.on_unsent(std::move(back));
     }
     if (handler_.on_closed) handler_.on_closed(reason);
     handler_ = {};  // drop captured state; the link may outlive its owner's interest

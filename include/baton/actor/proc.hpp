@@ -13,6 +13,7 @@
 #include "baton/actor/actor.hpp"
 #include "baton/actor/executor.hpp"
 #include "baton/actor/port.hpp"
+#include "baton/net/link.hpp"
 #include "baton/wire/address.hpp"
 
 namespace baton {
@@ -44,6 +45,8 @@ struct ProcOptions {
   std::function<void(const Undeliverable&)> on_undeliverable;
   /// Called on every delivery, on the thread that handles it.
   std::function<void(const TraceEvent&)> trace;
+  /// How this proc's links to other processes watch and repair their connections.
+  net::LinkOptions link;
 };
 
 class Proc {

@@ -38,6 +38,10 @@ struct LinkHandler {
   std::function<void(Envelope)> on_envelope;
   /// Called once, with the reason, when the link closes for any cause.
   std::function<void(const std::string& reason)> on_closed;
+  /// Called once, just before on_closed, with the envelopes sent on the link that were not
+  /// yet written, and on TCP those written but not acknowledged, when the link closes for good.
+  /// A written one may or may not have reached the peer's process before it went away.
+  std::function<void(std::vector<Envelope> unsent)> on_unsent;
 };
 
 /// How a link watches and repairs its connection; every field has a working default.
