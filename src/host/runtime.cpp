@@ -201,6 +201,7 @@ class LocalProcGroup final : public detail::ProcGroup {
   }
 
   std::chrono::milliseconds default_grace() const override { return grace_; }
+  std::shared_ptr<std::atomic<bool>> stopped_flag() const override { return stopping; }
 
   void stop(std::chrono::milliseconds grace) override {
     std::lock_guard lock(mu_);
@@ -498,6 +499,12 @@ void Runtime::set_output_window(std::chrono::milliseconds window) {
 void Runtime::set_supervise(std::function<bool(const MeshFailure&)> handler) {
   std::lock_guard lock(state_->mu);
   state_->supervise = std::move(handler);
+}
+
+Future<void> HostMesh::stop() const {
+  Runtime& rt = Runtime::get();
+  rt.state_->stop_groups();
+  return make_ready_future();
 }
 
 HostMesh this_host() {

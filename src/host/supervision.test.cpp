@@ -89,6 +89,18 @@ class Worker : public Actor {
   int value_ = 0;
 };
 
+/// Hands out a port whose handler runs on this actor and refuses negative values.
+class Listener : public Actor {
+ public:
+  Port<int> port() {
+    return open_port<int>([](int v) {
+      if (v < 0) throw std::runtime_error("negative value " + std::to_string(v));
+    });
+  }
+  int alive() { return 1; }
+  static constexpr auto endpoints = baton::endpoints<&Listener::port, &Listener::alive>();
+};
+
 class Releaser : public Actor {
  public:
   void release() {
@@ -282,6 +294,21 @@ TEST(Supervision, AOneWayThrowGoesToTheOwnerAndFailsThatRankOnly) {
   procs.stop().get();
 }
 
+TEST(Supervision, APortHandlerThrowGoesToTheOwner) {
+  auto procs = this_host().spawn_procs({{"gpus", 2}});
+  auto listeners = procs.spawn<Listener>("listeners");
+  const Port<int> port = listeners.slice("gpus", 1).call_one(&Listener::port).get();
+  port.send(5);
+  port.send(-3);
+  const MeshFailure f = seen().next();
+  EXPECT_EQ(f.mesh, "listeners");
+  EXPECT_EQ(f.rank, 1);
+  EXPECT_THAT(f.message, HasSubstr("port handler threw: negative value -3"));
+  EXPECT_THROW(listeners.slice("gpus", 1).call_one(&Listener::alive).get(), SupervisionError);
+  EXPECT_EQ(listeners.slice("gpus", 0).call_one(&Listener::alive).get(), 1);
+  procs.stop().get();
+}
+
 TEST(Supervision, AConstructorThrowGoesToTheOwner) {
   auto procs = this_host().spawn_procs({{"gpus", 3}});
   auto workers = procs.spawn<Worker>("fragile", 1);
@@ -443,6 +470,30 @@ TEST(Supervision, StopDrainsRunsOnStopAndLeaksNothing) {
   EXPECT_EQ(entries("/proc/self/fd"), fds) << "file descriptors leaked";
   EXPECT_EQ(entries("/proc/self/task"), threads) << "threads leaked";
   EXPECT_EQ(children().size(), procs_before) << "processes leaked";
+}
+
+TEST(Supervision, AHostStopStopsEveryProcMeshStartedOnIt) {
+  auto [port, reports] = Runtime::get().proc().open_port<std::string>();
+  const std::size_t before = children().size();
+  auto a = this_host().spawn_procs({{"gpus", 2}});
+  auto b = this_host().spawn_procs({{"gpus", 1}});
+  auto sa = a.spawn<Stopper>("a", port, false);
+  auto sb = b.spawn<Stopper>("b", port, false);
+  sa.broadcast(&Stopper::incr, 2);
+  sb.broadcast(&Stopper::incr, 3);
+  this_host().stop().get();
+  std::vector<std::string> got{reports.recv(kBound), reports.recv(kBound), reports.recv(kBound)};
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, (std::vector<std::string>{"rank 0 stopped after 2", "rank 0 stopped after 3",
+                                           "rank 1 stopped after 2"}));
+  EXPECT_EQ(children().size(), before);
+  EXPECT_THROW(sa.broadcast(&Stopper::incr, 1), UsageError);
+  EXPECT_THROW(sb.broadcast(&Stopper::incr, 1), UsageError);
+  EXPECT_THROW((void)b.spawn<Stopper>("again", port, false), UsageError);
+  // The host itself goes on: new procs start.
+  auto c = this_host().spawn_procs({{"gpus", 1}});
+  EXPECT_EQ(c.spawn<Worker>("fresh", -1).call_one(&Worker::value).get(), 0);
+  c.stop().get();
 }
 
 TEST(Supervision, StopBoundsAHangingOnStopAndAProcessThatIgnoresSigterm) {

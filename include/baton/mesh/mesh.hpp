@@ -492,6 +492,8 @@ class ProcGroup {
   virtual void stop(std::chrono::milliseconds grace) = 0;
   /// The default grace of stop().
   virtual std::chrono::milliseconds default_grace() const = 0;
+  /// Set once the group is told to stop, by whomever.
+  virtual std::shared_ptr<std::atomic<bool>> stopped_flag() const = 0;
 };
 }  // namespace detail
 
@@ -501,7 +503,8 @@ class ProcMesh {
   ProcMesh(Shape shape, std::vector<ProcId> by_location, std::shared_ptr<detail::ProcGroup> group)
       : shape_(std::move(shape)),
         procs_(std::make_shared<std::vector<ProcId>>(std::move(by_location))),
-        group_(std::move(group)) {}
+        group_(std::move(group)),
+        stopped_(group_ ? group_->stopped_flag() : std::make_shared<std::atomic<bool>>(false)) {}
 
   /// Stops every proc of the mesh, in order: the proc meshes its actors own stop first, then
   /// its actors after the messages already queued for them (on_stop runs), then the processes
@@ -569,7 +572,7 @@ class ProcMesh {
   Shape shape_;
   std::shared_ptr<std::vector<ProcId>> procs_;
   std::shared_ptr<detail::ProcGroup> group_;
-  std::shared_ptr<std::atomic<bool>> stopped_ = std::make_shared<std::atomic<bool>>(false);
+  std::shared_ptr<std::atomic<bool>> stopped_;  // shared with the group: a host stop sets it
 };
 
 }  // namespace baton
