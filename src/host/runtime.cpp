@@ -37,6 +37,9 @@ constexpr const char* kControllerVar = "BATON_CONTROLLER";
 constexpr const char* kControllerAddrVar = "BATON_CONTROLLER_ADDR";
 constexpr const char* kParentVar = "BATON_PARENT_PID";
 constexpr const char* kDirVar = "BATON_DIR";  // where the job's sockets live
+// The job's secret: every link proves it holds it (net::LinkOptions::secret). It travels in
+// the environment, never on a command line, and a worker removes it from its own environment.
+constexpr const char* kSecretVar = "BATON_JOB_SECRET";
 
 constexpr auto kStartTimeout = 30s;
 // After a stop, how long the link of a process that exited may take to close.
@@ -45,7 +48,7 @@ constexpr auto kUnlinkWait = 2s;
 /// True for "NAME=value" entries that are a worker's bootstrap (set anew for every worker).
 bool is_bootstrap(std::string_view entry) {
   for (std::string_view var : {kProcVar, kControllerVar, kControllerAddrVar, kParentVar, kDirVar,
-                               "BATON_RANK", "BATON_WORLD_SIZE"}) {
+                               kSecretVar, "BATON_RANK", "BATON_WORLD_SIZE"}) {
     if (entry.size() > var.size() && entry.substr(0, var.size()) == var &&
         entry[var.size()] == '=') {
       return true;
@@ -278,6 +281,7 @@ struct Runtime::State {
   std::unique_ptr<Proc> proc;
   Address address;
   std::string prefix;  // of this process's mesh names: empty in the controller
+  std::string secret;  // the job's, shared by every proc of the job
   std::chrono::milliseconds stop_grace{5000};
   std::chrono::milliseconds exit_wait{2000};
   std::mutex mu;
@@ -325,9 +329,12 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
   }
   state_->dir = tmpl;
   state_->own_dir = true;
+  state_->secret = net::new_job_secret();
   detail::install_cast();
-  state_->proc = std::make_unique<Proc>(ProcOptions{
-      .name = "ctl", .on_unhandled_failure = [this](const MeshFailure& ev) { unhandled(ev); }});
+  ProcOptions proc_options{
+      .name = "ctl", .on_unhandled_failure = [this](const MeshFailure& ev) { unhandled(ev); }};
+  proc_options.link.secret = state_->secret;
+  state_->proc = std::make_unique<Proc>(std::move(proc_options));
   state_->address =
       state_->proc->serve(Address::parse("unix://" + (state_->dir / "ctl.sock").string()));
   detail::set_exit_probe([this](const std::string& peer) { return exit_report(peer); });
@@ -351,22 +358,32 @@ void Runtime::run_worker() {
     std::_Exit(2);
   }
   const char* dir = std::getenv(kDirVar);
+  if (const char* secret = std::getenv(kSecretVar)) {
+    state_->secret = secret;
+    ::unsetenv(kSecretVar);  // not for whatever this process starts on its own
+  }
+  if (state_->secret.empty()) {
+    std::fprintf(stderr, "baton: worker %s started without the job's secret (%s)\n", name,
+                 kSecretVar);
+    std::_Exit(2);
+  }
   // Output goes to the controller over a pipe: lines, not blocks, so they come back promptly.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   {
     detail::install_cast();
     // A failure nobody here handled goes to whoever started this process.
     const ActorId spawner{ProcId::parse(controller), "client", 0};
-    state_->proc = std::make_unique<Proc>(
-        ProcOptions{.name = name, .on_unhandled_failure = [spawner](const MeshFailure& ev) {
-                      if (detail::forward_failure(spawner, ev)) return;
-                      std::fprintf(stderr,
-                                   "baton: unhandled failure, and its owner %s cannot be "
-                                   "reached:\n  %s\n",
-                                   spawner.to_string().c_str(), ev.to_string().c_str());
-                      std::fflush(stderr);
-                      std::_Exit(1);
-                    }});
+    ProcOptions proc_options{
+        .name = name, .on_unhandled_failure = [spawner](const MeshFailure& ev) {
+          if (detail::forward_failure(spawner, ev)) return;
+          std::fprintf(stderr,
+                       "baton: unhandled failure, and its owner %s cannot be reached:\n  %s\n",
+                       spawner.to_string().c_str(), ev.to_string().c_str());
+          std::fflush(stderr);
+          std::_Exit(1);
+        }};
+    proc_options.link.secret = state_->secret;
+    state_->proc = std::make_unique<Proc>(std::move(proc_options));
     Proc& proc = *state_->proc;
     proc.spawn<ProcAgent>("agent");
     state_->prefix = std::string(name) + "-";
@@ -553,6 +570,7 @@ ProcMesh HostMesh::spawn_procs(const std::vector<std::pair<std::string, std::siz
     env.push_back(std::string(kControllerAddrVar) + "=" + st.address.to_string());
     env.push_back(std::string(kParentVar) + "=" + std::to_string(::getpid()));
     env.push_back(std::string(kDirVar) + "=" + st.dir.string());
+    env.push_back(std::string(kSecretVar) + "=" + st.secret);
     detail::remember_address(name, "unix://" + (st.dir / (name.name + ".sock")).string());
     env.push_back("BATON_RANK=" + std::to_string(r));
     env.push_back("BATON_WORLD_SIZE=" + std::to_string(shape.len()));

@@ -8,6 +8,8 @@
 
 #include <asio.hpp>
 
+#include "net/auth.hpp"
+
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -120,6 +122,8 @@ class StreamLink final : public Link {
     std::lock_guard lock(mu_);
     ctl_.push_back(control_frame(kHello, session_, 0));
     writing_ = true;
+    // With a secret, nothing is written until the handshake has proved the peer.
+    if (!options_.secret.empty()) connected_ = false;
   }
   /// The accepting side: a hello on a new connection may hand it to an existing link.
   void set_sessions(std::shared_ptr<Sessions> sessions) { sessions_ = std::move(sessions); }
@@ -128,9 +132,22 @@ class StreamLink final : public Link {
     handler_ = std::move(handler);
     asio::post(strand_, [self = shared()] {
       self->last_recv_ = Clock::now();
+      self->arm_heartbeat();
+      if (self->redial_ && !self->options_.secret.empty()) {
+        const std::uint64_t epoch = self->epoch_;
+        auth::authenticate(self->socket_, self->strand_, self->options_.secret, true,
+                           self->options_.dead_after, [self, epoch](const std::string& error) {
+                             if (epoch != self->epoch_ || self->closed()) return;
+                             if (!error.empty()) {
+                               return self->shutdown("cannot link to " +
+                                                     self->redial_->to_string() + ": " + error);
+                             }
+                             self->authenticated(epoch);
+                           });
+        return;
+      }
       if (self->redial_) self->write_next(self->epoch_);  // the hello set_dialler queued
       self->read_prefix(self->epoch_);
-      self->arm_heartbeat();
     });
   }
 
@@ -187,6 +204,17 @@ class StreamLink final : public Link {
   std::uint64_t connections() const override {
     std::lock_guard lock(mu_);
     return connections_;
+  }
+
+  /// The first connection proved the peer (on the strand): frames may flow.
+  void authenticated(std::uint64_t epoch) {
+    {
+      std::lock_guard lock(mu_);
+      connected_ = true;
+    }
+    last_recv_ = Clock::now();
+    write_next(epoch);  // the hello set_dialler queued, then whatever was sent meanwhile
+    read_prefix(epoch);
   }
 
   /// Takes over a new connection for this link (on its strand): everything not yet
@@ -467,7 +495,14 @@ class StreamLink final : public Link {
                                   ") and the peer refuses new ones: " + ec.message());
           }
           if (ec) return self->retry_or_give_up(epoch, ec.message());
-          self->resume(std::move(*socket), 0);
+          if (self->options_.secret.empty()) return self->resume(std::move(*socket), 0);
+          auth::authenticate(*socket, self->strand_, self->options_.secret, true,
+                             self->options_.dead_after,
+                             [self, socket, epoch](const std::string& error) {
+                               if (epoch != self->epoch_ || self->closed()) return;
+                               if (!error.empty()) return self->retry_or_give_up(epoch, error);
+                               self->resume(std::move(*socket), 0);
+                             });
         }));
   }
 
@@ -692,13 +727,31 @@ struct AcceptCore : std::enable_shared_from_this<AcceptCore> {
   void accept() {
     acceptor.async_accept([self = shared_from_this()](asio::error_code ec, Protocol::socket s) {
       if (ec) return;  // closed
-      auto link = std::make_shared<StreamLink>(
-          self->ctx, std::move(s), self->address.to_string() + " <- peer", self->options);
-      link->set_sessions(self->sessions);
-      LinkHandler handler = self->on_accept(link);
-      link->start(std::move(handler));
+      if (self->options.secret.empty()) {
+        self->adopt(std::move(s));
+      } else {
+        // Nothing from the peer is read as a frame, and no link exists, before it proves
+        // that it holds the job's secret.
+        auto socket = std::make_shared<Protocol::socket>(std::move(s));
+        auth::authenticate(*socket, self->ctx.get_executor(), self->options.secret, false,
+                           self->options.dead_after, [self, socket](const std::string& error) {
+                             if (error.empty()) return self->adopt(std::move(*socket));
+                             std::fprintf(stderr, "baton: %s refused a connection: %s\n",
+                                          self->address.to_string().c_str(), error.c_str());
+                             asio::error_code ignored;
+                             socket->close(ignored);
+                           });
+      }
       self->accept();
     });
+  }
+
+  void adopt(Protocol::socket s) {
+    auto link =
+        std::make_shared<StreamLink>(ctx, std::move(s), address.to_string() + " <- peer", options);
+    link->set_sessions(sessions);
+    LinkHandler handler = on_accept(link);
+    link->start(std::move(handler));
   }
 
   asio::io_context& ctx;

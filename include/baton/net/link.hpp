@@ -17,6 +17,9 @@
 // receiver drops the duplicates, so every frame arrives once and in order. A peer that closes
 // its end (or whose process dies) closes the link at once; one that stays away longer than
 // LinkOptions::reconnect_for closes it with the reason.
+//
+// With LinkOptions::secret set, each connection first proves that both ends hold the job's
+// secret (see LinkOptions::secret); nothing is read as a frame before that.
 
 #include <chrono>
 #include <cstddef>
@@ -56,7 +59,15 @@ struct LinkOptions {
   std::chrono::milliseconds reconnect_for{10000};
   /// Frames received between two acknowledgements, at most.
   std::size_t ack_every = 64;
+  /// The job's secret. When set, every connection (the first and every repair) starts with a
+  /// mutual challenge-response (HMAC-SHA256) that proves both ends hold it without sending it;
+  /// a peer that fails it, skips it or replays an old answer is refused, with a logged reason,
+  /// before any frame is read. Empty: connections are not authenticated.
+  std::string secret;
 };
+
+/// A fresh random secret for a job (64 hex digits, from OpenSSL's generator).
+std::string new_job_secret();
 
 /// An event loop on a thread of its own; links and listeners run on it.
 class IoThread {

@@ -1,0 +1,334 @@
+// Authenticated links: every connection proves it holds the job's secret before any frame.
+// Raw socket clients play the hostile peers (no handshake, a wrong secret, a replayed answer,
+// garbage after a good handshake); waits are on conditions with a generous deadline.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+
+#include "baton/net/link.hpp"
+
+namespace baton::net {
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+
+constexpr auto kDeadline = 20s;
+constexpr std::size_t kChallenge = 10 + 32;  // "BATONAUTH1" and a nonce
+
+/// Envelopes and close reasons of one link, collected from the I/O thread.
+struct Inbox {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Envelope> envelopes;
+  std::vector<std::string> closed;
+
+  LinkHandler handler() {
+    return LinkHandler{[this](Envelope env) {
+                         std::lock_guard lock(mu);
+                         envelopes.push_back(std::move(env));
+                         cv.notify_all();
+                       },
+                       [this](const std::string& reason) {
+                         std::lock_guard lock(mu);
+                         closed.push_back(reason);
+                         cv.notify_all();
+                       }};
+  }
+  bool wait_envelopes(std::size_t n) {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, kDeadline, [&] { return envelopes.size() >= n; });
+  }
+  std::string wait_closed() {
+    std::unique_lock lock(mu);
+    if (!cv.wait_for(lock, kDeadline, [&] { return !closed.empty(); })) return "never closed";
+    return closed.front();
+  }
+};
+
+Envelope make(std::uint64_t i) {
+  Envelope env;
+  env.sender = ActorId::parse("ctl/client[0]");
+  env.dest = PortId{ActorId::parse("w.1/trainer[0]"), i};
+  env.body = encode(static_cast<int>(i));
+  return env;
+}
+
+std::string hmac(const std::string& secret, const std::string& label, const std::string& a,
+                 const std::string& b) {
+  const std::string msg = label + a + b;
+  unsigned char out[32];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
+       reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), out, &len);
+  return std::string(reinterpret_cast<char*>(out), len);
+}
+
+/// A raw unix-socket client: it speaks (or fails to speak) the handshake by hand.
+class RawClient {
+ public:
+  explicit RawClient(const std::string& path) : fd_(::socket(AF_UNIX, SOCK_STREAM, 0)) {
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      throw std::runtime_error("raw connect failed");
+    }
+  }
+  ~RawClient() { ::close(fd_); }
+  RawClient(const RawClient&) = delete;
+  RawClient& operator=(const RawClient&) = delete;
+
+  void write(const std::string& bytes) {
+    std::size_t off = 0;
+    while (off < bytes.size()) {
+      const ssize_t n = ::send(fd_, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) return;  // the server already closed: fine for these tests
+      off += static_cast<std::size_t>(n);
+    }
+  }
+  /// Exactly `n` bytes, or fewer if the server closes first.
+  std::string read(std::size_t n) {
+    std::string out;
+    while (out.size() < n) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(std::chrono::milliseconds(kDeadline).count())) != 1) {
+        break;
+      }
+      char buf[256];
+      const ssize_t got = ::recv(fd_, buf, std::min(sizeof(buf), n - out.size()), 0);
+      if (got <= 0) break;
+      out.append(buf, static_cast<std::size_t>(got));
+    }
+    return out;
+  }
+  /// True once the server has closed the connection (reads end of stream or a reset).
+  bool closed_by_server() {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(std::chrono::milliseconds(kDeadline).count())) != 1) {
+      return false;
+    }
+    char c;
+    return ::recv(fd_, &c, 1, 0) <= 0;
+  }
+  /// Answers a challenge as a dialler holding `secret` would; returns the answer sent.
+  std::string answer(const std::string& challenge, const std::string& secret) {
+    const std::string theirs = challenge.substr(10);
+    const std::string mine(32, 'n');
+    const std::string a = mine + hmac(secret, "dial", theirs, mine);
+    write(a);
+    return a;
+  }
+
+ private:
+  int fd_;
+};
+
+std::string unix_path(const std::string& tag) {
+  return "/tmp/baton-auth-" + tag + "-" + std::to_string(::getpid()) + ".sock";
+}
+
+/// A listener holding `secret` that counts and records every link it accepts.
+struct Server {
+  explicit Server(IoThread& io, std::string secret_in, const std::string& tag)
+      : secret(std::move(secret_in)), path(unix_path(tag)) {
+    LinkOptions options;
+    options.secret = secret;
+    listener = Listener::listen(
+        io, Address::parse("unix://" + path),
+        [this](const std::shared_ptr<Link>&) {
+          std::lock_guard lock(mu);
+          inboxes.push_back(std::make_unique<Inbox>());
+          cv.notify_all();
+          return inboxes.back()->handler();
+        },
+        options);
+  }
+  std::size_t accepted() {
+    std::lock_guard lock(mu);
+    return inboxes.size();
+  }
+  Inbox& wait_accepted(std::size_t i) {
+    std::unique_lock lock(mu);
+    if (!cv.wait_for(lock, kDeadline, [&] { return inboxes.size() > i; })) {
+      throw std::runtime_error("no link accepted");
+    }
+    return *inboxes[i];
+  }
+  std::size_t envelopes_received() {
+    std::lock_guard lock(mu);
+    std::size_t n = 0;
+    for (auto& in : inboxes) {
+      std::lock_guard inner(in->mu);
+      n += in->envelopes.size();
+    }
+    return n;
+  }
+
+  std::string secret;
+  std::string path;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::unique_ptr<Inbox>> inboxes;
+  std::unique_ptr<Listener> listener;
+};
+
+LinkOptions with_secret(const std::string& secret) {
+  LinkOptions o;
+  o.secret = secret;
+  return o;
+}
+
+TEST(Auth, PeersHoldingTheSecretLinkAndExchangeFrames) {
+  IoThread io;
+  const std::string secret = new_job_secret();
+  EXPECT_EQ(secret.size(), 64u);
+  EXPECT_NE(secret, new_job_secret());
+  Server server(io, secret, "good");
+  Inbox client_in;
+  auto link = Link::connect(io, Address::parse("unix://" + server.path), client_in.handler(),
+                            with_secret(secret));
+  ASSERT_TRUE(link->send(make(1)));  // queued until the handshake is done
+  Inbox& in = server.wait_accepted(0);
+  ASSERT_TRUE(in.wait_envelopes(1));
+  EXPECT_EQ(in.envelopes[0].dest.port, 1u);
+  link->close_and_wait("done");
+}
+
+TEST(Auth, AWrongSecretIsRefusedBeforeAnyFrame) {
+  IoThread io;
+  Server server(io, new_job_secret(), "wrong");
+  Inbox client_in;
+  auto link = Link::connect(io, Address::parse("unix://" + server.path), client_in.handler(),
+                            with_secret(new_job_secret()));
+  ASSERT_TRUE(link->send(make(1)));
+  EXPECT_THAT(client_in.wait_closed(), HasSubstr("during authentication"));
+  EXPECT_EQ(server.accepted(), 0u);
+  EXPECT_EQ(server.envelopes_received(), 0u);
+}
+
+TEST(Auth, ADiallerSendsNothingToAListenerThatCannotProveTheSecret) {
+  IoThread io;
+  // A listener without authentication: it never sends the challenge.
+  const std::string path = unix_path("open");
+  std::mutex mu;
+  std::vector<std::unique_ptr<Inbox>> inboxes;
+  auto open =
+      Listener::listen(io, Address::parse("unix://" + path), [&](const std::shared_ptr<Link>&) {
+        std::lock_guard lock(mu);
+        inboxes.push_back(std::make_unique<Inbox>());
+        return inboxes.back()->handler();
+      });
+  LinkOptions options = with_secret(new_job_secret());
+  options.dead_after = 300ms;
+  Inbox client_in;
+  auto link = Link::connect(io, Address::parse("unix://" + path), client_in.handler(), options);
+  ASSERT_TRUE(link->send(make(1)));
+  EXPECT_THAT(client_in.wait_closed(), HasSubstr("did not complete authentication"));
+  std::lock_guard lock(mu);
+  for (auto& in : inboxes) {
+    std::lock_guard inner(in->mu);
+    EXPECT_TRUE(in->envelopes.empty());  // not even the hello went out
+  }
+}
+
+TEST(Auth, AClientThatSkipsTheHandshakeIsRefused) {
+  IoThread io;
+  Server server(io, new_job_secret(), "skip");
+  RawClient raw(server.path);
+  const std::string challenge = raw.read(kChallenge);
+  ASSERT_EQ(challenge.size(), kChallenge);
+  EXPECT_EQ(challenge.substr(0, 10), "BATONAUTH1");
+  // Frames straight away, as a peer without authentication would send them.
+  Envelope env = make(7);
+  env.seq = 0;
+  raw.write(encode_frame(env).flatten() + encode_frame(env).flatten());
+  EXPECT_TRUE(raw.closed_by_server());
+  EXPECT_EQ(server.accepted(), 0u);
+  EXPECT_EQ(server.envelopes_received(), 0u);
+}
+
+TEST(Auth, AReplayedAnswerIsRefused) {
+  IoThread io;
+  Server server(io, new_job_secret(), "replay");
+  std::string captured;
+  {
+    // A good handshake, recorded on the wire.
+    RawClient raw(server.path);
+    const std::string challenge = raw.read(kChallenge);
+    captured = raw.answer(challenge, server.secret);
+    const std::string proof = raw.read(32);
+    EXPECT_EQ(proof, hmac(server.secret, "accept", captured.substr(0, 32), challenge.substr(10)));
+    server.wait_accepted(0);
+  }
+  RawClient replay(server.path);
+  const std::string fresh = replay.read(kChallenge);
+  ASSERT_EQ(fresh.size(), kChallenge);
+  replay.write(captured);  // last time's answer, to a new challenge
+  EXPECT_TRUE(replay.closed_by_server());
+  EXPECT_EQ(server.accepted(), 1u);  // only the honest one
+}
+
+TEST(Auth, MalformedFramesAfterAGoodHandshakeCloseOnlyThatLink) {
+  IoThread io;
+  Server server(io, new_job_secret(), "hostile");
+  Inbox healthy_in;
+  auto healthy = Link::connect(io, Address::parse("unix://" + server.path), healthy_in.handler(),
+                               with_secret(server.secret));
+  Inbox& healthy_server = server.wait_accepted(0);
+  auto frame = [](std::uint64_t seq) {
+    Envelope env = make(seq);
+    env.seq = seq;
+    return encode_frame(env).flatten();
+  };
+  struct Hostile {
+    const char* name;
+    std::string bytes;
+    const char* reason;
+  };
+  std::string bad_magic = frame(0);
+  bad_magic[5] ^= 0x5a;
+  const std::vector<Hostile> kinds = {
+      {"absurd header length", std::string("\xff\xff\xff\x7f", 4), "exceeds the limit"},
+      {"bad header bytes", bad_magic, "bad frame magic"},
+      {"sequence gap", frame(0) + frame(3), "sequence gap"},
+      {"truncated frame", frame(0).substr(0, 9), "peer closed"},
+  };
+  std::size_t n = 1;
+  for (const auto& k : kinds) {
+    {
+      RawClient raw(server.path);
+      raw.answer(raw.read(kChallenge), server.secret);
+      ASSERT_EQ(raw.read(32).size(), 32u) << k.name;
+      Inbox& victim = server.wait_accepted(n++);
+      raw.write(k.bytes);
+      if (std::string(k.name) == "truncated frame") {
+        // closing mid-frame is the hostile part
+      } else {
+        EXPECT_THAT(victim.wait_closed(), HasSubstr(k.reason)) << k.name;
+        continue;
+      }
+    }
+    EXPECT_THAT(server.wait_accepted(n - 1).wait_closed(), HasSubstr(k.reason)) << k.name;
+  }
+  // The healthy link never noticed.
+  ASSERT_TRUE(healthy->send(make(1)));
+  ASSERT_TRUE(healthy_server.wait_envelopes(1));
+  EXPECT_FALSE(healthy->closed());
+  healthy->close_and_wait("done");
+}
+
+}  // namespace
+}  // namespace baton::net
