@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <numeric>
 
 #include "baton/actor/proc.hpp"
@@ -31,8 +34,14 @@ class Worker : public Actor {
     for (;;) ::pause();  // never replies; the test kills this process
   }
   std::string whoami() { return id().to_string(); }
-  static constexpr auto endpoints = baton::endpoints<&Worker::add, &Worker::checksum, &Worker::fail,
-                                                     &Worker::hang, &Worker::whoami>();
+  void bump() { ++hits_; }
+  int hits() { return hits_; }
+  static constexpr auto endpoints =
+      baton::endpoints<&Worker::add, &Worker::checksum, &Worker::fail, &Worker::hang,
+                       &Worker::whoami, &Worker::bump, &Worker::hits>();
+
+ private:
+  int hits_ = 0;
 };
 
 std::uint64_t local_checksum(const Bytes& data) {
@@ -45,7 +54,7 @@ std::uint64_t local_checksum(const Bytes& data) {
 /// loopback); killed when the test ends.
 class RemoteProc {
  public:
-  explicit RemoteProc(bool tcp = false)
+  explicit RemoteProc(bool tcp = false, std::string secret = {})
       : path_("/tmp/baton-remote-" + std::to_string(::getpid()) + ".sock") {
     int ready[2];
     if (::pipe(ready) != 0) throw std::runtime_error("pipe failed");
@@ -54,7 +63,9 @@ class RemoteProc {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test, even if it crashes
       ::close(ready[0]);
       {
-        Proc proc(ProcOptions{.name = "remote", .threads = 2});
+        ProcOptions options{.name = "remote", .threads = 2};
+        options.link.secret = secret;
+        Proc proc(options);
         const Address bound =
             proc.serve(Address::parse(tcp ? "tcp://127.0.0.1:0" : "unix://" + path_));
         proc.spawn<Worker>("worker");
@@ -142,6 +153,59 @@ TEST(Remote, AKilledProcessFailsPendingAndLaterCallsInsteadOfHanging) {
   auto later = worker.call(&Worker::add, 1, 2);
   ASSERT_TRUE(later.ready());  // no link, no such local proc: fails at once
   EXPECT_THROW(later.get(), UndeliverableError);
+}
+
+constexpr std::uint64_t kHello = ~std::uint64_t{0};  // the port a link's first frame names
+
+std::uint64_t endpoint_id_of_bump() {
+  return detail::endpoint_for<Worker>(&Worker::bump).id;
+}
+
+TEST(Remote, AnUnauthenticatedPeerCannotDeliverAMessage) {
+  const std::string secret = net::new_job_secret();
+  RemoteProc remote(/*tcp=*/false, secret);
+  // A raw client that skips the handshake and sends well-formed calls, one-way and with a reply.
+  {
+    const std::string path = remote.address().host;
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    std::string bytes;
+    for (std::uint64_t seq = 0; seq < 3; ++seq) {
+      Envelope env;
+      env.seq = seq;
+      env.sender = ActorId::parse("intruder/client[0]");
+      env.dest = PortId{ActorId::parse("remote/worker[0]"), seq == 0 ? kHello : 0};
+      env.body = encode(endpoint_id_of_bump(), std::optional<PortId>{});
+      bytes += encode_frame(env).flatten();
+    }
+    (void)::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    char c;
+    EXPECT_LE(::recv(fd, &c, 1, MSG_WAITALL), 1);  // the challenge, then the server hangs up
+    ::close(fd);
+  }
+  // A proc holding another job's secret cannot link at all.
+  {
+    ProcOptions options{.name = "stranger", .threads = 1};
+    options.link.secret = net::new_job_secret();
+    Proc stranger(options);
+    stranger.connect(ProcId{"remote"}, remote.address());
+    ActorRef<Worker> worker(ActorId::parse("remote/worker[0]"), nullptr);
+    // Refused during the handshake (or, if the refusal came first, no link to send on).
+    auto refused = worker.call(&Worker::hits);
+    EXPECT_THROW(refused.get(30s), UndeliverableError);
+  }
+  // The job's own proc links, and the worker saw nothing of either.
+  ProcOptions options{.name = "local", .threads = 2};
+  options.link.secret = secret;
+  Proc local(options);
+  local.connect(ProcId{"remote"}, remote.address());
+  ActorRef<Worker> worker(ActorId::parse("remote/worker[0]"), nullptr);
+  EXPECT_EQ(worker.call(&Worker::hits).get(), 0);
+  worker.send(&Worker::bump);
+  EXPECT_EQ(worker.call(&Worker::hits).get(), 1);
 }
 
 /// Sends one-way messages and reports what came back.
