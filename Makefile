@@ -6,7 +6,7 @@ DEB_PACKAGES := build-essential cmake ninja-build pkg-config clang libclang-rt-1
   clang-format clang-tidy libgtest-dev libgmock-dev libbenchmark-dev libasio-dev \
   libssl-dev libcereal-dev libspdlog-dev libfmt-dev libcli11-dev libcaf-dev
 
-.PHONY: all deps build test test-asan test-tsan demo bench format format-check tidy clean
+.PHONY: all deps build test test-asan test-tsan test-sanitizers-core demo bench format format-check tidy clean
 
 all: build
 
@@ -40,6 +40,23 @@ test-tsan:
 	cmake -S . -B build-tsan -G Ninja -DBATON_SANITIZE=thread -DBATON_BENCH=OFF $(CMAKE_ARGS)
 	cmake --build build-tsan -j $(JOBS)
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:suppressions=$(CURDIR)/tsan.supp ctest --output-on-failure -j $(JOBS)
+
+# The runtime's core tests (actors, links, meshes, processes, supervision) under both
+# sanitizers, in CI's time: only their targets are built.
+CORE_TESTS := test_actor_proc test_actor_remote test_net_link test_net_auth test_mesh_mesh \
+  test_host_runtime test_host_supervision
+CORE_REGEX := ^(actor\.proc|actor\.remote|net\.link|net\.auth|mesh\.mesh|host\.runtime|host\.supervision)$$
+test-sanitizers-core:
+	cmake -S . -B build-asan -G Ninja -DBATON_SANITIZE=address,undefined -DBATON_BENCH=OFF \
+	  -DBATON_EXAMPLES=OFF -DBATON_HEADER_CHECK=OFF $(CMAKE_ARGS)
+	cmake --build build-asan -j $(JOBS) --target $(CORE_TESTS)
+	cd build-asan && UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	  ctest --output-on-failure -j $(JOBS) -R '$(CORE_REGEX)'
+	cmake -S . -B build-tsan -G Ninja -DBATON_SANITIZE=thread -DBATON_BENCH=OFF \
+	  -DBATON_EXAMPLES=OFF -DBATON_HEADER_CHECK=OFF $(CMAKE_ARGS)
+	cmake --build build-tsan -j $(JOBS) --target $(CORE_TESTS)
+	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:suppressions=$(CURDIR)/tsan.supp \
+	  ctest --output-on-failure -j $(JOBS) -R '$(CORE_REGEX)'
 
 demo: deps build
 	./$(BUILD)/bin/quickstart
