@@ -164,8 +164,31 @@ void Cell::enqueue(Message* m) {
     bounce(*owned);
     return;
   }
+  queued_.fetch_add(1, std::memory_order_relaxed);
   mailbox_.push(m);
   schedule_if_idle();
+}
+
+void Cell::on_drained(std::function<void()> f) {
+  {
+    std::lock_guard lock(drain_mu_);
+    drained_.push_back(std::move(f));
+    drain_waiters_.store(true);
+  }
+  const Status st = status();
+  maybe_drained(st == Status::stopped || st == Status::failed);
+}
+
+void Cell::maybe_drained(bool ended) {
+  if (!drain_waiters_.load()) return;
+  if (!ended && queued_.load() > proc_->options.mailbox_limit / 2) return;
+  std::vector<std::function<void()>> fs;
+  {
+    std::lock_guard lock(drain_mu_);
+    fs.swap(drained_);
+    drain_waiters_.store(false);
+  }
+  for (auto& f : fs) f();
 }
 
 void Cell::post_port(std::function<void()> thunk) {
@@ -207,7 +230,13 @@ void Cell::run() {
   const std::size_t batch = proc_->options.max_batch;
   for (std::size_t i = 0; i < batch; ++i) {
     Message* m = resumes_.pop();
-    if (m == nullptr && !awaiting_) m = mailbox_.pop();
+    if (m == nullptr && !awaiting_) {
+      m = mailbox_.pop();
+      if (m != nullptr) {
+        queued_.fetch_sub(1, std::memory_order_relaxed);
+        maybe_drained();
+      }
+    }
     if (m == nullptr) break;
     handle(m);
   }
@@ -431,6 +460,7 @@ void Cell::do_stop(Message& m) {
   }
   status_.store(Status::stopped, std::memory_order_release);
   actor_.reset();
+  maybe_drained(true);
   if (m.x().stopped) m.x().stopped->set_value();
   proc_->cell_finished();
 }
@@ -462,6 +492,7 @@ void Cell::fail(const std::string& reason, const SupervisionEvent* cause) {
     children_.clear();
   }
   actor_.reset();
+  maybe_drained(true);
   SupervisionEvent ev{id_, reason, {}, -1, {}};
   if (cause != nullptr) {
     ev.causes.push_back(cause->summary());

@@ -121,6 +121,11 @@ class Cell final : public Runnable,
   void post_resume(std::coroutine_handle<> h) override;
 
   void add_child(const CellPtr& child);
+  /// Messages in the mailbox, not yet handled.
+  std::size_t queued() const { return queued_.load(std::memory_order_relaxed); }
+  /// Runs `f` (on some thread) once the mailbox holds at most half the proc's mailbox limit,
+  /// or the actor ends; at once if it already does.
+  void on_drained(std::function<void()> f);
   /// Queues a port delivery to run on this actor.
   void post_port(std::function<void()> thunk);
 
@@ -136,6 +141,7 @@ class Cell final : public Runnable,
   void fail(const std::string& reason, const SupervisionEvent* cause = nullptr);
   void bounce(Message& m);
   void trace(const Message& m);
+  void maybe_drained(bool ended = false);
 
   std::shared_ptr<ProcState> proc_;
   const ActorId& id_;  // interned
@@ -159,6 +165,12 @@ class Cell final : public Runnable,
 
   std::mutex children_mu_;
   std::vector<std::weak_ptr<Cell>> children_;
+
+  // Backpressure on links delivering here (see ProcOptions::mailbox_limit).
+  std::atomic<std::size_t> queued_{0};
+  std::atomic<bool> drain_waiters_{false};
+  std::mutex drain_mu_;
+  std::vector<std::function<void()>> drained_;
 };
 
 class ProcState : public std::enable_shared_from_this<ProcState> {
@@ -225,8 +237,10 @@ bool send_to_proc(const ProcId& peer, Envelope env);
 PortId open_reply_port(ProcState& local, const ProcId& peer, PortSinkPtr sink);
 
 /// Queues a call to a local actor as if it came from `sender`; a null reply makes it one-way.
+/// `from`, the link it arrived on, stops reading while the actor's mailbox is over the limit.
 void deliver_local_call(ProcState& local, const ActorId& target, std::uint64_t endpoint_id,
-                        const ActorId& sender, Body args, std::shared_ptr<StateBase> reply);
+                        const ActorId& sender, Body args, std::shared_ptr<StateBase> reply,
+                        const std::shared_ptr<net::Link>& from = nullptr);
 /// A reply state that hands its outcome to `out` as a status-tagged body.
 std::shared_ptr<StateBase> make_status_reply(std::function<void(Body)> out);
 /// Sends a value to a port, local or in another process, as `from`; logs it if undeliverable.

@@ -149,9 +149,13 @@ std::shared_ptr<StateBase> reply_over(std::shared_ptr<net::Link> link, ActorId f
         env.sender = from;
         env.dest = to;
         env.body = std::move(body);
-        if (!link->send(std::move(env))) {
-          std::fprintf(stderr, "baton: reply to %s lost: link %s is closed\n",
-                       to.to_string().c_str(), link->describe().c_str());
+        try {
+          if (!link->send(std::move(env))) {
+            std::fprintf(stderr, "baton: reply to %s lost: link %s is closed\n",
+                         to.to_string().c_str(), link->describe().c_str());
+          }
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "baton: reply to %s lost: %s\n", to.to_string().c_str(), e.what());
         }
       });
 }
@@ -263,7 +267,7 @@ void deliver_envelope(const std::shared_ptr<ProcState>& local,
     args.head = env.body.head.substr(consumed);
     args.parts = std::move(env.body.parts);
     deliver_local_call(*local, env.dest.actor, endpoint_id, env.sender, std::move(args),
-                       reply_to ? reply_over(link, env.dest.actor, *reply_to) : nullptr);
+                       reply_to ? reply_over(link, env.dest.actor, *reply_to) : nullptr, link);
     return;
   }
   // A value for a local port (replies included).
@@ -420,9 +424,13 @@ void route_remote_port_or_local(const PortId& port, const Body& body, const Acto
     }
     return;
   }
-  if (!route_remote_port(port, body, from)) {
+  try {
+    if (route_remote_port(port, body, from)) return;
     std::fprintf(stderr, "baton: value from %s for port %s lost: its proc cannot be reached\n",
                  from.to_string().c_str(), port.to_string().c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "baton: value from %s for port %s lost: %s\n", from.to_string().c_str(),
+                 port.to_string().c_str(), e.what());
   }
 }
 
@@ -473,7 +481,8 @@ void set_cast_handler(CastHandler handler) {
 }
 
 void deliver_local_call(ProcState& local, const ActorId& target, std::uint64_t endpoint_id,
-                        const ActorId& sender, Body args, std::shared_ptr<StateBase> reply) {
+                        const ActorId& sender, Body args, std::shared_ptr<StateBase> reply,
+                        const std::shared_ptr<net::Link>& from) {
   CellPtr cell = resolve_actor(target);
   auto* m = new Message;
   m->kind = Message::Kind::call;
@@ -490,6 +499,13 @@ void deliver_local_call(ProcState& local, const ActorId& target, std::uint64_t e
     return;
   }
   cell->enqueue(m);
+  if (from && cell->queued() > local.options.mailbox_limit) {
+    // Backpressure: read nothing more from this link until the actor catches up.
+    from->pause_reading();
+    cell->on_drained([weak = std::weak_ptr<net::Link>(from)] {
+      if (auto l = weak.lock()) l->resume_reading();
+    });
+  }
 }
 
 std::string address_text(const ProcId& id) {
@@ -596,16 +612,32 @@ bool route_remote_call(const ActorId& target, const EndpointInfo& endpoint, Body
   env.body.head += args.head;
   env.body.parts = std::move(args.parts);
   local->envelopes_sent.fetch_add(1, std::memory_order_relaxed);
-  if (!link->send(std::move(env))) {
-    const std::string why = "the link to proc " + target.proc.name + " is closed; " +
-                            target.to_string() + " cannot be reached";
-    if (reply) {
-      reply->set_exception(
-          std::make_exception_ptr(UndeliverableError(UndeliverableError::Reason::link_lost, why)));
-    } else {
-      deliver_undeliverable(
-          sender, Undeliverable{PortId{target, 0}, UndeliverableError::Reason::link_lost, why});
+  std::string why;
+  auto reason = UndeliverableError::Reason::link_lost;
+  try {
+    if (!link->send(std::move(env))) {
+      why = "the link to proc " + target.proc.name + " is closed; " + target.to_string() +
+            " cannot be reached";
     }
+  } catch (const net::LinkFullError& e) {
+    why = std::string(e.what()) + "; the message to " + target.to_string() + " was not sent";
+    reason = UndeliverableError::Reason::timeout;
+  }
+  if (why.empty()) return true;
+  if (reply) {
+    if (reply_to) {
+      {
+        std::lock_guard lock(local->mu);
+        local->ports.erase(reply_to->port);
+      }
+      auto& r = routes();
+      std::lock_guard lock(r.mu);
+      auto it = r.by_peer.find(target.proc.name);
+      if (it != r.by_peer.end()) std::erase(it->second.pending, reply_to->port);
+    }
+    reply->set_exception(std::make_exception_ptr(UndeliverableError(reason, why)));
+  } else {
+    deliver_undeliverable(sender, Undeliverable{PortId{target, 0}, reason, why});
   }
   return true;
 }
@@ -615,7 +647,11 @@ bool return_remote(const ActorId& from, const Undeliverable& u) {
   env.sender = u.dest.actor;
   env.dest = PortId{from, kUndeliverablePort};
   env.body = encode(static_cast<std::uint8_t>(u.reason), u.message, u.dest);
-  return send_to_proc(from.proc, std::move(env));
+  try {
+    return send_to_proc(from.proc, std::move(env));
+  } catch (const std::exception&) {
+    return false;  // the caller reports it here instead
+  }
 }
 
 bool forward_failure(const ActorId& owner, const SupervisionEvent& event) {
@@ -623,7 +659,11 @@ bool forward_failure(const ActorId& owner, const SupervisionEvent& event) {
   env.sender = event.actor;
   env.dest = PortId{owner, kSupervisionPort};
   env.body = encode(event);
-  return send_to_proc(owner.proc, std::move(env));
+  try {
+    return send_to_proc(owner.proc, std::move(env));
+  } catch (const std::exception&) {
+    return false;  // the caller reports it here instead
+  }
 }
 
 void mark_proc_failed(const std::string& name, const std::string& report) {

@@ -284,6 +284,8 @@ struct Runtime::State {
   std::string secret;  // the job's, shared by every proc of the job
   std::chrono::milliseconds stop_grace{5000};
   std::chrono::milliseconds exit_wait{2000};
+  net::LinkOptions link;
+  std::size_t mailbox_limit = 10000;
   std::mutex mu;
   std::size_t next_mesh = 0;
   std::vector<std::weak_ptr<LocalProcGroup>> groups;
@@ -317,6 +319,8 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
   for (int i = 0; i < argc; ++i) state_->argv.emplace_back(argv[i]);
   state_->stop_grace = options.stop_grace;
   state_->exit_wait = options.exit_wait;
+  state_->link = options.link;
+  state_->mailbox_limit = options.mailbox_limit;
   state_->supervise = std::move(options.supervise);
   state_->output = std::make_unique<OutputForwarder>(output_options(std::move(options.output)));
   state_->watcher = std::make_unique<ChildWatcher>(
@@ -333,7 +337,9 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
   detail::install_cast();
   ProcOptions proc_options{
       .name = "ctl", .on_unhandled_failure = [this](const MeshFailure& ev) { unhandled(ev); }};
+  proc_options.link = state_->link;
   proc_options.link.secret = state_->secret;
+  proc_options.mailbox_limit = state_->mailbox_limit;
   state_->proc = std::make_unique<Proc>(std::move(proc_options));
   state_->address =
       state_->proc->serve(Address::parse("unix://" + (state_->dir / "ctl.sock").string()));
@@ -382,7 +388,9 @@ void Runtime::run_worker() {
           std::fflush(stderr);
           std::_Exit(1);
         }};
+    proc_options.link = state_->link;
     proc_options.link.secret = state_->secret;
+    proc_options.mailbox_limit = state_->mailbox_limit;
     state_->proc = std::make_unique<Proc>(std::move(proc_options));
     Proc& proc = *state_->proc;
     proc.spawn<ProcAgent>("agent");

@@ -219,7 +219,8 @@ class ChildResult final : public ReplySinkBase {
 };
 
 void run_hop(const std::shared_ptr<ProcState>& local, const ActorId& sender, Hop hop,
-             const Body& args, bool has_self, Done done);
+             const Body& args, bool has_self, Done done,
+             const std::shared_ptr<net::Link>& from = nullptr);
 
 /// Sends `chunk` (its head first) to the head's proc: inline if it lives in this process.
 void send_chunk(const std::shared_ptr<ProcState>& local, const ActorId& sender, const Hop& parent,
@@ -264,16 +265,20 @@ void send_chunk(const std::shared_ptr<ProcState>& local, const ActorId& sender, 
   env.body.head += args.head;
   env.body.parts = args.parts;
   owner->envelopes_sent.fetch_add(1, std::memory_order_relaxed);
-  if (!link->send(std::move(env)) && gather && hop.reply_to) {
-    // The link closed under us: its pending ports (ours included) fail through link_lost.
-    if (auto sink = resolve_port(*hop.reply_to))
-      sink->link_lost("link to " + head.name + " closed");
+  std::string failed;
+  try {
+    if (!link->send(std::move(env))) failed = "link to " + head.name + " closed";
+  } catch (const net::LinkFullError& e) {
+    failed = e.what();  // backpressure ran out of patience: this subtree is not reached
+  }
+  if (!failed.empty() && gather && hop.reply_to) {
+    if (auto sink = resolve_port(*hop.reply_to)) sink->link_lost(failed);
   }
 }
 
 /// One node: deliver to its own member (if it has one), then forward the rest in chunks.
 void run_hop(const std::shared_ptr<ProcState>& local, const ActorId& sender, Hop hop,
-             const Body& args, bool has_self, Done done) {
+             const Body& args, bool has_self, Done done, const std::shared_ptr<net::Link>& from) {
   const std::size_t first = has_self ? 1 : 0;
   const std::size_t rest = hop.members.size() - first;
   const std::size_t k = std::min<std::size_t>(hop.fanout, rest);
@@ -315,7 +320,7 @@ void run_hop(const std::shared_ptr<ProcState>& local, const ActorId& sender, Hop
     mine.head = args.head;
     mine.parts = args.parts;
     deliver_local_call(*local, me.member.actor, hop.endpoint, sender, std::move(mine),
-                       std::move(reply));
+                       std::move(reply), from);
   }
   for (auto& chunk : chunks) send_chunk(local, sender, hop, std::move(chunk), args, gather);
   if (gather && chunks.empty() && !self) gather->add({});  // nothing addressed below
@@ -352,7 +357,7 @@ void on_cast(const std::shared_ptr<ProcState>& local, const std::shared_ptr<net:
       route_remote_port_or_local(to, encode(items), from);
     };
   }
-  run_hop(local, env.sender, std::move(hop), args, true, std::move(done));
+  run_hop(local, env.sender, std::move(hop), args, true, std::move(done), link);
 }
 
 /// The proc a cast starts from: the calling actor's, else the one that links this process.

@@ -10,7 +10,9 @@
 
 #include "net/auth.hpp"
 
+#include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -33,8 +35,15 @@ struct IoThread::Impl {
   std::thread thread;
 };
 
+namespace {
+thread_local bool t_io_thread = false;  // this thread runs an IoThread's event loop
+}  // namespace
+
 IoThread::IoThread() : impl_(std::make_unique<Impl>()) {
-  impl_->thread = std::thread([this] { impl_->ctx.run(); });
+  impl_->thread = std::thread([this] {
+    t_io_thread = true;
+    impl_->ctx.run();
+  });
 }
 
 IoThread::~IoThread() {
@@ -152,11 +161,23 @@ class StreamLink final : public Link {
   }
 
   bool send(Envelope env) override {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     if (closed_) return false;
+    if (out_bytes_ > options_.max_queued_bytes && !t_io_thread) {
+      // Backpressure: wait for the peer to take what is queued.
+      if (!room_.wait_for(lock, options_.send_timeout,
+                          [&] { return closed_ || out_bytes_ <= options_.max_queued_bytes / 2; })) {
+        throw LinkFullError("link " + description_ + " has held " + std::to_string(out_bytes_) +
+                            " bytes for " + std::to_string(options_.send_timeout.count()) +
+                            " ms: the receiver is not keeping up (raise "
+                            "LinkOptions::max_queued_bytes or send_timeout, or slow down)");
+      }
+      if (closed_) return false;
+    }
     env.seq = next_send_seq_;
     Frame frame = encode_frame(env, options_.limits);  // may throw: then the seq is not used
     ++next_send_seq_;
+    out_bytes_ += frame.size();
     out_.push_back(std::move(frame));
     if (!connected_) return true;  // goes out when the connection is repaired
     if (!writing_ && ctl_.empty() && written_ + 1 == out_.size() && front_sent_ == 0) {
@@ -325,9 +346,34 @@ class StreamLink final : public Link {
                      e.what());
       }
     }
-    if (epoch == epoch_) read_prefix(epoch);
+    if (epoch != epoch_) return;
+    if (pause_requested_.load(std::memory_order_acquire)) {
+      parked_ = epoch;  // resume_reading() picks up from here
+      return;
+    }
+    read_prefix(epoch);
   }
 
+ public:
+  void pause_reading() override { pause_requested_.store(true, std::memory_order_release); }
+
+  void resume_reading() override {
+    asio::post(strand_, [self = shared()] {
+      self->pause_requested_.store(false, std::memory_order_release);
+      if (!self->parked_) return;
+      const std::uint64_t epoch = *self->parked_;
+      self->parked_.reset();
+      self->last_recv_ = Clock::now();  // the silence was ours, not the peer's
+      if (epoch == self->epoch_ && !self->closed()) self->read_prefix(epoch);
+    });
+  }
+
+  std::size_t queued_bytes() const override {
+    std::lock_guard lock(mu_);
+    return out_bytes_;
+  }
+
+ private:
   void on_control(std::uint64_t epoch, const std::string& kind) {
     std::uint64_t a = 0;
     std::uint64_t b = 0;
@@ -401,8 +447,7 @@ class StreamLink final : public Link {
   void trim(std::uint64_t next) {
     std::lock_guard lock(mu_);
     while (!out_.empty() && written_ > 0 && out_base_seq_ < next) {
-      out_.pop_front();
-      ++out_base_seq_;
+      pop_front_locked();
       --written_;
     }
   }
@@ -411,10 +456,16 @@ class StreamLink final : public Link {
   void drop_written_locked() {
     if (!unix_) return;
     while (written_ > 0) {
-      out_.pop_front();
-      ++out_base_seq_;
+      pop_front_locked();
       --written_;
     }
+  }
+
+  void pop_front_locked() {
+    out_bytes_ -= out_.front().size();
+    out_.pop_front();
+    ++out_base_seq_;
+    if (out_bytes_ <= options_.max_queued_bytes / 2) room_.notify_all();
   }
 
   void send_ack() {
@@ -428,7 +479,8 @@ class StreamLink final : public Link {
     timer_.expires_after(options_.heartbeat);
     timer_.async_wait([self = shared()](asio::error_code ec) {
       if (ec || self->closed()) return;
-      if (self->connected() && Clock::now() - self->last_recv_ > self->options_.dead_after) {
+      if (self->connected() && !self->parked_ &&
+          Clock::now() - self->last_recv_ > self->options_.dead_after) {
         self->broken(self->epoch_, asio::error::timed_out);
       } else if (self->connected()) {
         self->send_ack();  // the heartbeat, acknowledging what arrived
@@ -635,8 +687,10 @@ class StreamLink final : public Link {
       closed_ = true;
       connected_ = false;
       unsent.swap(out_);
+      out_bytes_ = 0;
       ctl_.clear();
     }
+    room_.notify_all();
     if (std::getenv("BATON_DEBUG_LINKS") != nullptr) {
       std::fprintf(stderr, "baton: link %s closed: %s\n", description_.c_str(), reason.c_str());
     }
@@ -693,6 +747,8 @@ class StreamLink final : public Link {
   std::uint64_t frames_in_ = 0;
   std::size_t unacked_in_ = 0;
   Clock::time_point last_recv_ = Clock::now();
+  std::atomic<bool> pause_requested_{false};
+  std::optional<std::uint64_t> parked_;  // reading stopped after a frame of this epoch (strand)
   Clock::time_point repair_deadline_;
   std::string repair_reason_;
   std::chrono::milliseconds backoff_{5};
@@ -701,6 +757,8 @@ class StreamLink final : public Link {
   // Writing state, under mu_. out_ holds every data frame not yet acknowledged, from seq
   // out_base_seq_ on; the first written_ of them are on the wire.
   mutable std::mutex mu_;
+  std::condition_variable room_;  // send() waits here while the link is full
+  std::size_t out_bytes_ = 0;     // bytes in out_
   std::deque<Frame> out_;
   std::deque<Frame> ctl_;
   std::uint64_t out_base_seq_ = 0;

@@ -110,6 +110,50 @@ TEST_P(LinkTest, EnvelopesWithLargePartsArriveInOrderBothWays) {
   EXPECT_TRUE(client_in.closed.empty());
 }
 
+TEST_P(LinkTest, AReceiverThatStopsReadingMakesItsSenderWaitThenFailClearly) {
+  Inbox server_in;
+  std::shared_ptr<Link> server_side;
+  std::mutex mu;
+  auto listener = Listener::listen(io, address(), [&](const std::shared_ptr<Link>& link) {
+    std::lock_guard lock(mu);
+    server_side = link;
+    // The first envelope fills the receiver: it reads nothing more until resumed.
+    return server_in.handler([weak = std::weak_ptr<Link>(link), first = true](Envelope&) mutable {
+      if (auto l = weak.lock(); l && std::exchange(first, false)) l->pause_reading();
+    });
+  });
+  LinkOptions options;
+  options.max_queued_bytes = 64 * 1024;
+  options.send_timeout = 100ms;
+  Inbox client_in;
+  auto client = Link::connect(io, listener->address(), client_in.handler(), options);
+  // Send until the link is full and stays full past the timeout: the send fails, clearly.
+  std::uint64_t sent = 0;
+  std::string error;
+  while (sent < 1000000) {
+    try {
+      ASSERT_TRUE(client->send(make(sent, 1000)));
+      ++sent;
+    } catch (const LinkFullError& e) {
+      error = e.what();
+      break;
+    }
+  }
+  ASSERT_FALSE(error.empty()) << "a link to a receiver that reads nothing never filled";
+  EXPECT_THAT(error, HasSubstr("the receiver is not keeping up"));
+  EXPECT_GT(client->queued_bytes(), options.max_queued_bytes / 2);  // still full
+  ASSERT_TRUE(server_in.wait_envelopes(1));
+  // Reading again: everything that was accepted arrives, in order, nothing lost.
+  {
+    std::lock_guard lock(mu);
+    server_side->resume_reading();
+  }
+  ASSERT_TRUE(server_in.wait_envelopes(sent));
+  std::lock_guard lock(server_in.mu);
+  EXPECT_EQ(server_in.envelopes.size(), sent);
+  for (std::uint64_t i = 0; i < sent; ++i) ASSERT_EQ(server_in.envelopes[i].dest.port, i);
+}
+
 TEST_P(LinkTest, PeerCloseIsReportedWithAReason) {
   Inbox server_in;
   auto listener = Listener::listen(

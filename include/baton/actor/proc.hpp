@@ -45,8 +45,14 @@ struct ProcOptions {
   std::function<void(const Undeliverable&)> on_undeliverable;
   /// Called on every delivery, on the thread that handles it.
   std::function<void(const TraceEvent&)> trace;
-  /// How this proc's links to other processes watch and repair their connections.
+  /// How this proc's links to other processes watch and repair their connections, and how
+  /// much they may hold for sending (see net::LinkOptions).
   net::LinkOptions link;
+  /// Messages from other processes waiting in one actor's mailbox above which the link that
+  /// brings them stops reading until the mailbox is down to half; the peer's senders then wait
+  /// (LinkOptions::max_queued_bytes). Nothing is dropped. Messages sent by this process's own
+  /// threads are not held back.
+  std::size_t mailbox_limit = 10000;
 };
 
 class Proc {

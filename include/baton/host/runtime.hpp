@@ -44,6 +44,13 @@ struct RuntimeOptions {
   /// after this fails them as a lost link (UndeliverableError). A process that exits is seen at
   /// once (its pidfd), so this bounds only the case of a link lost while its process lives.
   std::chrono::milliseconds exit_wait{2000};
+  /// Links between the job's procs (the controller's and every worker's): heartbeats, repair,
+  /// and how much a link holds for sending before its senders wait (backpressure). The
+  /// secret is the runtime's own.
+  net::LinkOptions link;
+  /// Messages from other processes waiting in one actor's mailbox above which the link that
+  /// brings them stops reading (see ProcOptions::mailbox_limit).
+  std::size_t mailbox_limit = 10000;
 };
 
 class Runtime {

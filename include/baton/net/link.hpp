@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "baton/wire/address.hpp"
@@ -59,6 +60,11 @@ struct LinkOptions {
   std::chrono::milliseconds reconnect_for{10000};
   /// Frames received between two acknowledgements, at most.
   std::size_t ack_every = 64;
+  /// Bytes a link may hold for sending (not yet written, or on TCP not yet acknowledged)
+  /// before send() makes its caller wait (see Link::send).
+  std::size_t max_queued_bytes = std::size_t{64} << 20;
+  /// How long send() waits for room before it gives up with LinkFullError.
+  std::chrono::milliseconds send_timeout{30000};
   /// The job's secret. When set, every connection (the first and every repair) starts with a
   /// mutual challenge-response (HMAC-SHA256) that proves both ends hold it without sending it;
   /// a peer that fails it, skips it or replays an old answer is refused, with a logged reason,
@@ -84,6 +90,13 @@ class IoThread {
   std::unique_ptr<Impl> impl_;
 };
 
+/// Link::send found the link full for longer than LinkOptions::send_timeout: the receiver is
+/// not keeping up (or not reading at all).
+class LinkFullError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 class Link : public std::enable_shared_from_this<Link> {
  public:
   /// Connects to a unix or tcp address; throws std::runtime_error naming the address and why.
@@ -93,8 +106,17 @@ class Link : public std::enable_shared_from_this<Link> {
 
   /// Queues an envelope (its seq is assigned here); thread-safe. Throws std::length_error if
   /// it exceeds the frame limits; after the link closed, the envelope is dropped and false
-  /// returned.
+  /// returned. Backpressure: while the link holds more than LinkOptions::max_queued_bytes, a
+  /// caller waits for room, and after LinkOptions::send_timeout throws LinkFullError with the
+  /// envelope not sent. The I/O thread never waits (what it forwards goes over the bound).
   virtual bool send(Envelope env) = 0;
+  /// Stops reading from the peer after the envelope being delivered (the receiver is full);
+  /// the peer's sends then wait in turn. Callable from the link's own handler.
+  virtual void pause_reading() = 0;
+  /// Reads again after pause_reading(); thread-safe.
+  virtual void resume_reading() = 0;
+  /// Bytes held for sending now.
+  virtual std::size_t queued_bytes() const = 0;
   /// Closes the link; the handler's on_closed runs with `reason`.
   virtual void close(const std::string& reason) = 0;
   /// Like close(), and returns once the link is closed; never call it on the I/O thread.
