@@ -305,8 +305,9 @@ void deliver_envelope(const std::shared_ptr<ProcState>& local,
 /// Returns the one-way calls a link never delivered to their senders. (A call with a reply port
 /// fails through that port; casts are tracked by their tree; port values, replies included,
 /// are not returned.)
-void return_unsent(const std::string& peer, const std::string& reason, std::vector<Envelope> envs) {
-  for (auto& env : envs) {
+void return_unsent(const std::string& peer, const std::string& reason,
+                   const std::vector<Envelope>& envs) {
+  for (const auto& env : envs) {
     if (env.dest.port != 0) continue;
     std::optional<PortId> reply_to;
     try {
@@ -351,7 +352,8 @@ net::LinkHandler link_handler(const std::weak_ptr<ProcState>& weak_local,
                           [weak_link, peer, unsent](const std::string& reason) {
                             if (peer->empty()) return;
                             on_link_closed(*peer, weak_link.lock(), reason);
-                            return_unsent(*peer, reason, std::move(*unsent));
+                            return_unsent(*peer, reason, *unsent);
+                            unsent->clear();
                           },
                           [unsent](std::vector<Envelope> envs) { *unsent = std::move(envs); }};
 }
@@ -732,7 +734,8 @@ void connect_state(const std::shared_ptr<ProcState>& state, const ProcId& peer,
       },
       [holder, name, unsent, on_lost = std::move(on_lost)](const std::string& reason) {
         on_link_closed(*name, *holder, reason);
-        return_unsent(*name, reason, std::move(*unsent));
+        return_unsent(*name, reason, *unsent);
+        unsent->clear();
         if (on_lost) on_lost(reason);
       },
       [unsent](std::vector<Envelope> envs) { *unsent = std::move(envs); }};

@@ -54,7 +54,7 @@ std::uint64_t local_checksum(const Bytes& data) {
 /// loopback); killed when the test ends.
 class RemoteProc {
  public:
-  explicit RemoteProc(bool tcp = false, std::string secret = {})
+  explicit RemoteProc(bool tcp = false, const std::string& secret = {})
       : path_("/tmp/baton-remote-" + std::to_string(::getpid()) + ".sock") {
     int ready[2];
     if (::pipe(ready) != 0) throw std::runtime_error("pipe failed");
@@ -212,7 +212,7 @@ TEST(Remote, AnUnauthenticatedPeerCannotDeliverAMessage) {
 class Sender : public Actor {
  public:
   explicit Sender(Port<std::string> report) : report_(std::move(report)) {}
-  void poke(ActorRef<Worker> w) { w.send(&Worker::add, 1, 2); }
+  void poke(const ActorRef<Worker>& w) { w.send(&Worker::add, 1, 2); }
   bool handle_undeliverable(const Undeliverable& u) override {
     report_.send(std::string(to_string(u.reason)) + " | " + u.dest.to_string() + " | " + u.message);
     return true;

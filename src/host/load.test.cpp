@@ -23,7 +23,7 @@ constexpr std::int64_t kPerSender = 250000;  // a million messages in all
 // Peak memory of any one process. Measured on a 2-core VM with the bounds of main(): about
 // 10 MiB each; without them (BATON_TEST_UNBOUNDED=1) the senders reach 65 MiB each in the
 // first test, and the sink holds most of the 100 MiB in the second.
-constexpr std::int64_t kBoundKib = 32 * 1024;
+constexpr std::int64_t kBoundKib = std::int64_t{32} * 1024;
 
 /// Peak resident memory of this process, in KiB (VmHWM).
 std::int64_t peak_rss_kib() {
@@ -96,6 +96,7 @@ TEST(Load, AMillionMessagesToOneSlowActorArriveInOrderInBoundedMemory) {
   auto sources = procs.slice("procs", 1, kSenders + 1).spawn<Source>("sources");
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<Future<std::int64_t>> pumps;
+  pumps.reserve(kSenders);
   for (int s = 0; s < kSenders; ++s) {
     pumps.push_back(sources.slice("procs", static_cast<std::size_t>(s))
                         .call_one(&Source::pump, sink.at(0), s, kPerSender));
@@ -122,6 +123,7 @@ TEST(Load, AFullMailboxStopsItsLinkAndTheSendersWaitInBoundedMemory) {
   auto sink = procs.slice("procs", 0).spawn<Sink>("sink");
   auto sources = procs.slice("procs", 1, kSenders + 1).spawn<Source>("sources");
   std::vector<Future<std::int64_t>> pumps;
+  pumps.reserve(kSenders);
   for (int s = 0; s < kSenders; ++s) {
     pumps.push_back(sources.slice("procs", static_cast<std::size_t>(s))
                         .call_one(&Source::pump_big, sink.at(0), s, kBig));

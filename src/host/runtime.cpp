@@ -56,7 +56,6 @@ bool is_bootstrap(std::string_view entry) {
   }
   return false;
 }
-constexpr auto kStopGrace = 5s;
 
 Runtime* g_runtime = nullptr;
 

@@ -117,7 +117,7 @@ class Releaser : public Actor {
 class Sender : public Actor {
  public:
   Sender(bool handle, Port<std::string> report) : handle_(handle), report_(std::move(report)) {}
-  void poke(ActorRef<Worker> target) { target.send(&Worker::incr, 1); }
+  void poke(const ActorRef<Worker>& target) { target.send(&Worker::incr, 1); }
   int alive() { return 1; }
   bool handle_undeliverable(const Undeliverable& u) override {
     if (!handle_) return false;
@@ -631,6 +631,7 @@ TEST(Supervision, AnUnhandledFailureStopsTheControllerWithAReportAndStatus1) {
   for (char** e = environ; *e != nullptr; ++e) env_s.emplace_back(*e);
   env_s.emplace_back("BATON_TEST_UNSUPERVISED=1");
   std::vector<char*> envp;
+  envp.reserve(env_s.size() + 1);
   for (auto& e : env_s) envp.push_back(e.data());
   envp.push_back(nullptr);
   std::string self = "unsupervised-controller";

@@ -7,6 +7,7 @@
 #include <climits>
 
 #include <asio.hpp>
+#include <asio/ssl.hpp>
 
 #include "net/auth.hpp"
 
@@ -28,6 +29,7 @@
 namespace baton::net {
 
 using Protocol = asio::generic::stream_protocol;
+using TlsStream = asio::ssl::stream<Protocol::socket>;
 
 struct IoThread::Impl {
   asio::io_context ctx;
@@ -97,6 +99,25 @@ std::uint64_t new_session_id() {
   return id;
 }
 
+/// The TLS context of links with `tls`: mutual, TLS 1.2 or later, peers checked against the CA.
+std::shared_ptr<asio::ssl::context> make_tls_context(const TlsOptions& tls) {
+  auto ctx = std::make_shared<asio::ssl::context>(asio::ssl::context::tls);
+  try {
+    ctx->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                     asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
+                     asio::ssl::context::no_tlsv1_1);
+    ctx->use_certificate_chain_file(tls.cert_file);
+    ctx->use_private_key_file(tls.key_file, asio::ssl::context::pem);
+    ctx->load_verify_file(tls.ca_file);
+    ctx->set_verify_mode(asio::ssl::verify_peer | asio::ssl::verify_fail_if_no_peer_cert);
+  } catch (const std::system_error& e) {
+    throw std::runtime_error("cannot set up TLS with certificate " + tls.cert_file + ", key " +
+                             tls.key_file + " and CA " + tls.ca_file + ": " + e.what() +
+                             " (check the files exist and are PEM)");
+  }
+  return ctx;
+}
+
 class StreamLink;
 
 /// The links a listener accepted, by session, so a reconnecting dialler finds its link again.
@@ -110,7 +131,7 @@ class StreamLink final : public Link {
   using Clock = std::chrono::steady_clock;
 
   StreamLink(asio::io_context& ctx, Protocol::socket socket, std::string description,
-             const LinkOptions& options)
+             const LinkOptions& options, std::shared_ptr<asio::ssl::context> tls_ctx = nullptr)
       : ctx_(ctx),
         strand_(asio::make_strand(ctx)),
         timer_(strand_),
@@ -121,6 +142,8 @@ class StreamLink final : public Link {
     socklen_t len = sizeof(addr);
     unix_ = ::getsockname(socket_.native_handle(), reinterpret_cast<sockaddr*>(&addr), &len) == 0 &&
             addr.ss_family == AF_UNIX;
+    if (!unix_) tls_ctx_ = std::move(tls_ctx);  // a unix link never leaves the host
+    if (tls_ctx_) connected_ = false;           // nothing is written before TLS is up
   }
 
   /// The dialling side: it owns the session and reconnects to `to` when a connection breaks.
@@ -142,8 +165,8 @@ class StreamLink final : public Link {
     asio::post(strand_, [self = shared()] {
       self->last_recv_ = Clock::now();
       self->arm_heartbeat();
+      const std::uint64_t epoch = self->epoch_;
       if (self->redial_ && !self->options_.secret.empty()) {
-        const std::uint64_t epoch = self->epoch_;
         auth::authenticate(self->socket_, self->strand_, self->options_.secret, true,
                            self->options_.dead_after, [self, epoch](const std::string& error) {
                              if (epoch != self->epoch_ || self->closed()) return;
@@ -151,12 +174,13 @@ class StreamLink final : public Link {
                                return self->shutdown("cannot link to " +
                                                      self->redial_->to_string() + ": " + error);
                              }
-                             self->authenticated(epoch);
+                             self->secure(epoch);
                            });
         return;
       }
-      if (self->redial_) self->write_next(self->epoch_);  // the hello set_dialler queued
-      self->read_prefix(self->epoch_);
+      if (self->tls_ctx_) return self->secure(epoch);
+      if (self->redial_) self->write_next(epoch);  // the hello set_dialler queued
+      self->read_prefix(epoch);
     });
   }
 
@@ -227,26 +251,71 @@ class StreamLink final : public Link {
     return connections_;
   }
 
+  /// On the strand, after the secret's handshake (if any): TLS over the first connection, if
+  /// this link uses it, then frames.
+  void secure(std::uint64_t epoch) {
+    if (!tls_ctx_) return authenticated(epoch);
+    tls_ = std::make_unique<TlsStream>(std::move(socket_), *tls_ctx_);
+    tls_handshake(*tls_, redial_.has_value(), epoch,
+                  [self = shared(), epoch](const std::string& error) {
+                    if (!error.empty()) return self->shutdown(error);
+                    self->authenticated(epoch);
+                  });
+  }
+
+  /// Runs a TLS handshake (bounded by dead_after) on the strand; `done` gets "" or why not.
+  void tls_handshake(TlsStream& stream, bool client, std::uint64_t epoch,
+                     std::function<void(const std::string&)> done) {
+    auto timer = std::make_shared<asio::steady_timer>(strand_, options_.dead_after);
+    auto finished = std::make_shared<bool>(false);
+    timer->async_wait([self = shared(), finished, &stream](asio::error_code ec) {
+      if (ec || *finished) return;
+      asio::error_code ignored;
+      stream.next_layer().cancel(ignored);
+    });
+    stream.async_handshake(
+        client ? asio::ssl::stream_base::client : asio::ssl::stream_base::server,
+        asio::bind_executor(strand_, [self = shared(), timer, finished, epoch,
+                                      done = std::move(done)](asio::error_code ec) {
+          *finished = true;
+          timer->cancel();
+          if (epoch != self->epoch_ || self->closed()) return;
+          if (ec) {
+            return done("TLS handshake with " + self->description_ + " failed: " + ec.message() +
+                        " (does the peer's certificate chain to our CA, and ours to its?)");
+          }
+          done({});
+        }));
+  }
+
   /// The first connection proved the peer (on the strand): frames may flow.
   void authenticated(std::uint64_t epoch) {
+    bool direct = false;
     {
       std::lock_guard lock(mu_);
       connected_ = true;
+      direct = writing_;  // the dialler's hello is queued and the writer marked as ours
+      if (!direct) start_writer_locked();
     }
     last_recv_ = Clock::now();
-    write_next(epoch);  // the hello set_dialler queued, then whatever was sent meanwhile
+    if (direct) write_next(epoch);  // the hello set_dialler queued, then what was sent since
     read_prefix(epoch);
   }
 
   /// Takes over a new connection for this link (on its strand): everything not yet
   /// acknowledged is sent again from the start; the peer drops what it already has.
-  void resume(Protocol::socket socket, std::uint64_t peer_expects) {
+  void resume(Protocol::socket socket, std::unique_ptr<TlsStream> tls, std::uint64_t peer_expects) {
     if (closed()) return;
     {
       std::lock_guard lock(mu_);
       asio::error_code ignored;
-      socket_.close(ignored);  // an old connection still thought alive is replaced
-      socket_ = std::move(socket);
+      lowest().close(ignored);  // an old connection still thought alive is replaced
+      if (tls) {
+        tls_ = std::move(tls);
+      } else {
+        tls_.reset();
+        socket_ = std::move(socket);
+      }
       ++epoch_;
       ++connections_;
       connected_ = true;
@@ -275,13 +344,12 @@ class StreamLink final : public Link {
   /// connection of epoch `epoch` (a handler of an older connection is ignored).
   void read_then(asio::mutable_buffer buffer, std::uint64_t epoch,
                  void (StreamLink::*next)(std::uint64_t)) {
-    asio::async_read(socket_, buffer,
-                     asio::bind_executor(
-                         strand_, [self = shared(), next, epoch](asio::error_code ec, std::size_t) {
-                           if (epoch != self->epoch_) return;
-                           if (ec) return self->broken(epoch, ec);
-                           ((*self).*next)(epoch);
-                         }));
+    async_read_all(buffer, asio::bind_executor(strand_, [self = shared(), next, epoch](
+                                                            asio::error_code ec, std::size_t) {
+                     if (epoch != self->epoch_) return;
+                     if (ec) return self->broken(epoch, ec);
+                     ((*self).*next)(epoch);
+                   }));
   }
 
   void read_prefix(std::uint64_t epoch) {
@@ -313,14 +381,14 @@ class StreamLink final : public Link {
   void read_part(std::uint64_t epoch, std::size_t i) {
     if (i == part_lengths_.size()) return deliver(epoch);
     auto buf = std::make_shared<std::vector<std::byte>>(static_cast<std::size_t>(part_lengths_[i]));
-    asio::async_read(socket_, asio::buffer(*buf),
-                     asio::bind_executor(strand_, [self = shared(), buf, i, epoch](
-                                                      asio::error_code ec, std::size_t) {
-                       if (epoch != self->epoch_) return;
-                       if (ec) return self->broken(epoch, ec);
-                       self->incoming_.body.parts.push_back(Bytes::adopt(std::move(*buf)));
-                       self->read_part(epoch, i + 1);
-                     }));
+    async_read_all(asio::buffer(*buf),
+                   asio::bind_executor(
+                       strand_, [self = shared(), buf, i, epoch](asio::error_code ec, std::size_t) {
+                         if (epoch != self->epoch_) return;
+                         if (ec) return self->broken(epoch, ec);
+                         self->incoming_.body.parts.push_back(Bytes::adopt(std::move(*buf)));
+                         self->read_part(epoch, i + 1);
+                       }));
   }
 
   void deliver(std::uint64_t epoch) {
@@ -426,21 +494,40 @@ class StreamLink final : public Link {
       queue_control(control_frame(kHello, session_, next_recv_seq_));
       return true;
     }
-    Protocol::socket socket = take_socket();
+    auto taken =
+        std::make_shared<std::pair<Protocol::socket, std::unique_ptr<TlsStream>>>(take_socket());
     shutdown("connection resumed by its session's link");
-    asio::post(
-        owner->strand_, [owner, peer_expects,
-                         sock = std::make_shared<Protocol::socket>(std::move(socket))]() mutable {
-          owner->resume(std::move(*sock), peer_expects);
-          owner->queue_control(control_frame(kHello, owner->session_, owner->next_recv_seq_));
-        });
+    asio::post(owner->strand_, [owner, peer_expects, taken]() mutable {
+      owner->resume(std::move(taken->first), std::move(taken->second), peer_expects);
+      owner->queue_control(control_frame(kHello, owner->session_, owner->next_recv_seq_));
+    });
     return false;
   }
 
-  Protocol::socket take_socket() {
+  std::pair<Protocol::socket, std::unique_ptr<TlsStream>> take_socket() {
     std::lock_guard lock(mu_);
     ++epoch_;
-    return std::move(socket_);
+    return {std::move(socket_), std::move(tls_)};
+  }
+
+  /// The transport under TLS, or the plain socket.
+  Protocol::socket& lowest() { return tls_ ? tls_->next_layer() : socket_; }
+
+  template <class Buffers, class Handler>
+  void async_read_all(const Buffers& buffers, Handler&& handler) {
+    if (tls_) {
+      asio::async_read(*tls_, buffers, std::forward<Handler>(handler));
+    } else {
+      asio::async_read(socket_, buffers, std::forward<Handler>(handler));
+    }
+  }
+  template <class Buffers, class Handler>
+  void async_write_all(const Buffers& buffers, Handler&& handler) {
+    if (tls_) {
+      asio::async_write(*tls_, buffers, std::forward<Handler>(handler));
+    } else {
+      asio::async_write(socket_, buffers, std::forward<Handler>(handler));
+    }
   }
 
   /// Drops the frames the peer acknowledged: those with seq < `next`.
@@ -514,7 +601,7 @@ class StreamLink final : public Link {
       writing_ = false;
       in_flight_ = false;
       asio::error_code ignored;
-      socket_.close(ignored);
+      lowest().close(ignored);
     }
     if (std::getenv("BATON_DEBUG_LINKS") != nullptr) {
       std::fprintf(stderr, "baton: link %s broken (%s); repairing\n", description_.c_str(),
@@ -547,15 +634,26 @@ class StreamLink final : public Link {
                                   ") and the peer refuses new ones: " + ec.message());
           }
           if (ec) return self->retry_or_give_up(epoch, ec.message());
-          if (self->options_.secret.empty()) return self->resume(std::move(*socket), 0);
+          if (self->options_.secret.empty()) return self->resecure(std::move(*socket), epoch);
           auth::authenticate(*socket, self->strand_, self->options_.secret, true,
                              self->options_.dead_after,
                              [self, socket, epoch](const std::string& error) {
                                if (epoch != self->epoch_ || self->closed()) return;
                                if (!error.empty()) return self->retry_or_give_up(epoch, error);
-                               self->resume(std::move(*socket), 0);
+                               self->resecure(std::move(*socket), epoch);
                              });
         }));
+  }
+
+  /// A redialled connection, authenticated: TLS over it if this link uses TLS, then resume.
+  void resecure(Protocol::socket socket, std::uint64_t epoch) {
+    if (!tls_ctx_) return resume(std::move(socket), nullptr, 0);
+    auto tls = std::make_shared<std::unique_ptr<TlsStream>>(
+        std::make_unique<TlsStream>(std::move(socket), *tls_ctx_));
+    tls_handshake(**tls, true, epoch, [self = shared(), tls, epoch](const std::string& error) {
+      if (!error.empty()) return self->retry_or_give_up(epoch, error);
+      self->resume(Protocol::socket(self->ctx_), std::move(*tls), 0);
+    });
   }
 
   void retry_or_give_up(std::uint64_t epoch, const std::string& why) {
@@ -629,30 +727,30 @@ class StreamLink final : public Link {
     add(frame->header.data(), frame->header.size());
     for (const Bytes& p : frame->parts) add(p.data(), p.size());
     in_flight_ = true;
-    asio::async_write(socket_, buffers_,
-                      asio::bind_executor(strand_, [self = shared(), control, epoch](
-                                                       asio::error_code ec, std::size_t) {
-                        if (epoch != self->epoch_) return;
-                        self->in_flight_ = false;
-                        if (ec) return self->broken(epoch, ec);
-                        if (self->close_after_write_)
-                          return self->shutdown(*self->close_after_write_, true);
-                        {
-                          std::lock_guard lock(self->mu_);
-                          if (control) {
-                            self->ctl_.pop_front();
-                          } else {
-                            ++self->written_;
-                            self->front_sent_ = 0;
-                            self->drop_written_locked();
-                          }
+    async_write_all(buffers_, asio::bind_executor(strand_, [self = shared(), control, epoch](
+                                                               asio::error_code ec, std::size_t) {
+                      if (epoch != self->epoch_) return;
+                      self->in_flight_ = false;
+                      if (ec) return self->broken(epoch, ec);
+                      if (self->close_after_write_)
+                        return self->shutdown(*self->close_after_write_, true);
+                      {
+                        std::lock_guard lock(self->mu_);
+                        if (control) {
+                          self->ctl_.pop_front();
+                        } else {
+                          ++self->written_;
+                          self->front_sent_ = 0;
+                          self->drop_written_locked();
                         }
-                        self->write_next(epoch);
-                      }));
+                      }
+                      self->write_next(epoch);
+                    }));
   }
 
   /// One non-blocking gather write of a whole frame; returns the bytes the socket took.
   std::size_t write_now(const Frame& frame) {
+    if (tls_ || tls_ctx_) return 0;  // TLS records are written by the asynchronous path
     std::vector<iovec> iov;
     iov.reserve(1 + frame.parts.size());
     iov.push_back({const_cast<char*>(frame.header.data()), frame.header.size()});
@@ -707,8 +805,8 @@ class StreamLink final : public Link {
     {
       std::lock_guard lock(mu_);
       ++epoch_;
-      socket_.shutdown(Protocol::socket::shutdown_both, ignored);
-      socket_.close(ignored);
+      lowest().shutdown(Protocol::socket::shutdown_both, ignored);
+      lowest().close(ignored);
     }
     if (handler_.on_unsent && !unsent.empty()) {
       std::vector<Envelope> back;
@@ -729,7 +827,9 @@ class StreamLink final : public Link {
   asio::io_context& ctx_;
   asio::strand<asio::io_context::executor_type> strand_;
   asio::steady_timer timer_;
-  Protocol::socket socket_;
+  Protocol::socket socket_;                      // the connection, unless TLS holds it
+  std::shared_ptr<asio::ssl::context> tls_ctx_;  // set when this link runs TLS
+  std::unique_ptr<TlsStream> tls_;               // the connection, under TLS
   std::string description_;
   LinkOptions options_;
   LinkHandler handler_;
@@ -780,7 +880,11 @@ class StreamLink final : public Link {
 struct AcceptCore : std::enable_shared_from_this<AcceptCore> {
   AcceptCore(asio::io_context& c, std::function<LinkHandler(const std::shared_ptr<Link>&)> f,
              const LinkOptions& o, Address a)
-      : ctx(c), acceptor(c), on_accept(std::move(f)), options(o), address(std::move(a)) {}
+      : ctx(c), acceptor(c), on_accept(std::move(f)), options(o), address(std::move(a)) {
+    if (options.tls.enabled() && address.transport == Address::Transport::tcp) {
+      tls = make_tls_context(options.tls);
+    }
+  }
 
   void accept() {
     acceptor.async_accept([self = shared_from_this()](asio::error_code ec, Protocol::socket s) {
@@ -805,8 +909,8 @@ struct AcceptCore : std::enable_shared_from_this<AcceptCore> {
   }
 
   void adopt(Protocol::socket s) {
-    auto link =
-        std::make_shared<StreamLink>(ctx, std::move(s), address.to_string() + " <- peer", options);
+    auto link = std::make_shared<StreamLink>(ctx, std::move(s), address.to_string() + " <- peer",
+                                             options, tls);
     link->set_sessions(sessions);
     LinkHandler handler = on_accept(link);
     link->start(std::move(handler));
@@ -818,6 +922,7 @@ struct AcceptCore : std::enable_shared_from_this<AcceptCore> {
   LinkOptions options;
   Address address;
   std::shared_ptr<Sessions> sessions = std::make_shared<Sessions>();
+  std::shared_ptr<asio::ssl::context> tls;
 };
 
 class StreamListener final : public Listener {
@@ -879,7 +984,12 @@ std::shared_ptr<Link> Link::connect(IoThread& io, const Address& to, LinkHandler
     throw std::runtime_error("cannot connect to " + to.to_string() + ": " + e.code().message() +
                              " (is the peer running and listening there?)");
   }
-  auto link = std::make_shared<StreamLink>(ctx, std::move(socket), "-> " + to.to_string(), options);
+  std::shared_ptr<asio::ssl::context> tls;
+  if (options.tls.enabled() && to.transport == Address::Transport::tcp) {
+    tls = make_tls_context(options.tls);
+  }
+  auto link =
+      std::make_shared<StreamLink>(ctx, std::move(socket), "-> " + to.to_string(), options, tls);
   link->set_dialler(to);
   link->start(std::move(handler));
   return link;

@@ -123,7 +123,7 @@ TEST_P(LinkTest, AReceiverThatStopsReadingMakesItsSenderWaitThenFailClearly) {
     });
   });
   LinkOptions options;
-  options.max_queued_bytes = 64 * 1024;
+  options.max_queued_bytes = std::size_t{64} * 1024;
   options.send_timeout = 100ms;
   Inbox client_in;
   auto client = Link::connect(io, listener->address(), client_in.handler(), options);

@@ -48,6 +48,20 @@ struct LinkHandler {
   std::function<void(std::vector<Envelope> unsent)> on_unsent;
 };
 
+/// TLS for links over TCP (unix links never leave the host and never use it): mutual, with
+/// certificates checked against a CA. PEM files.
+struct TlsOptions {
+  std::string cert_file;  // this end's certificate (its chain, leaf first)
+  std::string key_file;   // its private key
+  std::string ca_file;    // the CA a peer's certificate must chain to
+  bool enabled() const { return !cert_file.empty(); }
+};
+
+/// Writes a fresh certificate authority for one job and a certificate it signed (EC P-256,
+/// valid for `days`) into `dir` as ca.pem, cert.pem and key.pem (the key readable by its
+/// owner only), and returns TlsOptions naming them.
+TlsOptions make_job_certificates(const std::string& dir, int days = 30);
+
 /// How a link watches and repairs its connection; every field has a working default.
 struct LinkOptions {
   DecodeLimits limits;
@@ -70,6 +84,9 @@ struct LinkOptions {
   /// a peer that fails it, skips it or replays an old answer is refused, with a logged reason,
   /// before any frame is read. Empty: connections are not authenticated.
   std::string secret;
+  /// TLS on TCP connections (after the secret's handshake, before any frame); off when empty.
+  /// A peer whose certificate does not chain to ca_file is refused.
+  TlsOptions tls;
 };
 
 /// A fresh random secret for a job (64 hex digits, from OpenSSL's generator).
