@@ -16,6 +16,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -435,10 +436,11 @@ void expect_in_order(Inbox& in, std::uint64_t n) {
   }
 }
 
-TEST_F(RepairFixture, EveryFrameArrivesOnceInOrderAcrossResetConnections) {
-  start();
-  auto client = Link::connect(io, proxy->address(), client_in.handler(), options);
-  auto [server_in, server] = first_accepted();
+void exchange_across_resets(RepairFixture& f) {
+  auto& proxy = f.proxy;
+  auto& client_in = f.client_in;
+  auto client = Link::connect(f.io, proxy->address(), client_in.handler(), f.options);
+  auto [server_in, server] = f.first_accepted();
   constexpr std::uint64_t kCount = 4000;
   // Both directions at once, while the proxy cuts the connection every 500 frames received.
   std::thread server_sender([&, srv = server] {
@@ -459,6 +461,22 @@ TEST_F(RepairFixture, EveryFrameArrivesOnceInOrderAcrossResetConnections) {
   std::lock_guard lock(server_in->mu);
   EXPECT_TRUE(server_in->closed.empty()) << server_in->closed.front();
   EXPECT_TRUE(client_in.closed.empty());
+}
+
+TEST_F(RepairFixture, EveryFrameArrivesOnceInOrderAcrossResetConnections) {
+  start();
+  exchange_across_resets(*this);
+}
+
+TEST_F(RepairFixture, EveryFrameArrivesOnceInOrderAcrossResetTlsConnections) {
+  // Every new connection proves the secret and runs a new TLS handshake.
+  std::string dir = (std::filesystem::temp_directory_path() / "baton-tls-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  options.tls = make_job_certificates(dir);
+  options.secret = new_job_secret();
+  start();
+  exchange_across_resets(*this);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(RepairFixture, HeartbeatsNoticeASilentPathAndTheLinkIsRepaired) {
