@@ -98,6 +98,7 @@ int run_rtt() {
   print_figure("proc_rtt_1mib_p50", percentile(large, 0.5), "us");
   print_figure("socket_rtt_p50", socket_p50, "us");
   print_figure("proc_rtt_ratio", p50 / socket_p50, "x");
+  run_tls_rtt();
   return 0;
 }
 
