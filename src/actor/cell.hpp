@@ -196,8 +196,8 @@ class ProcState : public std::enable_shared_from_this<ProcState> {
 
   // Links to procs in other processes (see remote.cpp); created on first serve() or connect().
   std::unique_ptr<net::IoThread> io;
-  std::unique_ptr<net::Listener> listener;
-  std::atomic<std::uint64_t> envelopes_sent{0};  // over links, by this proc
+  std::vector<std::unique_ptr<net::Listener>> listeners;  // one per serve()
+  std::atomic<std::uint64_t> envelopes_sent{0};           // over links, by this proc
 
   void cell_finished();
   void report_unhandled(const SupervisionEvent& ev);

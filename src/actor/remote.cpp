@@ -715,7 +715,7 @@ void close_links(ProcState& proc) {
   // thread stops.
   for (auto& l : mine) l->close_and_wait("proc " + proc.id.name + " stopped");
   mine.clear();  // no link may outlive the I/O thread's context, destroyed below
-  proc.listener.reset();
+  proc.listeners.clear();
   proc.io.reset();  // joins the I/O thread; pending handlers are dropped
 }
 
@@ -775,7 +775,7 @@ Address Proc::serve(const Address& address) {
   Address bound = listener->address();
   {
     std::lock_guard lock(state_->mu);
-    state_->listener = std::move(listener);
+    state_->listeners.push_back(std::move(listener));
   }
   auto& a = detail::addresses();
   std::lock_guard lock(a.mu);

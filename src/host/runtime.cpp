@@ -40,6 +40,11 @@ constexpr const char* kDirVar = "BATON_DIR";  // where the job's sockets live
 // The job's secret: every link proves it holds it (net::LinkOptions::secret). It travels in
 // the environment, never on a command line, and a worker removes it from its own environment.
 constexpr const char* kSecretVar = "BATON_JOB_SECRET";
+// TLS for links that leave the host: the job's certificate, key and CA (PEM files). Set by
+// the user to bring their own; otherwise the controller makes a CA and certificate per job.
+constexpr const char* kTlsCertVar = "BATON_TLS_CERT";
+constexpr const char* kTlsKeyVar = "BATON_TLS_KEY";
+constexpr const char* kTlsCaVar = "BATON_TLS_CA";
 
 constexpr auto kStartTimeout = 30s;
 // After a stop, how long the link of a process that exited may take to close.
@@ -47,8 +52,9 @@ constexpr auto kUnlinkWait = 2s;
 
 /// True for "NAME=value" entries that are a worker's bootstrap (set anew for every worker).
 bool is_bootstrap(std::string_view entry) {
-  for (std::string_view var : {kProcVar, kControllerVar, kControllerAddrVar, kParentVar, kDirVar,
-                               kSecretVar, "BATON_RANK", "BATON_WORLD_SIZE"}) {
+  for (std::string_view var :
+       {kProcVar, kControllerVar, kControllerAddrVar, kParentVar, kDirVar, kSecretVar, kTlsCertVar,
+        kTlsKeyVar, kTlsCaVar, "BATON_RANK", "BATON_WORLD_SIZE"}) {
     if (entry.size() > var.size() && entry.substr(0, var.size()) == var &&
         entry[var.size()] == '=') {
       return true;
@@ -333,6 +339,21 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
   state_->dir = tmpl;
   state_->own_dir = true;
   state_->secret = net::new_job_secret();
+  // TLS for every link that leaves the host: the user's certificates (options, else the
+  // environment), or a CA and certificate made for this job.
+  if (!state_->link.tls.enabled()) {
+    const char* cert = std::getenv(kTlsCertVar);
+    const char* key = std::getenv(kTlsKeyVar);
+    const char* ca = std::getenv(kTlsCaVar);
+    if (cert != nullptr && key != nullptr && ca != nullptr) {
+      state_->link.tls = net::TlsOptions{cert, key, ca};
+    } else if (cert != nullptr || key != nullptr || ca != nullptr) {
+      throw UsageError(std::string("set all three of ") + kTlsCertVar + ", " + kTlsKeyVar +
+                       " and " + kTlsCaVar + " to use your own TLS certificates, or none");
+    } else {
+      state_->link.tls = net::make_job_certificates(state_->dir.string());
+    }
+  }
   detail::install_cast();
   ProcOptions proc_options{
       .name = "ctl", .on_unhandled_failure = [this](const MeshFailure& ev) { unhandled(ev); }};
@@ -366,6 +387,14 @@ void Runtime::run_worker() {
   if (const char* secret = std::getenv(kSecretVar)) {
     state_->secret = secret;
     ::unsetenv(kSecretVar);  // not for whatever this process starts on its own
+  }
+  {
+    const char* cert = std::getenv(kTlsCertVar);
+    const char* key = std::getenv(kTlsKeyVar);
+    const char* ca = std::getenv(kTlsCaVar);
+    if (cert != nullptr && key != nullptr && ca != nullptr) {
+      state_->link.tls = net::TlsOptions{cert, key, ca};
+    }
   }
   if (state_->secret.empty()) {
     std::fprintf(stderr, "baton: worker %s started without the job's secret (%s)\n", name,
@@ -520,6 +549,12 @@ void Runtime::set_output_window(std::chrono::milliseconds window) {
   state_->output->set_window(window);
 }
 
+net::LinkOptions Runtime::link_options() const {
+  net::LinkOptions o = state_->link;
+  o.secret = state_->secret;
+  return o;
+}
+
 void Runtime::set_supervise(std::function<bool(const MeshFailure&)> handler) {
   std::lock_guard lock(state_->mu);
   state_->supervise = std::move(handler);
@@ -578,6 +613,11 @@ ProcMesh HostMesh::spawn_procs(const std::vector<std::pair<std::string, std::siz
     env.push_back(std::string(kParentVar) + "=" + std::to_string(::getpid()));
     env.push_back(std::string(kDirVar) + "=" + st.dir.string());
     env.push_back(std::string(kSecretVar) + "=" + st.secret);
+    if (st.link.tls.enabled()) {
+      env.push_back(std::string(kTlsCertVar) + "=" + st.link.tls.cert_file);
+      env.push_back(std::string(kTlsKeyVar) + "=" + st.link.tls.key_file);
+      env.push_back(std::string(kTlsCaVar) + "=" + st.link.tls.ca_file);
+    }
     detail::remember_address(name, "unix://" + (st.dir / (name.name + ".sock")).string());
     env.push_back("BATON_RANK=" + std::to_string(r));
     env.push_back("BATON_WORLD_SIZE=" + std::to_string(shape.len()));

@@ -68,6 +68,70 @@ class Counter : public Actor {
   int value_;
 };
 
+/// Serves TCP next to its unix socket, and calls a peer over TCP.
+class TcpPeer : public Actor {
+ public:
+  std::string serve_tcp() { return proc().serve(Address::parse("tcp://127.0.0.1:0")).to_string(); }
+  int value() { return 42; }
+  Task<int> call_over_tcp(ActorRef<TcpPeer> other, std::string address) {
+    proc().connect(other.id().proc, Address::parse(address));
+    co_return co_await other.call(&TcpPeer::value);
+  }
+  static constexpr auto endpoints =
+      baton::endpoints<&TcpPeer::serve_tcp, &TcpPeer::value, &TcpPeer::call_over_tcp>();
+};
+
+/// Envelopes and close reasons of one raw link.
+struct LinkInbox {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::string> closed;
+  net::LinkHandler handler() {
+    return net::LinkHandler{[](Envelope) {},
+                            [this](const std::string& reason) {
+                              std::lock_guard lock(mu);
+                              closed.push_back(reason);
+                              cv.notify_all();
+                            }};
+  }
+  std::string wait_closed() {
+    std::unique_lock lock(mu);
+    if (!cv.wait_for(lock, std::chrono::seconds(20), [&] { return !closed.empty(); })) {
+      return "never closed";
+    }
+    return closed.front();
+  }
+};
+
+TEST(Tls, WorkersLinkOverTcpWithTheJobsTlsAndOthersAreRefused) {
+  const net::LinkOptions job = Runtime::get().link_options();
+  ASSERT_TRUE(job.tls.enabled());  // on by default, with certificates made for the job
+  EXPECT_TRUE(std::filesystem::exists(job.tls.ca_file));
+  EXPECT_FALSE(job.secret.empty());
+  auto procs = this_host().spawn_procs({{"gpus", 2}});
+  auto peers = procs.spawn<TcpPeer>("peers");
+  const std::string address = peers.slice("gpus", 0).call_one(&TcpPeer::serve_tcp).get();
+  ASSERT_EQ(address.rfind("tcp://", 0), 0u);
+  // Worker 1 links to worker 0 over TCP: the secret's handshake, then TLS, then the call.
+  EXPECT_EQ(peers.slice("gpus", 1).call_one(&TcpPeer::call_over_tcp, peers.at(0), address).get(),
+            42);
+
+  net::IoThread io;
+  {
+    // TLS from another CA, with the secret: refused.
+    std::string dir = (std::filesystem::temp_directory_path() / "baton-other-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+    net::LinkOptions other;
+    other.secret = job.secret;
+    other.tls = net::make_job_certificates(dir);
+    LinkInbox in;
+    auto link = net::Link::connect(io, Address::parse(address), in.handler(), other);
+    EXPECT_THAT(in.wait_closed(), HasSubstr("TLS handshake"));
+    std::filesystem::remove_all(dir);
+  }
+  procs.stop().get();
+}
+
 /// Failures that reached the controller's supervise hook (installed in main()).
 struct Failures {
   std::mutex mu;

@@ -45,8 +45,10 @@ struct RuntimeOptions {
   /// once (its pidfd), so this bounds only the case of a link lost while its process lives.
   std::chrono::milliseconds exit_wait{2000};
   /// Links between the job's procs (the controller's and every worker's): heartbeats, repair,
-  /// and how much a link holds for sending before its senders wait (backpressure). The
-  /// secret is the runtime's own.
+  /// how much a link holds for sending before its senders wait (backpressure), and TLS for
+  /// links over TCP: on by default, with a CA and certificate the controller makes for the job
+  /// in its directory; set `link.tls`, or BATON_TLS_CERT, BATON_TLS_KEY and BATON_TLS_CA, to use
+  /// your own. The secret is the runtime's own.
   net::LinkOptions link;
   /// Messages from other processes waiting in one actor's mailbox above which the link that
   /// brings them stops reading (see ProcOptions::mailbox_limit).
@@ -69,6 +71,10 @@ class Runtime {
   void flush_output();
   /// Changes how long identical worker lines wait for each other (zero: no aggregation).
   void set_output_window(std::chrono::milliseconds window);
+  /// The link options of every proc of this job: its secret, and its TLS certificates (made
+  /// for the job unless RuntimeOptions::link.tls or BATON_TLS_CERT/KEY/CA name the user's). A
+  /// Proc made with them can link to the job's procs.
+  net::LinkOptions link_options() const;
   /// Replaces the controller's supervise hook (see RuntimeOptions::supervise).
   void set_supervise(std::function<bool(const MeshFailure&)> handler);
 
