@@ -18,6 +18,7 @@
 #include <mutex>
 
 #include "baton/net/link.hpp"
+#include "net/inbox.test.hpp"
 
 namespace baton::net {
 namespace {
@@ -25,46 +26,11 @@ namespace {
 using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 
-constexpr auto kDeadline = 20s;
 constexpr std::size_t kChallenge = 10 + 32;  // "BATONAUTH1" and a nonce
 
-/// Envelopes and close reasons of one link, collected from the I/O thread.
-struct Inbox {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<Envelope> envelopes;
-  std::vector<std::string> closed;
-
-  LinkHandler handler() {
-    return LinkHandler{[this](Envelope env) {
-                         std::lock_guard lock(mu);
-                         envelopes.push_back(std::move(env));
-                         cv.notify_all();
-                       },
-                       [this](const std::string& reason) {
-                         std::lock_guard lock(mu);
-                         closed.push_back(reason);
-                         cv.notify_all();
-                       }};
-  }
-  bool wait_envelopes(std::size_t n) {
-    std::unique_lock lock(mu);
-    return cv.wait_for(lock, kDeadline, [&] { return envelopes.size() >= n; });
-  }
-  std::string wait_closed() {
-    std::unique_lock lock(mu);
-    if (!cv.wait_for(lock, kDeadline, [&] { return !closed.empty(); })) return "never closed";
-    return closed.front();
-  }
-};
-
-Envelope make(std::uint64_t i) {
-  Envelope env;
-  env.sender = ActorId::parse("ctl/client[0]");
-  env.dest = PortId{ActorId::parse("w.1/trainer[0]"), i};
-  env.body = encode(static_cast<int>(i));
-  return env;
-}
+using testing::Inbox;
+using testing::kDeadline;
+using testing::make;
 
 std::string hmac(const std::string& secret, const std::string& label, const std::string& a,
                  const std::string& b) {

@@ -2,6 +2,7 @@
 // Waits are on conditions with a generous deadline (a failure, never a sleep).
 
 #include "baton/net/link.hpp"
+#include "net/inbox.test.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -27,47 +28,9 @@ namespace {
 using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 
-constexpr auto kDeadline = 20s;
-
-/// Envelopes and close reasons, collected from the I/O thread.
-struct Inbox {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<Envelope> envelopes;
-  std::vector<std::string> closed;
-
-  LinkHandler handler(const std::function<void(Envelope&)>& also = nullptr) {
-    return LinkHandler{[this, also](Envelope env) {
-                         if (also) also(env);
-                         std::lock_guard lock(mu);
-                         envelopes.push_back(std::move(env));
-                         cv.notify_all();
-                       },
-                       [this](const std::string& reason) {
-                         std::lock_guard lock(mu);
-                         closed.push_back(reason);
-                         cv.notify_all();
-                       }};
-  }
-  bool wait_envelopes(std::size_t n) {
-    std::unique_lock lock(mu);
-    return cv.wait_for(lock, kDeadline, [&] { return envelopes.size() >= n; });
-  }
-  std::string wait_closed() {
-    std::unique_lock lock(mu);
-    if (!cv.wait_for(lock, kDeadline, [&] { return !closed.empty(); })) return "never closed";
-    return closed.front();
-  }
-};
-
-Envelope make(std::uint64_t i, std::size_t part) {
-  Envelope env;
-  env.sender = ActorId::parse("ctl/client[0]");
-  env.dest = PortId{ActorId::parse("w.1/trainer[0]"), i};
-  env.body =
-      encode(static_cast<int>(i), Bytes::copy(std::string(part, static_cast<char>('a' + i % 26))));
-  return env;
-}
+using testing::Inbox;
+using testing::kDeadline;
+using testing::make;
 
 std::string unix_path(const std::string& tag) {
   return "/tmp/baton-test-" + tag + "-" + std::to_string(::getpid()) + ".sock";

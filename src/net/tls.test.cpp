@@ -18,6 +18,7 @@
 #include <mutex>
 
 #include "baton/net/link.hpp"
+#include "net/inbox.test.hpp"
 
 namespace baton::net {
 namespace {
@@ -25,50 +26,8 @@ namespace {
 using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 
-constexpr auto kDeadline = 20s;
-
-struct Inbox {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<Envelope> envelopes;
-  std::vector<std::string> closed;
-
-  LinkHandler handler(std::function<void(Envelope&)> also = nullptr) {
-    return LinkHandler{[this, also = std::move(also)](Envelope env) {
-                         if (also) also(env);
-                         std::lock_guard lock(mu);
-                         envelopes.push_back(std::move(env));
-                         cv.notify_all();
-                       },
-                       [this](const std::string& reason) {
-                         std::lock_guard lock(mu);
-                         closed.push_back(reason);
-                         cv.notify_all();
-                       }};
-  }
-  bool wait_envelopes(std::size_t n) {
-    std::unique_lock lock(mu);
-    return cv.wait_for(lock, kDeadline, [&] { return envelopes.size() >= n; });
-  }
-  std::string wait_closed() {
-    std::unique_lock lock(mu);
-    if (!cv.wait_for(lock, kDeadline, [&] { return !closed.empty(); })) return "never closed";
-    return closed.front();
-  }
-  std::size_t count() {
-    std::lock_guard lock(mu);
-    return envelopes.size();
-  }
-};
-
-Envelope make(std::uint64_t i, std::size_t part) {
-  Envelope env;
-  env.sender = ActorId::parse("ctl/client[0]");
-  env.dest = PortId{ActorId::parse("w.1/trainer[0]"), i};
-  env.body =
-      encode(static_cast<int>(i), Bytes::copy(std::string(part, static_cast<char>('a' + i % 26))));
-  return env;
-}
+using testing::Inbox;
+using testing::make;
 
 /// A directory of its own for one job's certificates, removed afterwards.
 struct JobDir {
