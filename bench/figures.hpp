@@ -20,8 +20,10 @@ InprocFigures caf_inproc(std::size_t rtt_iterations, std::size_t throughput_mess
 
 /// `baton-bench rtt`: cross-process call_one round trips against a raw socket ping-pong.
 int run_rtt();
-/// Part of `rtt`: a TCP link's round trip with TLS against the same link without it.
+/// Part of `rtt`: a call's round trip over TCP with TLS against the same without it.
 void run_tls_rtt();
+/// The echo server `run_tls_rtt` starts (this executable with BATON_BENCH_ECHO_SERVER set).
+[[noreturn]] void run_echo_server(const char* name);
 /// `baton-bench cast`: a call on a whole mesh against N direct calls, for N = 4, 16, 64.
 int run_cast();
 /// `baton-bench spawn`: spawn_procs(16) to an answering actor mesh, against bare process starts.

@@ -33,6 +33,10 @@ int run_inproc() {
 int main(int argc, char** argv) {
   // The `spawn` baseline starts this executable and wants it gone at once.
   if (std::getenv("BATON_BENCH_EXIT_AT_ONCE") != nullptr) return 0;
+  // The TLS round trips of `rtt` start it as an echo server of their own.
+  if (const char* name = std::getenv("BATON_BENCH_ECHO_SERVER")) {
+    baton::bench::run_echo_server(name);
+  }
   // The `failure` baselines start it and want it idle until they kill it.
   if (std::getenv("BATON_BENCH_PAUSE") != nullptr) {
     for (;;) ::pause();

@@ -1,77 +1,126 @@
-// Part of `baton-bench rtt`: round trips of a 64-byte envelope over a TCP link on the loopback,
-// plain and with TLS (and the job's secret), in the same run; the ratio is TLS's price.
+// Part of `baton-bench rtt`: call round trips (64 bytes) from a proc to an actor in another
+// process over TCP on the loopback, with TLS and the job's secret, and plain, in the same run;
+// the ratio is TLS's price. Each echo server is this executable, started with
+// BATON_BENCH_ECHO_SERVER set (see main.cpp).
 
+#include <signal.h>
+#include <spawn.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
-
 #include <chrono>
-#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "baton/net/link.hpp"
+#include "baton/baton.hpp"
 #include "figures.hpp"
+
+extern char** environ;
 
 namespace baton::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
+class TcpEcho : public Actor {
+ public:
+  Bytes echo(const Bytes& b) { return b; }
+  static constexpr auto endpoints = baton::endpoints<&TcpEcho::echo>();
+};
+
 double percentile(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  return v[static_cast<std::size_t>(p * static_cast<double>(v.size() - 1))];
+  const auto k = static_cast<std::size_t>(p * static_cast<double>(v.size() - 1));
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+  return v[k];
 }
 
-/// Microseconds per round trip: the client sends, the server echoes, the client waits.
-std::vector<double> link_round_trips(const net::LinkOptions& options, int n) {
-  net::IoThread io;
-  std::mutex mu;
-  std::condition_variable cv;
-  std::uint64_t got = 0;
-  auto listener = net::Listener::listen(
-      io, Address::parse("tcp://127.0.0.1:0"),
-      [](const std::shared_ptr<net::Link>& link) {
-        return net::LinkHandler{[weak = std::weak_ptr<net::Link>(link)](Envelope env) {
-                                  if (auto l = weak.lock()) l->send(std::move(env));
-                                },
-                                nullptr};
-      },
-      options);
-  auto client = net::Link::connect(io, listener->address(),
-                                   net::LinkHandler{[&](Envelope) {
-                                                      std::lock_guard lock(mu);
-                                                      ++got;
-                                                      cv.notify_one();
-                                                    },
-                                                    nullptr},
-                                   options);
-  Envelope env;
-  env.sender = ActorId::parse("ctl/client[0]");
-  env.dest = PortId{ActorId::parse("w.1/echo[0]"), 1};
-  env.body = encode(std::string(64, 'x'));
+const char* env_or_empty(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : "";
+}
+
+/// Starts an echo server process for `options`; returns its pid and the address it serves.
+std::pair<pid_t, std::string> start_server(const std::string& name,
+                                           const net::LinkOptions& options) {
+  std::vector<std::string> env_s;
+  for (char** e = environ; *e != nullptr; ++e) env_s.emplace_back(*e);
+  env_s.push_back("BATON_BENCH_ECHO_SERVER=" + name);
+  env_s.push_back("BATON_BENCH_SECRET=" + options.secret);
+  if (options.tls.enabled()) {
+    env_s.push_back("BATON_BENCH_TLS_CERT=" + options.tls.cert_file);
+    env_s.push_back("BATON_BENCH_TLS_KEY=" + options.tls.key_file);
+    env_s.push_back("BATON_BENCH_TLS_CA=" + options.tls.ca_file);
+  }
+  std::vector<char*> envp;
+  envp.reserve(env_s.size() + 1);
+  for (auto& e : env_s) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  int out[2];
+  if (::pipe(out) != 0) throw std::runtime_error("pipe failed");
+  posix_spawn_file_actions_t actions;
+  ::posix_spawn_file_actions_init(&actions);
+  ::posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+  std::string self = "baton-bench-echo";
+  char* argv[] = {self.data(), nullptr};
+  pid_t pid = -1;
+  const int rc = ::posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, argv, envp.data());
+  ::posix_spawn_file_actions_destroy(&actions);
+  ::close(out[1]);
+  if (rc != 0) throw std::runtime_error("cannot start the echo server");
+  std::string address;
+  char c = 0;
+  while (::read(out[0], &c, 1) == 1 && c != '\n') address += c;
+  ::close(out[0]);
+  if (address.empty()) throw std::runtime_error("the echo server said nothing");
+  return {pid, address};
+}
+
+std::vector<double> round_trips(const std::string& mode, const net::LinkOptions& options, int n) {
+  const std::string name = "echo-" + mode;
+  auto [pid, address] = start_server(name, options);
   std::vector<double> us;
-  us.reserve(static_cast<std::size_t>(n));
-  for (int i = 0; i < n + n / 10; ++i) {
-    const auto t0 = Clock::now();
-    client->send(env);
-    std::unique_lock lock(mu);
-    if (!cv.wait_for(lock, std::chrono::seconds(10),
-                     [&] { return got == static_cast<std::uint64_t>(i) + 1; })) {
-      throw std::runtime_error("no echo within 10 s");
-    }
-    if (i >= n / 10) {
-      us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+  {
+    Proc client(ProcOptions{.name = "bench-" + mode, .threads = 1, .link = options});
+    client.connect(ProcId{name}, Address::parse(address));
+    ActorRef<TcpEcho> echo(ActorId{ProcId{name}, "echo", 0}, nullptr);
+    const Bytes payload = Bytes::copy(std::string(64, 'p'));
+    us.reserve(static_cast<std::size_t>(n));
+    for (int i = 0; i < n + n / 10; ++i) {
+      const auto t0 = Clock::now();
+      const Bytes back = echo.call(&TcpEcho::echo, payload).get();
+      const auto t1 = Clock::now();
+      if (back.size() != payload.size()) throw std::runtime_error("bad echo");
+      if (i >= n / 10) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
     }
   }
-  client->close_and_wait("done");
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
   return us;
 }
 
 }  // namespace
+
+void run_echo_server(const char* name) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  net::LinkOptions options;
+  options.secret = env_or_empty("BATON_BENCH_SECRET");
+  options.tls =
+      net::TlsOptions{env_or_empty("BATON_BENCH_TLS_CERT"), env_or_empty("BATON_BENCH_TLS_KEY"),
+                      env_or_empty("BATON_BENCH_TLS_CA")};
+  Proc proc(ProcOptions{.name = name, .threads = 1, .link = options});
+  const Address bound = proc.serve(Address::parse("tcp://127.0.0.1:0"));
+  proc.spawn<TcpEcho>("echo");
+  std::printf("%s\n", bound.to_string().c_str());
+  std::fflush(stdout);
+  for (;;) ::pause();  // until the benchmark kills this process
+}
 
 void run_tls_rtt() {
   std::string dir = (std::filesystem::temp_directory_path() / "baton-bench-XXXXXX").string();
@@ -81,11 +130,11 @@ void run_tls_rtt() {
   tls.secret = net::new_job_secret();
   tls.tls = net::make_job_certificates(dir);
   constexpr int kTrips = 20000;
-  const double plain_p50 = percentile(link_round_trips(plain, kTrips), 0.5);
-  const double tls_p50 = percentile(link_round_trips(tls, kTrips), 0.5);
+  const double plain_p50 = percentile(round_trips("tcp", plain, kTrips), 0.5);
+  const double tls_p50 = percentile(round_trips("tls", tls, kTrips), 0.5);
   std::filesystem::remove_all(dir);
-  print_figure("link_rtt_tcp_p50", plain_p50, "us");
-  print_figure("link_rtt_tls_p50", tls_p50, "us");
+  print_figure("proc_rtt_tcp_p50", plain_p50, "us");
+  print_figure("proc_rtt_tls_p50", tls_p50, "us");
   print_figure("tls_rtt_ratio", tls_p50 / plain_p50, "x");
 }
 
