@@ -16,6 +16,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <random>
 
 #include "baton/net/link.hpp"
 #include "net/inbox.test.hpp"
@@ -80,6 +81,7 @@ class RawClient {
     }
     return out;
   }
+  void shutdown_writes() { ::shutdown(fd_, SHUT_WR); }
   /// True once the server has closed the connection (reads end of stream or a reset).
   bool closed_by_server() {
     pollfd p{fd_, POLLIN, 0};
@@ -245,6 +247,30 @@ TEST(Auth, AReplayedAnswerIsRefused) {
   replay.write(captured);  // last time's answer, to a new challenge
   EXPECT_TRUE(replay.closed_by_server());
   EXPECT_EQ(server.accepted(), 1u);  // only the honest one
+}
+
+TEST(Auth, RandomAndTruncatedAnswersAreAllRefusedAndTheListenerGoesOn) {
+  IoThread io;
+  Server server(io, new_job_secret(), "random");
+  std::mt19937 rng(7);
+  for (int round = 0; round < 300; ++round) {
+    RawClient raw(server.path);
+    ASSERT_EQ(raw.read(kChallenge).size(), kChallenge);
+    // A random answer of random length (short ones are cut off by closing the connection).
+    std::string answer(rng() % 80, '\0');
+    for (char& c : answer) c = static_cast<char>(rng());
+    raw.write(answer);
+    if (answer.size() < 64) raw.shutdown_writes();
+    EXPECT_TRUE(raw.closed_by_server()) << "round " << round;
+  }
+  EXPECT_EQ(server.accepted(), 0u);
+  // The listener still accepts an honest peer.
+  Inbox client_in;
+  auto link = Link::connect(io, Address::parse("unix://" + server.path), client_in.handler(),
+                            with_secret(server.secret));
+  ASSERT_TRUE(link->send(make(1)));
+  ASSERT_TRUE(server.wait_accepted(0).wait_envelopes(1));
+  link->close_and_wait("done");
 }
 
 TEST(Auth, MalformedFramesAfterAGoodHandshakeCloseOnlyThatLink) {
