@@ -32,6 +32,7 @@ constexpr std::size_t kChallenge = 10 + 32;  // "BATONAUTH1" and a nonce
 using testing::Inbox;
 using testing::kDeadline;
 using testing::make;
+using testing::RawClient;
 
 std::string hmac(const std::string& secret, const std::string& label, const std::string& a,
                  const std::string& b) {
@@ -44,65 +45,14 @@ std::string hmac(const std::string& secret, const std::string& label, const std:
 }
 
 /// A raw unix-socket client: it speaks (or fails to speak) the handshake by hand.
-class RawClient {
- public:
-  explicit RawClient(const std::string& path) : fd_(::socket(AF_UNIX, SOCK_STREAM, 0)) {
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-      throw std::runtime_error("raw connect failed");
-    }
-  }
-  ~RawClient() { ::close(fd_); }
-  RawClient(const RawClient&) = delete;
-  RawClient& operator=(const RawClient&) = delete;
-
-  void write(const std::string& bytes) {
-    std::size_t off = 0;
-    while (off < bytes.size()) {
-      const ssize_t n = ::send(fd_, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
-      if (n <= 0) return;  // the server already closed: fine for these tests
-      off += static_cast<std::size_t>(n);
-    }
-  }
-  /// Exactly `n` bytes, or fewer if the server closes first.
-  std::string read(std::size_t n) {
-    std::string out;
-    while (out.size() < n) {
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, static_cast<int>(std::chrono::milliseconds(kDeadline).count())) != 1) {
-        break;
-      }
-      char buf[256];
-      const ssize_t got = ::recv(fd_, buf, std::min(sizeof(buf), n - out.size()), 0);
-      if (got <= 0) break;
-      out.append(buf, static_cast<std::size_t>(got));
-    }
-    return out;
-  }
-  void shutdown_writes() { ::shutdown(fd_, SHUT_WR); }
-  /// True once the server has closed the connection (reads end of stream or a reset).
-  bool closed_by_server() {
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(std::chrono::milliseconds(kDeadline).count())) != 1) {
-      return false;
-    }
-    char c;
-    return ::recv(fd_, &c, 1, 0) <= 0;
-  }
-  /// Answers a challenge as a dialler holding `secret` would; returns the answer sent.
-  std::string answer(const std::string& challenge, const std::string& secret) {
-    const std::string theirs = challenge.substr(10);
-    const std::string mine(32, 'n');
-    const std::string a = mine + hmac(secret, "dial", theirs, mine);
-    write(a);
-    return a;
-  }
-
- private:
-  int fd_;
-};
+/// Answers a challenge on `raw` as a dialler holding `secret` would; returns the answer sent.
+std::string answer(RawClient& raw, const std::string& challenge, const std::string& secret) {
+  const std::string theirs = challenge.substr(10);
+  const std::string mine(32, 'n');
+  const std::string a = mine + hmac(secret, "dial", theirs, mine);
+  raw.write(a);
+  return a;
+}
 
 std::string unix_path(const std::string& tag) {
   return "/tmp/baton-auth-" + tag + "-" + std::to_string(::getpid()) + ".sock";
@@ -236,7 +186,7 @@ TEST(Auth, AReplayedAnswerIsRefused) {
     // A good handshake, recorded on the wire.
     RawClient raw(server.path);
     const std::string challenge = raw.read(kChallenge);
-    captured = raw.answer(challenge, server.secret);
+    captured = answer(raw, challenge, server.secret);
     const std::string proof = raw.read(32);
     EXPECT_EQ(proof, hmac(server.secret, "accept", captured.substr(0, 32), challenge.substr(10)));
     server.wait_accepted(0);
@@ -257,10 +207,10 @@ TEST(Auth, RandomAndTruncatedAnswersAreAllRefusedAndTheListenerGoesOn) {
     RawClient raw(server.path);
     ASSERT_EQ(raw.read(kChallenge).size(), kChallenge);
     // A random answer of random length (short ones are cut off by closing the connection).
-    std::string answer(rng() % 80, '\0');
-    for (char& c : answer) c = static_cast<char>(rng());
-    raw.write(answer);
-    if (answer.size() < 64) raw.shutdown_writes();
+    std::string junk(rng() % 80, '\0');
+    for (char& c : junk) c = static_cast<char>(rng());
+    raw.write(junk);
+    if (junk.size() < 64) raw.shutdown_writes();
     EXPECT_TRUE(raw.closed_by_server()) << "round " << round;
   }
   EXPECT_EQ(server.accepted(), 0u);
@@ -302,7 +252,7 @@ TEST(Auth, MalformedFramesAfterAGoodHandshakeCloseOnlyThatLink) {
   for (const auto& k : kinds) {
     {
       RawClient raw(server.path);
-      raw.answer(raw.read(kChallenge), server.secret);
+      answer(raw, raw.read(kChallenge), server.secret);
       ASSERT_EQ(raw.read(32).size(), 32u) << k.name;
       Inbox& victim = server.wait_accepted(n++);
       raw.write(k.bytes);

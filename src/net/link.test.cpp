@@ -133,30 +133,7 @@ TEST_P(LinkTest, PeerCloseIsReportedWithAReason) {
 
 INSTANTIATE_TEST_SUITE_P(Transports, LinkTest, ::testing::Values("unix", "tcp"));
 
-/// A raw client that skips the framing: hostile bytes, hand-made frames.
-class RawClient {
- public:
-  explicit RawClient(const std::string& path) : fd_(::socket(AF_UNIX, SOCK_STREAM, 0)) {
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-      throw std::runtime_error("raw connect failed");
-    }
-  }
-  ~RawClient() { ::close(fd_); }
-  void write(const std::string& bytes) {
-    std::size_t off = 0;
-    while (off < bytes.size()) {
-      const ssize_t n = ::send(fd_, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
-      if (n <= 0) return;  // the server already closed: fine for these tests
-      off += static_cast<std::size_t>(n);
-    }
-  }
-
- private:
-  int fd_;
-};
+using testing::RawClient;
 
 struct HostileFixture : ::testing::Test {
   IoThread io;
