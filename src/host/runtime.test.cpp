@@ -87,7 +87,7 @@ struct LinkInbox {
   std::condition_variable cv;
   std::vector<std::string> closed;
   net::LinkHandler handler() {
-    return net::LinkHandler{[](Envelope) {},
+    return net::LinkHandler{[](const Envelope&) {},
                             [this](const std::string& reason) {
                               std::lock_guard lock(mu);
                               closed.push_back(reason);
