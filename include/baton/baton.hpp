@@ -9,6 +9,7 @@
 #include "baton/actor/port.hpp"
 #include "baton/actor/proc.hpp"
 #include "baton/actor/task.hpp"
+#include "baton/gpu/gpu.hpp"
 #include "baton/host/runtime.hpp"
 #include "baton/mesh/mesh.hpp"
 #include "baton/slice/slice.hpp"
