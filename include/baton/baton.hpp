@@ -12,6 +12,7 @@
 #include "baton/gpu/gpu.hpp"
 #include "baton/host/runtime.hpp"
 #include "baton/mesh/mesh.hpp"
+#include "baton/rdma/rdma.hpp"
 #include "baton/slice/slice.hpp"
 #include "baton/wire/address.hpp"
 #include "baton/wire/archive.hpp"

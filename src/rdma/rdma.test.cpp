@@ -1,0 +1,345 @@
+// RdmaBuffer across real worker processes: every backend, both kinds of host memory, device
+// memory where there is a GPU, and each failure (size, drop, dead owner, timeout). This binary
+// is its own worker: main() creates the Runtime first, which in a worker never returns.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "baton/baton.hpp"
+
+namespace baton {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::uint8_t pattern(std::size_t i, int seed) {
+  return static_cast<std::uint8_t>(((i * 2654435761U) >> 13) + static_cast<std::size_t>(seed));
+}
+void fill(std::byte* p, std::size_t n, int seed) {
+  for (std::size_t i = 0; i < n; ++i) p[i] = std::byte{pattern(i, seed)};
+}
+std::uint64_t checksum(const std::byte* p, std::size_t n) {
+  std::uint64_t h = 1469598103934665603ULL;
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ static_cast<std::uint8_t>(p[i])) * 1099511628211ULL;
+  return h;
+}
+std::uint64_t expected(std::size_t n, int seed) {
+  std::vector<std::byte> v(n);
+  fill(v.data(), n, seed);
+  return checksum(v.data(), n);
+}
+
+/// Owns memory in a worker process and registers it.
+class Holder : public Actor {
+ public:
+  enum Kind { user_memory = 0, ucx_memory = 1, device_memory = 2 };
+  RdmaBuffer expose(std::uint64_t size, int seed, int kind) {
+    std::vector<std::byte> staged(size);
+    fill(staged.data(), size, seed);
+    if (kind == device_memory) {
+      dev_ = gpu::api().allocate(size);
+      gpu::api().copy(dev_, staged.data(), size);
+      buf_ = RdmaBuffer::register_memory(dev_, size);
+    } else if (kind == ucx_memory) {
+      buf_ = RdmaBuffer::allocate(size);
+      std::memcpy(buf_.data(), staged.data(), size);
+    } else {
+      mem_ = std::move(staged);
+      buf_ = RdmaBuffer::register_memory(mem_.data(), size);
+    }
+    return buf_;
+  }
+  std::uint64_t checksum_of_own() {
+    std::vector<std::byte> v(buf_.size());
+    if (buf_.device()) {
+      gpu::api().copy(v.data(), buf_.data(), v.size());
+    } else {
+      std::memcpy(v.data(), buf_.data(), v.size());
+    }
+    return checksum(v.data(), v.size());
+  }
+  void drop_own() { buf_.drop().get(); }
+  /// Reads another proc's buffer into this process and returns its checksum.
+  std::uint64_t pull(const RdmaBuffer& b) {
+    std::vector<std::byte> v(b.size());
+    b.read_into(v.data(), v.size()).get();
+    return checksum(v.data(), v.size());
+  }
+  int backend_for(const RdmaBuffer& b) {
+    std::vector<std::byte> v(1);
+    return static_cast<int>(rdma_backend(b, v.data()));
+  }
+  int pid() { return static_cast<int>(::getpid()); }
+  void force(int backend) { set_rdma_backend(static_cast<RdmaBackend>(backend)); }
+  static constexpr auto endpoints =
+      baton::endpoints<&Holder::expose, &Holder::checksum_of_own, &Holder::drop_own, &Holder::pull,
+                       &Holder::backend_for, &Holder::pid, &Holder::force>();
+
+ private:
+  std::vector<std::byte> mem_;
+  void* dev_ = nullptr;
+  RdmaBuffer buf_;
+};
+
+class Rdma : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    procs_ = new ProcMesh(this_host().spawn_procs({{"gpus", 2}}));
+    holders_ = new ActorMesh<Holder>(procs_->spawn<Holder>("holders"));
+  }
+  static void TearDownTestSuite() {
+    procs_->stop().get();
+    delete holders_;
+    delete procs_;
+  }
+  void TearDown() override {
+    set_rdma_backend(RdmaBackend::automatic);
+    set_rdma_timeout(std::chrono::seconds(30));
+  }
+  static ActorMesh<Holder> holder(std::size_t rank) { return holders_->slice("gpus", rank); }
+  static ProcMesh* procs_;
+  static ActorMesh<Holder>* holders_;
+};
+ProcMesh* Rdma::procs_ = nullptr;
+ActorMesh<Holder>* Rdma::holders_ = nullptr;
+
+std::string error_of(Future<void> f) {
+  try {
+    f.get(std::chrono::seconds(60));
+  } catch (const RdmaError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+struct Case {
+  const char* name;
+  int kind;
+  RdmaBackend forced;
+  RdmaBackend expected;
+};
+
+class RdmaBackends : public Rdma, public ::testing::WithParamInterface<Case> {};
+
+TEST_P(RdmaBackends, ReadAndWriteAnotherProcsMemory) {
+  const Case& c = GetParam();
+  set_rdma_backend(c.forced);
+  constexpr std::size_t n = (std::size_t{24} << 20) + 13;  // not a multiple of any chunk
+  RdmaBuffer b = holder(0).call_one(&Holder::expose, n, 5, c.kind).get();
+  EXPECT_EQ(b.size(), n);
+  EXPECT_EQ(b.data(), nullptr);  // not this process's memory
+  std::vector<std::byte> local(n);
+  EXPECT_EQ(rdma_backend(b, local.data()), c.expected);
+  RdmaStats before = rdma_stats();
+  b.read_into(local.data(), n).get();
+  EXPECT_EQ(checksum(local.data(), n), expected(n, 5));
+  // A part in the middle, then a write of the whole with another pattern.
+  std::vector<std::byte> part(1000);
+  b.read_into(part.data(), part.size(), 12345).get();
+  EXPECT_EQ(0, std::memcmp(part.data(), local.data() + 12345, part.size()));
+  fill(local.data(), n, 9);
+  b.write_from(local.data(), n).get();
+  EXPECT_EQ(holder(0).call_one(&Holder::checksum_of_own).get(), expected(n, 9));
+  RdmaStats after = rdma_stats();
+  auto used = [&](RdmaBackend k) {
+    switch (k) {
+      case RdmaBackend::ucx:
+        return after.ucx - before.ucx;
+      case RdmaBackend::messages:
+        return after.messages - before.messages;
+      default:
+        return std::uint64_t{0};
+    }
+  };
+  EXPECT_EQ(used(c.expected), 3U);
+  b.drop().get();
+}
+
+TEST_P(RdmaBackends, ADroppedBufferFailsClearly) {
+  const Case& c = GetParam();
+  set_rdma_backend(c.forced);
+  RdmaBuffer b = holder(0).call_one(&Holder::expose, 4096, 1, c.kind).get();
+  std::vector<std::byte> local(4096);
+  b.read_into(local.data(), local.size()).get();
+  holder(0).call_one(&Holder::drop_own).get();
+  EXPECT_THAT(error_of(b.read_into(local.data(), local.size())), HasSubstr("was dropped"));
+  EXPECT_THAT(error_of(b.write_from(local.data(), local.size())), HasSubstr("was dropped"));
+  EXPECT_THAT(error_of(b.drop()), HasSubstr("already dropped"));
+}
+
+TEST_P(RdmaBackends, ProcToProcAndBackToTheController) {
+  const Case& c = GetParam();
+  set_rdma_backend(c.forced);
+  constexpr std::size_t n = std::size_t{3} << 20;
+  // Worker 1 reads worker 0's memory, with the same backend forced there.
+  holder(1).call_one(&Holder::force, static_cast<int>(c.forced)).get();
+  RdmaBuffer b = holder(0).call_one(&Holder::expose, n, 7, c.kind).get();
+  EXPECT_EQ(holder(1).call_one(&Holder::pull, b).get(), expected(n, 7));
+  EXPECT_EQ(static_cast<RdmaBackend>(holder(1).call_one(&Holder::backend_for, b).get()),
+            c.expected);
+  holder(1).call_one(&Holder::force, static_cast<int>(RdmaBackend::automatic)).get();
+  b.drop().get();
+  // A worker reads the controller's memory.
+  std::vector<std::byte> mine(n);
+  fill(mine.data(), n, 8);
+  RdmaBuffer m = c.kind == Holder::ucx_memory ? RdmaBuffer::allocate(n)
+                                              : RdmaBuffer::register_memory(mine.data(), n);
+  if (c.kind == Holder::ucx_memory) std::memcpy(m.data(), mine.data(), n);
+  EXPECT_EQ(holder(1).call_one(&Holder::pull, m).get(), expected(n, 8));
+  m.drop().get();
+}
+
+INSTANTIATE_TEST_SUITE_P(Host, RdmaBackends,
+                         ::testing::Values(Case{"UcxUserMemory", Holder::user_memory,
+                                                RdmaBackend::automatic, RdmaBackend::ucx},
+                                           Case{"UcxAllocatedMemory", Holder::ucx_memory,
+                                                RdmaBackend::automatic, RdmaBackend::ucx},
+                                           Case{"MessagesUserMemory", Holder::user_memory,
+                                                RdmaBackend::messages, RdmaBackend::messages},
+                                           Case{"MessagesAllocatedMemory", Holder::ucx_memory,
+                                                RdmaBackend::messages, RdmaBackend::messages}),
+                         [](const auto& p) { return std::string(p.param.name); });
+
+TEST_F(Rdma, SizesThatDoNotFitAreRefusedAtOnce) {
+  RdmaBuffer b = holder(0).call_one(&Holder::expose, 1000, 1, Holder::user_memory).get();
+  std::vector<std::byte> local(2000);
+  EXPECT_THAT(error_of(b.read_into(local.data(), 1001)),
+              HasSubstr("1001 bytes at offset 0 does not fit RdmaBuffer"));
+  EXPECT_THAT(error_of(b.write_from(local.data(), 10, 995)), HasSubstr("size() - offset"));
+  EXPECT_THAT(error_of(b.read_into(local.data(), 1, 1000)), HasSubstr("does not fit"));
+  EXPECT_THROW((void)b.read_into(nullptr, 10), UsageError);
+  b.read_into(local.data(), 0, 1000).get();  // empty, at the very end: fine
+  b.drop().get();
+}
+
+TEST_F(Rdma, TheOwnersOwnProcessCopiesLocally) {
+  std::vector<std::byte> mine(1 << 16);
+  fill(mine.data(), mine.size(), 3);
+  RdmaBuffer b = RdmaBuffer::register_memory(mine.data(), mine.size());
+  EXPECT_EQ(b.data(), mine.data());
+  std::vector<std::byte> out(mine.size());
+  EXPECT_EQ(rdma_backend(b, out.data()), RdmaBackend::local);
+  b.read_into(out.data(), out.size()).get();
+  EXPECT_EQ(out, mine);
+  b.drop().get();
+  EXPECT_THAT(error_of(b.read_into(out.data(), out.size())), HasSubstr("was dropped"));
+}
+
+TEST_F(Rdma, ABatchCompletesWhenAllHave) {
+  constexpr std::size_t n = 1 << 20;
+  RdmaBuffer a = holder(0).call_one(&Holder::expose, n, 1, Holder::ucx_memory).get();
+  RdmaBuffer b = holder(1).call_one(&Holder::expose, n, 2, Holder::user_memory).get();
+  std::vector<std::byte> x(n), y(n / 2), z(n / 2);
+  RdmaBatch batch;
+  batch.read(a, x.data(), n).read(b, y.data(), n / 2).read(b, z.data(), n / 2, n / 2);
+  batch.submit().get();
+  EXPECT_EQ(checksum(x.data(), n), expected(n, 1));
+  std::vector<std::byte> joined(y);
+  joined.insert(joined.end(), z.begin(), z.end());
+  EXPECT_EQ(checksum(joined.data(), n), expected(n, 2));
+  // One bad transfer fails the batch, after the others are done.
+  RdmaBatch bad;
+  bad.read(a, x.data(), n).read(b, y.data(), n + 1);
+  EXPECT_THAT(error_of(bad.submit()), HasSubstr("does not fit"));
+  a.drop().get();
+  b.drop().get();
+}
+
+TEST_F(Rdma, AForcedBackendThatCannotServeSaysWhy) {
+  RdmaBuffer b = holder(0).call_one(&Holder::expose, 64, 1, Holder::user_memory).get();
+  std::vector<std::byte> local(64);
+  set_rdma_backend(RdmaBackend::gpu_ipc);
+  EXPECT_THAT(error_of(b.read_into(local.data(), 64)), HasSubstr("gpu_ipc backend is forced"));
+  b.drop().get();
+}
+
+// A stopped owner answers nothing: the transfer times out, with the bound in the message.
+TEST_F(Rdma, AnUnansweredTransferTimesOut) {
+  for (RdmaBackend forced : {RdmaBackend::automatic, RdmaBackend::messages}) {
+    set_rdma_backend(forced);
+    RdmaBuffer b = holder(1).call_one(&Holder::expose, 1 << 20, 1, Holder::user_memory).get();
+    int pid = holder(1).call_one(&Holder::pid).get();
+    set_rdma_timeout(std::chrono::milliseconds(300));
+    ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+    std::vector<std::byte> local(1 << 20);
+    std::string error = error_of(b.read_into(local.data(), local.size()));
+    ASSERT_EQ(::kill(pid, SIGCONT), 0);
+    EXPECT_THAT(error, HasSubstr("timed out after 300 ms")) << to_string(forced);
+    set_rdma_timeout(std::chrono::seconds(30));
+    b.drop().get();
+  }
+}
+
+/// A mesh of its own, since this test kills its worker.
+TEST(RdmaOwner, ADeadOwnerFailsTransfersInBoundedTime) {
+  for (int kind : {Holder::user_memory, Holder::ucx_memory}) {
+    for (RdmaBackend forced : {RdmaBackend::automatic, RdmaBackend::messages}) {
+      set_rdma_backend(forced);
+      auto procs = this_host().spawn_procs({{"gpus", 1}});
+      auto h = procs.spawn<Holder>("mortal");
+      RdmaBuffer b = h.call_one(&Holder::expose, 1 << 20, 1, kind).get();
+      std::vector<std::byte> local(1 << 20);
+      b.read_into(local.data(), local.size()).get();
+      ASSERT_EQ(::kill(h.call_one(&Holder::pid).get(), SIGKILL), 0);
+      auto t0 = std::chrono::steady_clock::now();
+      std::string error = error_of(b.read_into(local.data(), local.size()));
+      auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::steady_clock::now() - t0)
+                    .count();
+      std::printf("kind %d, %s: failed after %lld ms: %s\n", kind,
+                  std::string(to_string(forced)).c_str(), static_cast<long long>(ms),
+                  error.c_str());
+      EXPECT_THAT(error, HasSubstr("is gone")) << error;
+      procs.stop().get();
+    }
+  }
+  set_rdma_backend(RdmaBackend::automatic);
+}
+
+// --- Device memory: run for real where there is a GPU, skipped (saying why) where not. ---
+
+TEST_F(Rdma, DeviceMemoryMovesThroughGpuIpcAndMessages) {
+  if (!gpu::api().available()) GTEST_SKIP() << "no GPU here: " << gpu::api().status();
+  constexpr std::size_t n = std::size_t{32} << 20;
+  for (RdmaBackend forced : {RdmaBackend::automatic, RdmaBackend::messages}) {
+    set_rdma_backend(forced);
+    RdmaBuffer b = holder(0).call_one(&Holder::expose, n, 4, Holder::device_memory).get();
+    EXPECT_TRUE(b.device());
+    std::vector<std::byte> host(n);
+    EXPECT_EQ(rdma_backend(b, host.data()),
+              forced == RdmaBackend::automatic ? RdmaBackend::gpu_ipc : RdmaBackend::messages);
+    b.read_into(host.data(), n).get();
+    EXPECT_EQ(checksum(host.data(), n), expected(n, 4));
+    // Into this process's device memory, and back out with another pattern.
+    void* dev = gpu::api().allocate(n);
+    b.read_into(dev, n).get();
+    std::vector<std::byte> back(n);
+    gpu::api().copy(back.data(), dev, n);
+    EXPECT_EQ(checksum(back.data(), n), expected(n, 4));
+    fill(host.data(), n, 6);
+    gpu::api().copy(dev, host.data(), n);
+    b.write_from(dev, n).get();
+    EXPECT_EQ(holder(0).call_one(&Holder::checksum_of_own).get(), expected(n, 6));
+    gpu::api().free(dev);
+    b.drop().get();
+  }
+}
+
+}  // namespace
+}  // namespace baton
+
+int main(int argc, char** argv) {
+  baton::RuntimeOptions options;
+  options.supervise = [](const baton::MeshFailure&) { return true; };  // the kill test's own
+  baton::Runtime rt(argc, argv, options);  // a worker serves here and never returns
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,318 @@
+#include "rdma/ucx.hpp"
+
+#include <poll.h>
+#include <ucp/api/ucp.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace baton::rdma_detail {
+
+namespace {
+
+std::string ucs_error(const char* what, ucs_status_t s) {
+  return std::string(what) + ": " + ucs_status_string(s);
+}
+
+/// An unpacked remote key; destroyed when forgotten and no operation uses it any more.
+struct Key {
+  ucp_rkey_h h = nullptr;
+  Key() = default;
+  Key(const Key&) = delete;
+  Key& operator=(const Key&) = delete;
+  ~Key() {
+    if (h != nullptr) ucp_rkey_destroy(h);
+  }
+};
+
+/// One operation's completion, handed to UCX as user data.
+struct Pending {
+  Ucx::Done done;
+  std::atomic<int>* active = nullptr;
+  std::shared_ptr<Key> key;  // held while the operation runs
+};
+
+void finish(Pending* p, ucs_status_t status) {
+  p->active->fetch_sub(1);
+  Ucx::Done done = std::move(p->done);
+  delete p;  // NOLINT: owned by UCX's callback until here
+  done(status == UCS_OK ? std::string() : ucs_error("UCX transfer failed", status));
+}
+
+void on_request_done(void* request, ucs_status_t status, void* user) {
+  finish(static_cast<Pending*>(user), status);
+  ucp_request_free(request);
+}
+
+/// The result of a *_nbx call: done now, failed now, or later through on_request_done.
+void settle(ucs_status_ptr_t sp, Pending* p) {
+  if (sp == nullptr) {
+    finish(p, UCS_OK);
+  } else if (UCS_PTR_IS_ERR(sp)) {
+    finish(p, UCS_PTR_STATUS(sp));
+  }
+}
+
+}  // namespace
+
+struct Ucx::Impl {
+  ucp_context_h context = nullptr;
+  ucp_worker_h worker = nullptr;
+  std::string address;
+  int efd = -1;
+  std::atomic<bool> stop{false};
+  std::atomic<int> active{0};  // operations this process started that have not finished
+  std::thread progress;
+
+  std::mutex mu;
+  struct Peer {
+    ucp_ep_h ep = nullptr;
+    std::map<std::string, std::shared_ptr<Key>> rkeys;
+  };
+  std::map<std::string, std::shared_ptr<Peer>> peers;  // by worker address
+  std::vector<std::shared_ptr<Peer>> graveyard;        // failed endpoints, closed at teardown
+
+  void start() {
+    ucp_config_t* config = nullptr;
+    ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
+    if (s != UCS_OK) throw std::runtime_error(ucs_error("ucp_config_read", s));
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+    params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+    params.mt_workers_shared = 1;
+    s = ucp_init(&params, config, &context);
+    ucp_config_release(config);
+    if (s != UCS_OK) throw std::runtime_error(ucs_error("ucp_init", s));
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_MULTI;
+    s = ucp_worker_create(context, &wp, &worker);
+    if (s != UCS_OK) throw std::runtime_error(ucs_error("ucp_worker_create", s));
+    ucp_address_t* a = nullptr;
+    std::size_t len = 0;
+    s = ucp_worker_get_address(worker, &a, &len);
+    if (s != UCS_OK) throw std::runtime_error(ucs_error("ucp_worker_get_address", s));
+    address.assign(reinterpret_cast<const char*>(a), len);  // NOLINT: an opaque blob
+    ucp_worker_release_address(worker, a);
+    if (ucp_worker_get_efd(worker, &efd) != UCS_OK) efd = -1;
+    progress = std::thread([this] { run(); });
+  }
+
+  void run() {
+    using Clock = std::chrono::steady_clock;
+    auto busy_until = Clock::now();
+    while (!stop.load(std::memory_order_relaxed)) {
+      if (ucp_worker_progress(worker) != 0) {
+        busy_until = Clock::now() + std::chrono::milliseconds(2);
+        continue;
+      }
+      // Spin while our own operations run, and a little after any activity: a peer's transfer
+      // through this worker comes in many pieces.
+      if (active.load(std::memory_order_relaxed) > 0 || Clock::now() < busy_until) continue;
+      if (efd < 0) {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+        continue;
+      }
+      if (ucp_worker_arm(worker) == UCS_ERR_BUSY) continue;
+      pollfd p{efd, POLLIN, 0};
+      ::poll(&p, 1, 100);
+    }
+  }
+
+  void close(const std::shared_ptr<Peer>& peer) const {
+    peer->rkeys.clear();
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    ucs_status_ptr_t sp = ucp_ep_close_nbx(peer->ep, &p);
+    if (UCS_PTR_IS_PTR(sp)) {
+      while (ucp_request_check_status(sp) == UCS_INPROGRESS) ucp_worker_progress(worker);
+      ucp_request_free(sp);
+    }
+  }
+
+  // A failed endpoint leaves the cache, so the next operation dials afresh, but it is closed
+  // only at teardown: another thread may be using it right now (UCX fails such operations).
+  static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t /*status*/) {
+    auto* self = static_cast<Impl*>(arg);
+    std::lock_guard lock(self->mu);
+    for (auto it = self->peers.begin(); it != self->peers.end(); ++it) {
+      if (it->second->ep == ep) {
+        self->graveyard.push_back(std::move(it->second));
+        self->peers.erase(it);
+        break;
+      }
+    }
+  }
+
+  /// The endpoint to `worker` and the unpacked `rkey` on it, made on first use.
+  std::pair<ucp_ep_h, std::shared_ptr<Key>> reach(const std::string& worker_address,
+                                                  const std::string& rkey, bool shm) {
+    std::string peer = (shm ? "shm:" : "any:") + worker_address;
+    std::lock_guard lock(mu);
+    auto& slot = peers[peer];
+    if (!slot) {
+      auto fresh = std::make_shared<Peer>();
+      ucp_ep_params_t ep{};
+      ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+      ep.address = reinterpret_cast<const ucp_address_t*>(worker_address.data());  // NOLINT
+      // Shared memory that UCX allocated is copied by this process alone, which only the
+      // transports without peer-failure detection do; anything else goes through a peer-checked
+      // endpoint, so a peer that dies mid-transfer fails it instead of leaving it hanging.
+      ep.err_mode = shm ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
+      ep.err_handler.cb = &Impl::on_ep_error;
+      ep.err_handler.arg = this;
+      ucs_status_t s = ucp_ep_create(worker, &ep, &fresh->ep);
+      if (s != UCS_OK) {
+        peers.erase(peer);
+        throw std::runtime_error(ucs_error("ucp_ep_create", s));
+      }
+      slot = std::move(fresh);
+    }
+    auto& key = slot->rkeys[rkey];
+    if (key == nullptr) {
+      auto fresh = std::make_shared<Key>();
+      ucs_status_t s = ucp_ep_rkey_unpack(slot->ep, rkey.data(), &fresh->h);
+      if (s != UCS_OK) {
+        slot->rkeys.erase(rkey);
+        throw std::runtime_error(ucs_error("ucp_ep_rkey_unpack", s));
+      }
+      key = std::move(fresh);
+    }
+    return {slot->ep, key};
+  }
+
+  ucp_request_param_t params(Pending* p) const {
+    ucp_request_param_t r{};
+    r.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    r.cb.send = &on_request_done;
+    r.user_data = p;
+    return r;
+  }
+
+  Pending* pending(Done done, std::shared_ptr<Key> key) {
+    active.fetch_add(1);
+    return new Pending{std::move(done), &active, std::move(key)};  // NOLINT: freed by finish()
+  }
+
+  void kick() const { ucp_worker_signal(worker); }
+};
+
+Ucx* Ucx::get(std::string* why) {
+  static std::string error;
+  static std::unique_ptr<Ucx> instance = []() -> std::unique_ptr<Ucx> {
+    try {
+      std::unique_ptr<Ucx> u(new Ucx());  // NOLINT: private constructor
+      return u;
+    } catch (const std::exception& e) {
+      error = e.what();
+      return nullptr;
+    }
+  }();
+  if (instance == nullptr && why != nullptr) *why = error;
+  return instance.get();
+}
+
+Ucx::Ucx() : impl_(std::make_unique<Impl>()) {
+  impl_->start();
+}
+
+Ucx::~Ucx() {
+  impl_->stop = true;
+  if (impl_->worker != nullptr) impl_->kick();
+  if (impl_->progress.joinable()) impl_->progress.join();
+  for (auto& [addr, peer] : impl_->peers) impl_->close(peer);
+  for (auto& peer : impl_->graveyard) impl_->close(peer);
+  if (impl_->worker != nullptr) ucp_worker_destroy(impl_->worker);
+  if (impl_->context != nullptr) ucp_cleanup(impl_->context);
+}
+
+const std::string& Ucx::address() const {
+  return impl_->address;
+}
+
+UcxRegion Ucx::map(void* address, std::size_t size) {
+  ucp_mem_map_params_t mp{};
+  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                  UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+  mp.address = address;
+  mp.length = size;
+  mp.flags = address == nullptr ? UCP_MEM_MAP_ALLOCATE : 0;
+  ucp_mem_h memh = nullptr;
+  ucs_status_t s = ucp_mem_map(impl_->context, &mp, &memh);
+  if (s != UCS_OK) throw std::runtime_error(ucs_error("ucp_mem_map", s));
+  UcxRegion r;
+  r.memh = memh;
+  r.size = size;
+  ucp_mem_attr_t attr{};
+  attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS;
+  s = ucp_mem_query(memh, &attr);
+  r.address = s == UCS_OK ? attr.address : address;
+  void* packed = nullptr;
+  std::size_t len = 0;
+  s = ucp_rkey_pack(impl_->context, memh, &packed, &len);
+  if (s != UCS_OK) {
+    ucp_mem_unmap(impl_->context, memh);
+    throw std::runtime_error(ucs_error("ucp_rkey_pack", s));
+  }
+  r.rkey.assign(static_cast<const char*>(packed), len);
+  ucp_rkey_buffer_release(packed);
+  return r;
+}
+
+void Ucx::unmap(UcxRegion& region) {
+  if (region.memh == nullptr) return;
+  ucp_mem_unmap(impl_->context, static_cast<ucp_mem_h>(region.memh));
+  region.memh = nullptr;
+}
+
+void Ucx::get(const std::string& worker, const std::string& rkey, bool shm, std::uint64_t remote,
+              void* local, std::size_t size, Done done) {
+  auto [ep, key] = impl_->reach(worker, rkey, shm);
+  ucp_rkey_h h = key->h;
+  Pending* p = impl_->pending(std::move(done), std::move(key));
+  ucp_request_param_t r = impl_->params(p);
+  settle(ucp_get_nbx(ep, local, size, remote, h, &r), p);
+  impl_->kick();
+}
+
+void Ucx::put(const std::string& worker, const std::string& rkey, bool shm, std::uint64_t remote,
+              const void* local, std::size_t size, Done done) {
+  auto [ep, key] = impl_->reach(worker, rkey, shm);
+  // The put's own completion only frees `local`; the flush after it completes once the data is
+  // in the peer's memory, and carries the first error of either.
+  auto first_error = std::make_shared<std::string>();
+  ucp_rkey_h h = key->h;
+  Pending* put_done = impl_->pending(
+      [first_error](const std::string& e) {
+        if (!e.empty() && first_error->empty()) *first_error = e;
+      },
+      key);
+  ucp_request_param_t r = impl_->params(put_done);
+  settle(ucp_put_nbx(ep, local, size, remote, h, &r), put_done);
+  Pending* flushed =
+      impl_->pending([first_error, done = std::move(done)](
+                         const std::string& e) { done(!first_error->empty() ? *first_error : e); },
+                     std::move(key));
+  ucp_request_param_t f = impl_->params(flushed);
+  settle(ucp_ep_flush_nbx(ep, &f), flushed);
+  impl_->kick();
+}
+
+void Ucx::forget(const std::string& worker, const std::string& rkey) {
+  std::lock_guard lock(impl_->mu);
+  for (const char* kind : {"shm:", "any:"}) {
+    auto it = impl_->peers.find(kind + worker);
+    if (it != impl_->peers.end()) it->second->rkeys.erase(rkey);  // freed once unused
+  }
+}
+
+}  // namespace baton::rdma_detail

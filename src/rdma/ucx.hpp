@@ -1,0 +1,61 @@
+#pragma once
+
+// The process's UCX worker for RdmaBuffer: memory registration and one-sided get/put.
+//
+// UCX moves user memory one-sidedly only where the transport can (CMA, verbs); elsewhere (e.g.
+// shared memory with memory UCX did not allocate) the owner's worker must make progress for a
+// peer's get or put to finish. So the worker has its own progress thread: it spins while there
+// is work and sleeps on the worker's event fd when there is none.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace baton::rdma_detail {
+
+/// Memory registered with UCX, and the packed key a peer needs to reach it.
+struct UcxRegion {
+  void* memh = nullptr;
+  void* address = nullptr;
+  std::size_t size = 0;
+  std::string rkey;
+};
+
+class Ucx {
+ public:
+  /// The process's UCX worker, started on first use; null (and `why` set) if UCX cannot start.
+  static Ucx* get(std::string* why = nullptr);
+
+  /// This worker's address, for peers' endpoints.
+  const std::string& address() const;
+
+  /// Registers `size` bytes at `address`; with a null `address`, UCX allocates them (shared
+  /// memory that peers on this host map and copy from without this process's help).
+  UcxRegion map(void* address, std::size_t size);
+  void unmap(UcxRegion& region);
+
+  /// `done("")` on success, else `done(reason)`; on the progress thread or the caller's.
+  using Done = std::function<void(const std::string& error)>;
+  /// Copies `size` bytes at `remote` of the peer `worker` (with `rkey`) into `local`. `shm`:
+  /// the memory is UCX-allocated shared memory, which this process copies on its own.
+  void get(const std::string& worker, const std::string& rkey, bool shm, std::uint64_t remote,
+           void* local, std::size_t size, Done done);
+  /// Copies `local` to the peer; done once the data is in the peer's memory.
+  void put(const std::string& worker, const std::string& rkey, bool shm, std::uint64_t remote,
+           const void* local, std::size_t size, Done done);
+  /// Forgets the unpacked key (and any memory it mapped) of a buffer that was dropped.
+  void forget(const std::string& worker, const std::string& rkey);
+
+  ~Ucx();
+  Ucx(const Ucx&) = delete;
+  Ucx& operator=(const Ucx&) = delete;
+
+ private:
+  Ucx();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace baton::rdma_detail
