@@ -30,6 +30,8 @@ int run_cast();
 int run_spawn();
 /// `baton-bench failure`: kill to failed future, and stop of 16 procs, against the kernel's floor.
 int run_failure();
+/// `baton-bench rdma`: RdmaBuffer reads from another proc against a single-thread memcpy.
+int run_rdma();
 
 inline void print_figure(std::string_view name, double value, std::string_view unit) {
   std::printf("%.*s %.3f %.*s\n", static_cast<int>(name.size()), name.data(), value,

@@ -51,14 +51,15 @@ int main(int argc, char** argv) {
     if (which == "cast") return baton::bench::run_cast();
     if (which == "spawn") return baton::bench::run_spawn();
     if (which == "failure") return baton::bench::run_failure();
+    if (which == "rdma") return baton::bench::run_rdma();
     if (which == "all") {
       return run_inproc() | baton::bench::run_rtt() | baton::bench::run_cast() |
-             baton::bench::run_spawn() | baton::bench::run_failure();
+             baton::bench::run_spawn() | baton::bench::run_failure() | baton::bench::run_rdma();
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "baton-bench: %s\n", e.what());
     return 1;
   }
-  std::fprintf(stderr, "usage: baton-bench inproc|rtt|cast|spawn|failure|all\n");
+  std::fprintf(stderr, "usage: baton-bench inproc|rtt|cast|spawn|failure|rdma|all\n");
   return 2;
 }

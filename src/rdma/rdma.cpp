@@ -330,6 +330,18 @@ class Transfer : public std::enable_shared_from_this<Transfer> {
     std::lock_guard lock(mu_);
     return failed_;
   }
+  bool completed() const {
+    std::lock_guard lock(mu_);
+    return completed_;
+  }
+  /// Completes now, failed, although parts that write on their own are still running: only
+  /// when they can no longer write (their peer is dead).
+  void abandon(const std::string& error) {
+    std::unique_lock lock(mu_);
+    fail_locked(error);
+    unguarded_ = 0;
+    maybe_complete(lock);
+  }
   void arm_timeout() {
     auto ms = std::chrono::milliseconds(settings().timeout_ms.load());
     std::weak_ptr<Transfer> weak = shared_from_this();
@@ -543,6 +555,25 @@ struct Pump : std::enable_shared_from_this<Pump> {
   }
 };
 
+/// While a UCX transfer that needs the owner's help runs, asks every 250 ms whether the owner
+/// still answers: a dead owner will never finish it, so the transfer is failed.
+void watch_owner(const std::weak_ptr<Transfer>& weak, const RdmaBuffer& b) {
+  Workers::get().at(std::chrono::steady_clock::now() + std::chrono::milliseconds(250), [weak, b] {
+    auto op = weak.lock();
+    if (op == nullptr || op->completed()) return;
+    when_done(b.owner().call(&RdmaAgent::check, b.descriptor().id, 0, 0), b,
+              [weak, b](const std::string& error) {
+                auto running = weak.lock();
+                if (running == nullptr) return;
+                if (!error.empty() && !dropped(error)) {
+                  running->abandon(error);
+                } else {
+                  watch_owner(weak, b);
+                }
+              });
+  });
+}
+
 /// Asks the owner whether [offset, offset + size) is still registered, then runs `copy` (a part
 /// that writes on its own and reports to `op`) on a worker thread unless the transfer failed.
 template <class F>
@@ -626,14 +657,15 @@ Future<void> transfer(const RdmaBuffer& b, void* dst, const void* src, std::size
     }
     case RdmaBackend::ucx: {
       ++settings().ucx;
-      auto one_sided = [op, d, dst, src, size, offset, reading] {
+      auto one_sided = [op, b, d, dst, src, size, offset, reading] {
         try {
+          if (!d.ucx_allocated) watch_owner(op, b);
           auto* u = rdma_detail::Ucx::get();
           auto finished = [op](const std::string& error) { op->done(false, error); };
           if (reading) {
-            u->get(d.ucx_worker, d.rkey, d.ucx_allocated, d.address + offset, dst, size, finished);
+            u->get(d.ucx_worker, d.rkey, d.address + offset, dst, size, finished);
           } else {
-            u->put(d.ucx_worker, d.rkey, d.ucx_allocated, d.address + offset, src, size, finished);
+            u->put(d.ucx_worker, d.rkey, d.address + offset, src, size, finished);
           }
         } catch (const std::exception& e) {
           op->done(false, e.what());

@@ -304,6 +304,36 @@ TEST(RdmaOwner, ADeadOwnerFailsTransfersInBoundedTime) {
   set_rdma_backend(RdmaBackend::automatic);
 }
 
+// The owner dies while a large transfer runs: it ends (done or failed) in bounded time, and
+// never hangs, whichever side was copying.
+TEST(RdmaOwner, AnOwnerDyingMidTransferEndsItInBoundedTime) {
+  constexpr std::size_t n = std::size_t{128} << 20;
+  std::vector<std::byte> local(n);
+  for (int kind : {Holder::user_memory, Holder::ucx_memory}) {
+    for (RdmaBackend forced : {RdmaBackend::automatic, RdmaBackend::messages}) {
+      set_rdma_backend(forced);
+      auto procs = this_host().spawn_procs({{"gpus", 1}});
+      auto h = procs.spawn<Holder>("mortal");
+      RdmaBuffer b = h.call_one(&Holder::expose, n, 1, kind).get();
+      const int pid = h.call_one(&Holder::pid).get();
+      Future<void> f = b.read_into(local.data(), n);
+      ASSERT_EQ(::kill(pid, SIGKILL), 0);
+      std::string outcome = "done";
+      try {
+        f.get(std::chrono::seconds(30));  // a hang fails here with TimeoutError
+      } catch (const RdmaError& e) {
+        outcome = e.what();
+        EXPECT_THAT(outcome,
+                    ::testing::AnyOf(HasSubstr("is gone"), HasSubstr("cannot be reached")));
+      }
+      std::printf("kind %d, %s: %s\n", kind, std::string(to_string(forced)).c_str(),
+                  outcome.c_str());
+      procs.stop().get();
+    }
+  }
+  set_rdma_backend(RdmaBackend::automatic);
+}
+
 // --- Device memory: run for real where there is a GPU, skipped (saying why) where not. ---
 
 TEST_F(Rdma, DeviceMemoryMovesThroughGpuIpcAndMessages) {

@@ -38,12 +38,12 @@ class Ucx {
 
   /// `done("")` on success, else `done(reason)`; on the progress thread or the caller's.
   using Done = std::function<void(const std::string& error)>;
-  /// Copies `size` bytes at `remote` of the peer `worker` (with `rkey`) into `local`. `shm`:
-  /// the memory is UCX-allocated shared memory, which this process copies on its own.
-  void get(const std::string& worker, const std::string& rkey, bool shm, std::uint64_t remote,
-           void* local, std::size_t size, Done done);
+  /// Copies `size` bytes at `remote` of the peer `worker` (with `rkey`) into `local`. Never
+  /// completes if the peer dies while its worker must help (user memory): see Ucx's comment.
+  void get(const std::string& worker, const std::string& rkey, std::uint64_t remote, void* local,
+           std::size_t size, Done done);
   /// Copies `local` to the peer; done once the data is in the peer's memory.
-  void put(const std::string& worker, const std::string& rkey, bool shm, std::uint64_t remote,
+  void put(const std::string& worker, const std::string& rkey, std::uint64_t remote,
            const void* local, std::size_t size, Done done);
   /// Forgets the unpacked key (and any memory it mapped) of a buffer that was dropped.
   void forget(const std::string& worker, const std::string& rkey);
