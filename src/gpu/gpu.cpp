@@ -347,6 +347,9 @@ void DeviceApi::copy(void* dst, const void* src, std::size_t bytes) const {
   impl_->require();
   impl_->check(impl_->f().Memcpy(dst, src, bytes, kMemcpyDefault), "Memcpy",
                std::to_string(bytes) + " bytes");
+  // A device-to-device copy returns before it is done; waiting on the default stream, where it
+  // runs, makes every direction synchronous.
+  impl_->check(impl_->f().StreamSynchronize(nullptr), "StreamSynchronize", "default stream");
 }
 
 void DeviceApi::copy_async(void* dst, const void* src, std::size_t bytes,
@@ -360,6 +363,7 @@ void DeviceApi::fill(void* device_ptr, int byte, std::size_t bytes) const {
   impl_->require();
   impl_->check(impl_->f().Memset(device_ptr, byte, bytes), "Memset",
                std::to_string(bytes) + " bytes");
+  impl_->check(impl_->f().StreamSynchronize(nullptr), "StreamSynchronize", "default stream");
 }
 
 void DeviceApi::synchronize() const {

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -143,6 +144,17 @@ TEST_F(GpuDevice, CopiesRoundTripAndPointersAreKnown) {
   g.copy(b, a, n);
   g.copy(out.data(), b, n);
   EXPECT_EQ(in, out);
+  // A device-to-device copy is complete when copy() returns: the host sees the bytes through a
+  // mapping another stream reads at once.
+  void* c = g.allocate(n);
+  g.fill(c, 0, n);
+  g.copy(c, a, n);
+  Stream other = g.create_stream();
+  std::fill(out.begin(), out.end(), 0);
+  g.copy_async(out.data(), c, n, other);
+  g.synchronize(other);
+  EXPECT_EQ(in, out);
+  g.free(c);
   EXPECT_TRUE(g.pointer_info(a).device);
   EXPECT_EQ(g.pointer_info(a).device_index, g.current_device());
   EXPECT_TRUE(g.pointer_info(static_cast<char*>(a) + 100).device);

@@ -148,6 +148,7 @@ class DeviceApi {
   /// Copies between any two of host and device memory; returns when done.
   void copy(void* dst, const void* src, std::size_t bytes) const;
   void copy_async(void* dst, const void* src, std::size_t bytes, const Stream& stream) const;
+  /// Sets device memory to `byte`; returns when done.
   void fill(void* device_ptr, int byte, std::size_t bytes) const;
   void synchronize() const;
 
