@@ -109,7 +109,8 @@ TEST(Tls, APeerWithACertificateFromAnotherCaIsRefused) {
   Inbox client_in;
   auto client =
       Link::connect(io, listener->address(), client_in.handler(), options_for(theirs, secret));
-  ASSERT_TRUE(client->send(make(1, 10)));
+  // Queued, or refused at once if the handshake has already failed: either way it never lands.
+  (void)client->send(make(1, 10));
   EXPECT_THAT(client_in.wait_closed(), HasSubstr("TLS handshake"));
   EXPECT_THAT(server_in.wait_closed(), HasSubstr("TLS handshake"));
   EXPECT_EQ(server_in.count(), 0u);
