@@ -239,6 +239,7 @@ TEST_F(GpuDevice, IpcHandleOpensInAnotherProcess) {
   env_s.push_back("BATON_TEST_IPC_OFFSET=" + std::to_string(h.offset));
   env_s.push_back("BATON_TEST_IPC_SIZE=" + std::to_string(n));
   std::vector<char*> envp;
+  envp.reserve(env_s.size() + 1);
   for (auto& s : env_s) envp.push_back(s.data());
   envp.push_back(nullptr);
   std::string self = "/proc/self/exe";

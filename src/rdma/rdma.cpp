@@ -400,7 +400,7 @@ std::string reason(const std::exception_ptr& e, const RdmaBuffer& buffer) {
 /// Runs `then(error)` when `f` completes; `error` is empty on success.
 template <class T, class F>
 void when_done(Future<T> f, const RdmaBuffer& buffer, F then) {
-  auto state = f.state();
+  const auto& state = f.state();
   state->on_ready([state, buffer, then = std::move(then)]() mutable {
     try {
       Future<T>(state).get();
@@ -529,7 +529,7 @@ struct Pump : std::enable_shared_from_this<Pump> {
     const auto id = buffer.descriptor().id;
     if (dst != nullptr) {
       auto reply = buffer.owner().call(&RdmaAgent::read, id, offset + at, len);
-      auto state = reply.state();
+      const auto& state = reply.state();
       state->on_ready([self, state, at, len] {
         std::string error;
         try {
@@ -833,7 +833,7 @@ Future<void> RdmaBatch::submit() {
     Future<void> f = o.dst != nullptr ? o.buffer.read_into(o.dst, o.size, o.offset)
                                       : o.buffer.write_from(o.src, o.size, o.offset);
     all->add(false);  // each transfer writes on its own until its future completes
-    auto state = f.state();
+    const auto& state = f.state();
     state->on_ready([all, state] {
       std::string error;
       try {
