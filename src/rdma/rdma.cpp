@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -227,12 +228,21 @@ class Workers {
     }
     cv_.notify_one();
   }
-  void at(std::chrono::steady_clock::time_point when, std::function<void()> f) {
+  using TimerKey = std::pair<std::chrono::steady_clock::time_point, std::uint64_t>;
+  /// Runs `f` on a worker thread at `when`, unless cancelled before.
+  TimerKey at(std::chrono::steady_clock::time_point when, std::function<void()> f) {
+    TimerKey key;
     {
       std::lock_guard lock(mu_);
-      timers_.emplace(when, std::move(f));
+      key = {when, ++last_timer_};
+      timers_.emplace(key, std::move(f));
     }
     cv_.notify_all();
+    return key;
+  }
+  void cancel(const TimerKey& key) {
+    std::lock_guard lock(mu_);
+    timers_.erase(key);  // gone already if it ran
   }
 
  private:
@@ -253,7 +263,7 @@ class Workers {
     std::unique_lock lock(mu_);
     while (!stop_) {
       auto now = std::chrono::steady_clock::now();
-      if (!timers_.empty() && timers_.begin()->first <= now) {
+      if (!timers_.empty() && timers_.begin()->first.first <= now) {
         auto f = std::move(timers_.begin()->second);
         timers_.erase(timers_.begin());
         lock.unlock();
@@ -272,14 +282,16 @@ class Workers {
       if (timers_.empty()) {
         cv_.wait(lock);
       } else {
-        cv_.wait_until(lock, timers_.begin()->first);
+        const auto until = timers_.begin()->first.first;  // the node may go while we wait
+        cv_.wait_until(lock, until);
       }
     }
   }
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
-  std::multimap<std::chrono::steady_clock::time_point, std::function<void()>> timers_;
+  std::map<TimerKey, std::function<void()>> timers_;
+  std::uint64_t last_timer_ = 0;
   std::vector<std::thread> threads_;
   bool stop_ = false;
 };
@@ -345,7 +357,9 @@ class Transfer : public std::enable_shared_from_this<Transfer> {
   void arm_timeout() {
     auto ms = std::chrono::milliseconds(settings().timeout_ms.load());
     std::weak_ptr<Transfer> weak = shared_from_this();
-    Workers::get().at(std::chrono::steady_clock::now() + ms, [weak, ms] {
+    std::lock_guard lock(mu_);
+    if (completed_) return;
+    timer_ = Workers::get().at(std::chrono::steady_clock::now() + ms, [weak, ms] {
       if (auto op = weak.lock()) {
         op->fail("timed out after " + std::to_string(ms.count()) +
                  " ms (set_rdma_timeout or BATON_RDMA_TIMEOUT_MS allows longer)");
@@ -364,7 +378,9 @@ class Transfer : public std::enable_shared_from_this<Transfer> {
     completed_ = true;
     bool failed = failed_;
     std::string message = what_ + ": " + error_;
+    auto timer = timer_;
     lock.unlock();
+    if (timer) Workers::get().cancel(*timer);
     if (failed) {
       promise_.set_exception(std::make_exception_ptr(RdmaError(message)));
     } else {
@@ -380,6 +396,7 @@ class Transfer : public std::enable_shared_from_this<Transfer> {
   bool failed_ = false;
   bool completed_ = false;
   std::string error_;
+  std::optional<Workers::TimerKey> timer_;
 };
 using TransferPtr = std::shared_ptr<Transfer>;
 
