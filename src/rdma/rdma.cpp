@@ -675,17 +675,24 @@ Future<void> transfer(const RdmaBuffer& b, void* dst, const void* src, std::size
     case RdmaBackend::ucx: {
       ++settings().ucx;
       auto one_sided = [op, b, d, dst, src, size, offset, reading] {
+        // A UCX failure is explained by the owner if it is gone; else it is UCX's to tell.
+        auto finished = [op, b](const std::string& error) {
+          if (error.empty()) return op->done(false);
+          when_done(b.owner().call(&RdmaAgent::check, b.descriptor().id, 0, 0), b,
+                    [op, error](const std::string& owner) {
+                      op->done(false, owner.empty() || dropped(owner) ? error : owner);
+                    });
+        };
         try {
           if (!d.ucx_allocated) watch_owner(op, b);
           auto* u = rdma_detail::Ucx::get();
-          auto finished = [op](const std::string& error) { op->done(false, error); };
           if (reading) {
             u->get(d.ucx_worker, d.rkey, d.address + offset, dst, size, finished);
           } else {
             u->put(d.ucx_worker, d.rkey, d.address + offset, src, size, finished);
           }
         } catch (const std::exception& e) {
-          op->done(false, e.what());
+          finished(e.what());
         }
       };
       // The check comes first: whichever side copies must not touch memory its owner has

@@ -261,12 +261,15 @@ TEST_F(Rdma, AForcedBackendThatCannotServeSaysWhy) {
   b.drop().get();
 }
 
-// A stopped owner answers nothing: the transfer times out, with the bound in the message.
-TEST_F(Rdma, AnUnansweredTransferTimesOut) {
+// A stopped owner answers nothing: the transfer times out, with the bound in the message. A
+// mesh of its own, so that nothing else waits on the stopped process.
+TEST(RdmaOwner, AnUnansweredTransferTimesOut) {
   for (RdmaBackend forced : {RdmaBackend::automatic, RdmaBackend::messages}) {
     set_rdma_backend(forced);
-    RdmaBuffer b = holder(1).call_one(&Holder::expose, 1 << 20, 1, Holder::user_memory).get();
-    int pid = holder(1).call_one(&Holder::pid).get();
+    auto procs = this_host().spawn_procs({{"gpus", 1}});
+    auto h = procs.spawn<Holder>("stopped");
+    RdmaBuffer b = h.call_one(&Holder::expose, 1 << 20, 1, Holder::user_memory).get();
+    int pid = h.call_one(&Holder::pid).get();
     set_rdma_timeout(std::chrono::milliseconds(300));
     ASSERT_EQ(::kill(pid, SIGSTOP), 0);
     std::vector<std::byte> local(1 << 20);
@@ -274,8 +277,9 @@ TEST_F(Rdma, AnUnansweredTransferTimesOut) {
     ASSERT_EQ(::kill(pid, SIGCONT), 0);
     EXPECT_THAT(error, HasSubstr("timed out after 300 ms")) << to_string(forced);
     set_rdma_timeout(std::chrono::seconds(30));
-    b.drop().get();
+    procs.stop().get();
   }
+  set_rdma_backend(RdmaBackend::automatic);
 }
 
 /// A mesh of its own, since this test kills its worker.
