@@ -68,9 +68,14 @@ struct Server {
         io, Address::parse("unix://" + path),
         [this](const std::shared_ptr<Link>&) {
           std::lock_guard lock(mu);
-          inboxes.push_back(std::make_unique<Inbox>());
+          auto inbox = std::make_shared<Inbox>();
+          inboxes.push_back(inbox);
           cv.notify_all();
-          return inboxes.back()->handler();
+          // The link may report its close after this Server is gone: its handler keeps the
+          // inbox alive.
+          LinkHandler h = inbox->handler();
+          return LinkHandler{[inbox, f = std::move(h.on_envelope)](Envelope e) { f(std::move(e)); },
+                             [inbox, f = std::move(h.on_closed)](const std::string& r) { f(r); }};
         },
         options);
   }
@@ -99,7 +104,7 @@ struct Server {
   std::string path;
   std::mutex mu;
   std::condition_variable cv;
-  std::vector<std::unique_ptr<Inbox>> inboxes;
+  std::vector<std::shared_ptr<Inbox>> inboxes;
   std::unique_ptr<Listener> listener;
 };
 
@@ -142,7 +147,7 @@ TEST(Auth, ADiallerSendsNothingToAListenerThatCannotProveTheSecret) {
   // A listener without authentication: it never sends the challenge.
   const std::string path = unix_path("open");
   std::mutex mu;
-  std::vector<std::unique_ptr<Inbox>> inboxes;
+  std::vector<std::shared_ptr<Inbox>> inboxes;
   auto open =
       Listener::listen(io, Address::parse("unix://" + path), [&](const std::shared_ptr<Link>&) {
         std::lock_guard lock(mu);
