@@ -21,7 +21,7 @@ namespace {
 using ::testing::HasSubstr;
 
 #if defined(__SANITIZE_THREAD__)
-// A ThreadSanitizer build has no UCX (see ucx.cpp): host memory moves through messages.
+// A ThreadSanitizer build has no UCX (see CMakeLists.txt): host memory moves through messages.
 constexpr RdmaBackend kHostBackend = RdmaBackend::messages;
 #else
 constexpr RdmaBackend kHostBackend = RdmaBackend::ucx;

@@ -1,7 +1,6 @@
 #include "rdma/ucx.hpp"
 
 #include <poll.h>
-#include <ucp/api/ucp.h>
 
 #include <atomic>
 #include <chrono>
@@ -13,6 +12,43 @@
 #include <unordered_set>
 #include <utility>
 #include <vector>
+
+#if defined(BATON_NO_UCX)
+
+// A build without UCX (ThreadSanitizer builds: UCX is not instrumented, and merely loading it
+// breaks TSan's start-up). Host memory then moves through messages.
+namespace baton::rdma_detail {
+
+struct Ucx::Impl {};
+
+Ucx* Ucx::get(std::string* why) {
+  if (why != nullptr) *why = "this build has no UCX (ThreadSanitizer builds leave it out)";
+  return nullptr;
+}
+Ucx::Ucx() = default;
+Ucx::~Ucx() = default;
+const std::string& Ucx::address() const {
+  throw std::logic_error("no UCX in this build");
+}
+UcxRegion Ucx::map(void* /*address*/, std::size_t /*size*/) {
+  throw std::logic_error("no UCX in this build");
+}
+void Ucx::unmap(UcxRegion& /*region*/) {}
+void Ucx::get(const std::string& /*worker*/, const std::string& /*rkey*/, std::uint64_t /*remote*/,
+              void* /*local*/, std::size_t /*size*/, Done /*done*/) {
+  throw std::logic_error("no UCX in this build");
+}
+void Ucx::put(const std::string& /*worker*/, const std::string& /*rkey*/, std::uint64_t /*remote*/,
+              const void* /*local*/, std::size_t /*size*/, Done /*done*/) {
+  throw std::logic_error("no UCX in this build");
+}
+void Ucx::forget(const std::string& /*worker*/, const std::string& /*rkey*/) {}
+
+}  // namespace baton::rdma_detail
+
+#else
+
+#include <ucp/api/ucp.h>
 
 namespace baton::rdma_detail {
 
@@ -89,10 +125,10 @@ struct Ucx::Impl {
   std::mutex mu;
   struct Peer {
     ucp_ep_h ep = nullptr;
-    std::map<std::string, std::shared_ptr<Key>> rkeys;
+    std::map<std::string, std::shared_ptr<Key> > rkeys;
   };
-  std::map<std::string, std::shared_ptr<Peer>> peers;  // by worker address
-  std::vector<std::shared_ptr<Peer>> graveyard;        // failed endpoints, closed at teardown
+  std::map<std::string, std::shared_ptr<Peer> > peers;  // by worker address
+  std::vector<std::shared_ptr<Peer> > graveyard;        // failed endpoints, closed at teardown
 
   void start() {
     ucp_config_t* config = nullptr;
@@ -156,8 +192,8 @@ struct Ucx::Impl {
   }
 
   /// The endpoint to `worker` and the unpacked `rkey` on it, made on first use.
-  std::pair<ucp_ep_h, std::shared_ptr<Key>> reach(const std::string& peer,
-                                                  const std::string& rkey) {
+  std::pair<ucp_ep_h, std::shared_ptr<Key> > reach(const std::string& peer,
+                                                   const std::string& rkey) {
     std::lock_guard lock(mu);
     auto& slot = peers[peer];
     if (!slot) {
@@ -209,12 +245,6 @@ struct Ucx::Impl {
 };
 
 Ucx* Ucx::get(std::string* why) {
-#if defined(__SANITIZE_THREAD__)
-  // UCX is not instrumented: its spin locks and its shared-memory protocol read as errors to
-  // ThreadSanitizer. A TSan build moves host memory through messages instead.
-  if (why != nullptr) *why = "UCX is not used in ThreadSanitizer builds";
-  return nullptr;
-#endif
   static std::string error;
   static std::unique_ptr<Ucx> instance = []() -> std::unique_ptr<Ucx> {
     try {
@@ -329,3 +359,5 @@ extern "C" const char* __lsan_default_suppressions() {  // NOLINT: named by the 
   return "leak:libucs.so\nleak:libuct.so\nleak:libucp.so\n";
 }
 #endif
+
+#endif  // BATON_NO_UCX
