@@ -136,7 +136,8 @@ TEST(Auth, AWrongSecretIsRefusedBeforeAnyFrame) {
   Inbox client_in;
   auto link = Link::connect(io, Address::parse("unix://" + server.path), client_in.handler(),
                             with_secret(new_job_secret()));
-  ASSERT_TRUE(link->send(make(1)));
+  // Queued, or refused at once if the handshake has already failed: either way it never lands.
+  (void)link->send(make(1));
   EXPECT_THAT(client_in.wait_closed(), HasSubstr("during authentication"));
   EXPECT_EQ(server.accepted(), 0u);
   EXPECT_EQ(server.envelopes_received(), 0u);
