@@ -375,7 +375,7 @@ Stream DeviceApi::create_stream() const {
   impl_->require();
   void* s = nullptr;
   impl_->check(impl_->f().StreamCreateWithFlags(&s, kStreamNonBlocking), "StreamCreateWithFlags");
-  return {this, s};
+  return Stream(detail::NativeHandle(s, {impl_->f().StreamDestroy, impl_->f().GetLastError}));
 }
 
 void DeviceApi::synchronize(const Stream& stream) const {
@@ -387,7 +387,7 @@ Event DeviceApi::create_event() const {
   impl_->require();
   void* e = nullptr;
   impl_->check(impl_->f().EventCreateWithFlags(&e, kEventDisableTiming), "EventCreateWithFlags");
-  return {this, e};
+  return Event(detail::NativeHandle(e, {impl_->f().EventDestroy, impl_->f().GetLastError}));
 }
 
 void DeviceApi::record(const Event& event, const Stream& stream) const {
@@ -510,40 +510,6 @@ PointerInfo DeviceApi::pointer_info(const void* p) const {
   }
   if (info.device) info.device_index = device;
   return info;
-}
-
-Stream::Stream(Stream&& o) noexcept
-    : api_(std::exchange(o.api_, nullptr)), s_(std::exchange(o.s_, nullptr)) {}
-Stream& Stream::operator=(Stream&& o) noexcept {
-  if (this != &o) {
-    Stream old(std::move(*this));
-    api_ = std::exchange(o.api_, nullptr);
-    s_ = std::exchange(o.s_, nullptr);
-  }
-  return *this;
-}
-Stream::~Stream() {
-  if (api_ != nullptr && s_ != nullptr) {
-    api_->impl_->f().StreamDestroy(s_);
-    api_->impl_->f().GetLastError();
-  }
-}
-
-Event::Event(Event&& o) noexcept
-    : api_(std::exchange(o.api_, nullptr)), e_(std::exchange(o.e_, nullptr)) {}
-Event& Event::operator=(Event&& o) noexcept {
-  if (this != &o) {
-    Event old(std::move(*this));
-    api_ = std::exchange(o.api_, nullptr);
-    e_ = std::exchange(o.e_, nullptr);
-  }
-  return *this;
-}
-Event::~Event() {
-  if (api_ != nullptr && e_ != nullptr) {
-    api_->impl_->f().EventDestroy(e_);
-    api_->impl_->f().GetLastError();
-  }
 }
 
 DeviceApi& api() {

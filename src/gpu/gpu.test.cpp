@@ -15,6 +15,7 @@
 #include <cstring>
 #include <numeric>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "baton/gpu/gpu.hpp"
@@ -200,15 +201,17 @@ TEST_F(GpuDevice, AFailedCallNamesItselfAndLeavesNoErrorBehind) {
 
 }  // namespace
 
-/// Child half of the IPC test: opens the handle given in the environment, adds 1 to every byte.
-int ipc_child(const char* hex) {
+/// Child half of the IPC test (argv: --ipc-child HANDLE_HEX OFFSET SIZE): opens the handle and
+/// adds 1 to every byte.
+int ipc_child(char** args) {
+  const char* hex = args[0];
   IpcHandle h;
   h.vendor = api().vendor();
   for (std::size_t i = 0; i < h.bytes.size(); ++i) {
     h.bytes[i] = static_cast<std::uint8_t>(std::stoi(std::string(hex + 2 * i, 2), nullptr, 16));
   }
-  h.offset = std::strtoull(std::getenv("BATON_TEST_IPC_OFFSET"), nullptr, 10);
-  const std::size_t n = std::strtoull(std::getenv("BATON_TEST_IPC_SIZE"), nullptr, 10);
+  h.offset = std::strtoull(args[1], nullptr, 10);
+  const std::size_t n = std::strtoull(args[2], nullptr, 10);
   void* p = api().open_handle(h);
   std::vector<unsigned char> buf(n);
   api().copy(buf.data(), p, n);
@@ -233,19 +236,13 @@ TEST_F(GpuDevice, IpcHandleOpensInAnotherProcess) {
     std::snprintf(two, sizeof two, "%02x", b);
     hex += two;
   }
-  std::vector<std::string> env_s;
-  for (char** e = environ; *e != nullptr; ++e) env_s.emplace_back(*e);
-  env_s.push_back("BATON_TEST_IPC_HANDLE=" + hex);
-  env_s.push_back("BATON_TEST_IPC_OFFSET=" + std::to_string(h.offset));
-  env_s.push_back("BATON_TEST_IPC_SIZE=" + std::to_string(n));
-  std::vector<char*> envp;
-  envp.reserve(env_s.size() + 1);
-  for (auto& s : env_s) envp.push_back(s.data());
-  envp.push_back(nullptr);
   std::string self = "/proc/self/exe";
-  char* argv[] = {self.data(), nullptr};
+  std::string flag = "--ipc-child";
+  std::string offset = std::to_string(h.offset);
+  std::string size = std::to_string(n);
+  char* argv[] = {self.data(), flag.data(), hex.data(), offset.data(), size.data(), nullptr};
   pid_t pid = 0;
-  ASSERT_EQ(::posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv, envp.data()), 0);
+  ASSERT_EQ(::posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv, environ), 0);
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
@@ -258,7 +255,9 @@ TEST_F(GpuDevice, IpcHandleOpensInAnotherProcess) {
 }  // namespace baton::gpu
 
 int main(int argc, char** argv) {
-  if (const char* hex = std::getenv("BATON_TEST_IPC_HANDLE")) return baton::gpu::ipc_child(hex);
+  if (argc == 5 && std::string_view(argv[1]) == "--ipc-child") {
+    return baton::gpu::ipc_child(argv + 2);
+  }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

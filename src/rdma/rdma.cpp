@@ -232,12 +232,14 @@ class Workers {
   /// Runs `f` on a worker thread at `when`, unless cancelled before.
   TimerKey at(std::chrono::steady_clock::time_point when, std::function<void()> f) {
     TimerKey key;
+    bool earliest = false;
     {
       std::lock_guard lock(mu_);
       key = {when, ++last_timer_};
-      timers_.emplace(key, std::move(f));
+      auto it = timers_.emplace(key, std::move(f)).first;
+      earliest = it == timers_.begin();  // after the insertion: the operands are unsequenced
     }
-    cv_.notify_all();
+    if (earliest) cv_.notify_all();  // a later deadline changes no sleeping thread's wake-up
     return key;
   }
   void cancel(const TimerKey& key) {
@@ -318,13 +320,11 @@ class Transfer : public std::enable_shared_from_this<Transfer> {
     ++unguarded_;
     return true;
   }
-  /// Runs `write` unless the transfer already failed; false if it did.
+  /// Runs `write` unless the transfer already failed.
   template <class F>
-  bool write_guarded(F&& write) {
+  void write_guarded(F&& write) {
     std::lock_guard lock(mu_);
-    if (failed_) return false;
-    write();
-    return true;
+    if (!failed_) write();
   }
   void done(bool guarded, const std::string& error = {}) {
     std::unique_lock lock(mu_);
@@ -633,6 +633,7 @@ Future<void> transfer(const RdmaBuffer& b, void* dst, const void* src, std::size
     return op->future();
   }
   op->add(true);  // held while the parts are set up, so none completes the transfer early
+  // A local copy is done before this returns; everything else waits on another process.
   op->arm_timeout();
   switch (backend) {
     case RdmaBackend::automatic:
@@ -719,6 +720,21 @@ Future<void> transfer(const RdmaBuffer& b, void* dst, const void* src, std::size
   return op->future();
 }
 
+/// Registers `r` under `d`'s id and fills in what the descriptor says of it.
+std::shared_ptr<const RdmaBuffer::Descriptor> publish(std::shared_ptr<RdmaBuffer::Descriptor> d,
+                                                      RegionPtr r) {
+  r->id = d->id;
+  r->size = d->size;
+  d->device = r->device;
+  d->address = reinterpret_cast<std::uint64_t>(r->data);
+  if (r->ucx.memh != nullptr) {
+    d->ucx_worker = rdma_detail::Ucx::get()->address();
+    d->rkey = r->ucx.rkey;
+  }
+  Registry::get().add(std::move(r));
+  return d;
+}
+
 RdmaBuffer::Descriptor base_descriptor(std::size_t size) {
   RdmaBuffer::Descriptor d;
   d.id = Registry::get().next_id();
@@ -732,41 +748,28 @@ RdmaBuffer::Descriptor base_descriptor(std::size_t size) {
 
 RdmaBuffer RdmaBuffer::register_memory(void* data, std::size_t size) {
   if (data == nullptr && size > 0) throw RdmaError("register_memory: null memory");
-  RdmaBuffer b;
-  b.owner_ = agent();
   auto d = std::make_shared<Descriptor>(base_descriptor(size));
   auto r = std::make_shared<Region>();
-  r->id = d->id;
   r->data = static_cast<std::byte*>(data);
-  r->size = size;
   r->device = on_device(data);
-  d->device = r->device;
-  d->address = reinterpret_cast<std::uint64_t>(data);
   if (r->device) {
     d->ipc = gpu::api().export_handle(data);
   } else if (auto* u = rdma_detail::Ucx::get(); u != nullptr && size > 0) {
     r->ucx = u->map(data, size);
-    d->ucx_worker = u->address();
-    d->rkey = r->ucx.rkey;
   }
-  Registry::get().add(std::move(r));
-  b.desc_ = std::move(d);
+  RdmaBuffer b;
+  b.owner_ = agent();
+  b.desc_ = publish(std::move(d), std::move(r));
   return b;
 }
 
 RdmaBuffer RdmaBuffer::allocate(std::size_t size) {
   if (size == 0) throw RdmaError("allocate: a buffer needs at least one byte");
-  RdmaBuffer b;
-  b.owner_ = agent();
   auto d = std::make_shared<Descriptor>(base_descriptor(size));
   auto r = std::make_shared<Region>();
-  r->id = d->id;
-  r->size = size;
   if (auto* u = rdma_detail::Ucx::get()) {
     r->ucx = u->map(nullptr, size);
     r->data = static_cast<std::byte*>(r->ucx.address);
-    d->ucx_worker = u->address();
-    d->rkey = r->ucx.rkey;
     d->ucx_allocated = true;
   } else {
     constexpr std::size_t kPage = 4096;
@@ -775,9 +778,9 @@ RdmaBuffer RdmaBuffer::allocate(std::size_t size) {
     if (r->data == nullptr) throw RdmaError("allocate: out of memory for " + std::to_string(size));
     r->owned = true;
   }
-  d->address = reinterpret_cast<std::uint64_t>(r->data);
-  Registry::get().add(std::move(r));
-  b.desc_ = std::move(d);
+  RdmaBuffer b;
+  b.owner_ = agent();
+  b.desc_ = publish(std::move(d), std::move(r));
   return b;
 }
 

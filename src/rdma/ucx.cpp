@@ -128,7 +128,6 @@ struct Ucx::Impl {
     std::map<std::string, std::shared_ptr<Key> > rkeys;
   };
   std::map<std::string, std::shared_ptr<Peer> > peers;  // by worker address
-  std::vector<std::shared_ptr<Peer> > graveyard;        // failed endpoints, closed at teardown
 
   void start() {
     ucp_config_t* config = nullptr;

@@ -25,6 +25,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace baton::gpu {
@@ -77,38 +78,45 @@ struct IpcHandle {
   }
 };
 
+namespace detail {
+/// Destroys a vendor object (a stream, an event) and clears any error that leaves behind (G-1).
+struct NativeDeleter {
+  int (*destroy)(void*) = nullptr;
+  int (*clear)() = nullptr;
+  void operator()(void* p) const {
+    if (destroy != nullptr) {
+      destroy(p);
+      clear();
+    }
+  }
+};
+using NativeHandle = std::unique_ptr<void, NativeDeleter>;
+}  // namespace detail
+
 class DeviceApi;
 
 /// An asynchronous queue of device work; destroyed with its owner object.
 class Stream {
  public:
   Stream() = default;
-  Stream(Stream&& o) noexcept;
-  Stream& operator=(Stream&& o) noexcept;
-  ~Stream();
-  void* native() const { return s_; }
+  void* native() const { return h_.get(); }
 
  private:
   friend class DeviceApi;
-  Stream(const DeviceApi* api, void* s) : api_(api), s_(s) {}
-  const DeviceApi* api_ = nullptr;
-  void* s_ = nullptr;
+  explicit Stream(detail::NativeHandle h) : h_(std::move(h)) {}
+  detail::NativeHandle h_;
 };
 
 /// A point in a stream that other streams and the host can wait for.
 class Event {
  public:
   Event() = default;
-  Event(Event&& o) noexcept;
-  Event& operator=(Event&& o) noexcept;
-  ~Event();
-  void* native() const { return e_; }
+  void* native() const { return h_.get(); }
 
  private:
   friend class DeviceApi;
-  Event(const DeviceApi* api, void* e) : api_(api), e_(e) {}
-  const DeviceApi* api_ = nullptr;
-  void* e_ = nullptr;
+  explicit Event(detail::NativeHandle h) : h_(std::move(h)) {}
+  detail::NativeHandle h_;
 };
 
 /// What loading one vendor's runtime found (for diagnostics and tests).
@@ -175,8 +183,6 @@ class DeviceApi {
   PointerInfo pointer_info(const void* p) const;
 
  private:
-  friend class Stream;
-  friend class Event;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
