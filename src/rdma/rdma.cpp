@@ -232,14 +232,12 @@ class Workers {
   /// Runs `f` on a worker thread at `when`, unless cancelled before.
   TimerKey at(std::chrono::steady_clock::time_point when, std::function<void()> f) {
     TimerKey key;
-    bool earliest = false;
     {
       std::lock_guard lock(mu_);
       key = {when, ++last_timer_};
-      auto it = timers_.emplace(key, std::move(f)).first;
-      earliest = it == timers_.begin();  // after the insertion: the operands are unsequenced
+      timers_.emplace(key, std::move(f));
     }
-    if (earliest) cv_.notify_all();  // a later deadline changes no sleeping thread's wake-up
+    cv_.notify_all();
     return key;
   }
   void cancel(const TimerKey& key) {
