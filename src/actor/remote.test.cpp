@@ -92,8 +92,13 @@ class RemoteProc {
     }
   }
   Address address() const { return Address::parse(address_); }
-  /// SIGSTOP: the process keeps its sockets but reads and acknowledges nothing.
-  void freeze() const { ::kill(pid_, SIGSTOP); }
+  /// SIGSTOP: the process keeps its sockets but reads and acknowledges nothing. Returns once
+  /// every thread has stopped (a stop takes hold only when a thread of the target next runs).
+  void freeze() const {
+    ASSERT_EQ(::kill(pid_, SIGSTOP), 0);
+    siginfo_t info{};
+    ASSERT_EQ(::waitid(P_PID, static_cast<id_t>(pid_), &info, WSTOPPED | WNOWAIT), 0);
+  }
 
  private:
   std::string path_;

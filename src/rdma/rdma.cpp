@@ -63,7 +63,7 @@ std::chrono::milliseconds timeout_from_env() {
 struct Settings {
   std::atomic<RdmaBackend> backend{backend_from_env()};
   std::atomic<std::int64_t> timeout_ms{timeout_from_env().count()};
-  std::atomic<std::uint64_t> local{0}, gpu_ipc{0}, ucx{0}, messages{0};
+  std::atomic<std::uint64_t> local{0}, gpu_ipc{0}, ucx{0}, messages{0}, chunks{0};
 };
 Settings& settings() {
   static Settings s;
@@ -297,9 +297,9 @@ class Workers {
 };
 
 /// One transfer, made of parts (a check, chunks, a one-sided copy). It completes when every
-/// part has, or, after a failure or timeout, once no part that writes on its own (a copy or a
-/// UCX operation) is still running: parts through messages write under the lock and are
-/// abandoned.
+/// part has, or, after a failure or timeout, once no part that writes on its own (a device copy,
+/// a UCX copy straight into the caller's memory) is still running: guarded parts touch the
+/// caller's memory under the lock, and are left behind.
 class Transfer : public std::enable_shared_from_this<Transfer> {
  public:
   explicit Transfer(std::string what) : what_(std::move(what)) {}
@@ -318,11 +318,14 @@ class Transfer : public std::enable_shared_from_this<Transfer> {
     ++unguarded_;
     return true;
   }
-  /// Runs `write` unless the transfer already failed.
+  /// Runs `touch` (a copy into or out of the caller's memory) unless the transfer already
+  /// failed; whether it ran.
   template <class F>
-  void write_guarded(F&& write) {
+  bool guarded(F&& touch) {
     std::lock_guard lock(mu_);
-    if (!failed_) write();
+    if (failed_) return false;
+    touch();
+    return true;
   }
   void done(bool guarded, const std::string& error = {}) {
     std::unique_lock lock(mu_);
@@ -343,14 +346,6 @@ class Transfer : public std::enable_shared_from_this<Transfer> {
   bool completed() const {
     std::lock_guard lock(mu_);
     return completed_;
-  }
-  /// Completes now, failed, although parts that write on their own are still running: only
-  /// when they can no longer write (their peer is dead).
-  void abandon(const std::string& error) {
-    std::unique_lock lock(mu_);
-    fail_locked(error);
-    unguarded_ = 0;
-    maybe_complete(lock);
   }
   void arm_timeout() {
     auto ms = std::chrono::milliseconds(settings().timeout_ms.load());
@@ -516,7 +511,55 @@ RdmaBackend choose(const RdmaBuffer& b, const void* local, bool* local_device) {
   return RdmaBackend::messages;
 }
 
-/// The messages backend: chunks of at most kChunk bytes, kWindow of them in flight.
+/// Staging memory for chunks, kChunk bytes each, kept for reuse: a fresh page costs far more to
+/// touch than to copy.
+class Staging {
+ public:
+  using Slot = std::shared_ptr<std::byte>;
+  static Slot take() {
+    static auto* pool = new Staging();  // NOLINT: outlives operations freed at exit
+    std::byte* p = nullptr;
+    {
+      std::lock_guard lock(pool->mu_);
+      if (!pool->free_.empty()) {
+        p = pool->free_.back();
+        pool->free_.pop_back();
+      }
+    }
+    if (p == nullptr) p = new std::byte[kChunk];  // NOLINT: owned by the slot's deleter
+    return {p, [](std::byte* q) { pool->give_back(q); }};
+  }
+
+ private:
+  void give_back(std::byte* p) {
+    std::unique_lock lock(mu_);
+    if (free_.size() < kKept) {
+      free_.push_back(p);
+      return;
+    }
+    lock.unlock();
+    delete[] p;  // NOLINT: see take()
+  }
+  static constexpr std::size_t kKept = 2 * kWindow;
+  std::mutex mu_;
+  std::vector<std::byte*> free_;
+};
+
+/// Reports the end of a UCX part of `op`; a failure is explained by the owner if it is gone,
+/// else it is UCX's to tell.
+void ucx_part_done(const TransferPtr& op, const RdmaBuffer& b, bool guarded,
+                   const std::string& error) {
+  if (error.empty()) return op->done(guarded);
+  when_done(b.owner().call(&RdmaAgent::check, b.descriptor().id, 0, 0), b,
+            [op, guarded, error](const std::string& owner) {
+              op->done(guarded, owner.empty() || dropped(owner) ? error : owner);
+            });
+}
+
+/// Moves a transfer in chunks of at most kChunk bytes, kWindow of them in flight: through the
+/// owner's rdma actor (the messages backend), or through UCX into and out of staging memory of
+/// this process, for memory UCX cannot map here. Either way only guarded copies touch the
+/// caller's memory, so a transfer that fails or times out completes at once.
 struct Pump : std::enable_shared_from_this<Pump> {
   TransferPtr op;
   RdmaBuffer buffer;
@@ -524,6 +567,7 @@ struct Pump : std::enable_shared_from_this<Pump> {
   const std::byte* src = nullptr;  // a write's source
   std::size_t size = 0, offset = 0, next = 0;
   bool device = false;  // the local memory is device memory
+  bool ucx = false;
   std::mutex mu;
 
   void start() {
@@ -540,6 +584,24 @@ struct Pump : std::enable_shared_from_this<Pump> {
       next += len;
     }
     op->add(true);
+    try {
+      if (ucx) {
+        move_by_ucx(at, len);
+      } else {
+        move_by_message(at, len);
+      }
+    } catch (const std::exception& e) {
+      finished(e.what());
+    }
+  }
+
+ private:
+  void finished(const std::string& error) {
+    if (error.empty()) ++settings().chunks;
+    op->done(true, error);
+    issue();
+  }
+  void move_by_message(std::size_t at, std::size_t len) {
     auto self = shared_from_this();
     const auto id = buffer.descriptor().id;
     if (dst != nullptr) {
@@ -550,28 +612,53 @@ struct Pump : std::enable_shared_from_this<Pump> {
         try {
           Bytes b = Future<Bytes>(state).get();
           if (b.size() != len) throw RdmaError("short chunk");
-          self->op->write_guarded([&] { copy_any(self->dst + at, b.data(), len, self->device); });
+          self->op->guarded([&] { copy_any(self->dst + at, b.data(), len, self->device); });
         } catch (...) {
           error = reason(std::current_exception(), self->buffer);
         }
-        self->op->done(true, error);
-        self->issue();
+        self->finished(error);
       });
+      return;
+    }
+    std::vector<std::byte> staged(len);
+    if (!op->guarded([&] { copy_any(staged.data(), src + at, len, device); })) {
+      return op->done(true);  // failed already: nothing to send
+    }
+    auto reply =
+        buffer.owner().call(&RdmaAgent::write, id, offset + at, Bytes::adopt(std::move(staged)));
+    when_done(std::move(reply), buffer,
+              [self](const std::string& error) { self->finished(error); });
+  }
+  void move_by_ucx(std::size_t at, std::size_t len) {
+    auto self = shared_from_this();
+    const auto& d = buffer.descriptor();
+    auto* u = rdma_detail::Ucx::get();
+    Staging::Slot slot = Staging::take();
+    // UCX ends on its progress thread; the rest runs on a worker thread. A chunk abandoned
+    // with its transfer keeps its slot until UCX is done with it.
+    auto then = [self, slot, at, len](const std::string& error) {
+      Workers::get().post([self, slot, at, len, error] {
+        if (error.empty() && self->dst != nullptr) {
+          self->op->guarded([&] { std::memcpy(self->dst + at, slot.get(), len); });
+        }
+        if (error.empty()) ++settings().chunks;
+        ucx_part_done(self->op, self->buffer, true, error);
+        if (error.empty()) self->issue();
+      });
+    };
+    if (dst != nullptr) {
+      u->get(d.ucx_worker, d.rkey, d.address + offset + at, slot.get(), len, then);
+    } else if (op->guarded([&] { std::memcpy(slot.get(), src + at, len); })) {
+      u->put(d.ucx_worker, d.rkey, d.address + offset + at, slot.get(), len, then);
     } else {
-      std::vector<std::byte> staged(len);
-      copy_any(staged.data(), src + at, len, device);
-      auto reply =
-          buffer.owner().call(&RdmaAgent::write, id, offset + at, Bytes::adopt(std::move(staged)));
-      when_done(std::move(reply), buffer, [self](const std::string& error) {
-        self->op->done(true, error);
-        self->issue();
-      });
+      op->done(true);  // failed already: nothing to send
     }
   }
 };
 
 /// While a UCX transfer that needs the owner's help runs, asks every 250 ms whether the owner
-/// still answers: a dead owner will never finish it, so the transfer is failed.
+/// still answers: a dead owner will never finish it, so the transfer fails at once rather than
+/// at its timeout.
 void watch_owner(const std::weak_ptr<Transfer>& weak, const RdmaBuffer& b) {
   Workers::get().at(std::chrono::steady_clock::now() + std::chrono::milliseconds(250), [weak, b] {
     auto op = weak.lock();
@@ -581,7 +668,7 @@ void watch_owner(const std::weak_ptr<Transfer>& weak, const RdmaBuffer& b) {
                 auto running = weak.lock();
                 if (running == nullptr) return;
                 if (!error.empty() && !dropped(error)) {
-                  running->abandon(error);
+                  running->fail(error);
                 } else {
                   watch_owner(weak, b);
                 }
@@ -589,19 +676,27 @@ void watch_owner(const std::weak_ptr<Transfer>& weak, const RdmaBuffer& b) {
   });
 }
 
-/// Asks the owner whether [offset, offset + size) is still registered, then runs `copy` (a part
-/// that writes on its own and reports to `op`) on a worker thread unless the transfer failed.
+/// Asks the owner whether [offset, offset + size) is still registered, then, unless the
+/// transfer failed meanwhile, runs `then` on a worker thread; what it throws fails the transfer.
 template <class F>
 void check_then(const TransferPtr& op, const RdmaBuffer& b, std::size_t offset, std::size_t size,
-                F copy) {
+                F then) {
   op->add(true);
   const auto& d = b.descriptor();
   when_done(b.owner().call(&RdmaAgent::check, d.id, offset, size), b,
-            [op, d, copy = std::move(copy)](const std::string& error) mutable {
+            [op, d, then = std::move(then)](const std::string& error) mutable {
               if (!error.empty()) {
                 if (dropped(error)) forget_cached(d);
-              } else if (op->start_unguarded()) {
-                Workers::get().post(std::move(copy));
+              } else if (!op->failed()) {
+                op->add(true);  // held while `then` runs
+                Workers::get().post([op, then = std::move(then)]() mutable {
+                  try {
+                    then();
+                    op->done(true);
+                  } catch (const std::exception& e) {
+                    op->done(true, e.what());
+                  }
+                });
               }
               op->done(true, error);
             });
@@ -654,7 +749,8 @@ Future<void> transfer(const RdmaBuffer& b, void* dst, const void* src, std::size
     case RdmaBackend::gpu_ipc: {
       ++settings().gpu_ipc;
       // The check comes first: the copy must not touch memory its owner has dropped.
-      auto copy = [op, d, dst, src, size, offset, reading] {
+      check_then(op, b, offset, size, [op, d, dst, src, size, offset, reading] {
+        if (!op->start_unguarded()) return;
         try {
           std::byte* remote = IpcCache::get().open(d) + offset;
           if (reading) {
@@ -666,25 +762,34 @@ Future<void> transfer(const RdmaBuffer& b, void* dst, const void* src, std::size
         } catch (const std::exception& e) {
           op->done(false, e.what());
         }
-      };
-      check_then(op, b, offset, size, std::move(copy));
+      });
       op->done(true);
       break;
     }
     case RdmaBackend::ucx: {
       ++settings().ucx;
-      auto one_sided = [op, b, d, dst, src, size, offset, reading] {
-        // A UCX failure is explained by the owner if it is gone; else it is UCX's to tell.
-        auto finished = [op, b](const std::string& error) {
-          if (error.empty()) return op->done(false);
-          when_done(b.owner().call(&RdmaAgent::check, b.descriptor().id, 0, 0), b,
-                    [op, error](const std::string& owner) {
-                      op->done(false, owner.empty() || dropped(owner) ? error : owner);
-                    });
-        };
+      // The check comes first, as for gpu_ipc.
+      check_then(op, b, offset, size, [op, b, d, dst, src, size, offset, reading] {
+        auto* u = rdma_detail::Ucx::get();
+        if (!u->mapped(d.ucx_worker, d.rkey, d.address + offset)) {
+          // The owner's worker must serve this one: in chunks through staging memory, so that
+          // an owner that stops answering ends the transfer at its timeout.
+          watch_owner(op, b);
+          auto pump = std::make_shared<Pump>();
+          pump->op = op;
+          pump->buffer = b;
+          pump->dst = static_cast<std::byte*>(dst);
+          pump->src = static_cast<const std::byte*>(src);
+          pump->size = size;
+          pump->offset = offset;
+          pump->ucx = true;
+          pump->start();
+          return;
+        }
+        // A copy this process makes alone, straight between the two memories.
+        if (!op->start_unguarded()) return;
+        auto finished = [op, b](const std::string& error) { ucx_part_done(op, b, false, error); };
         try {
-          if (!d.ucx_allocated) watch_owner(op, b);
-          auto* u = rdma_detail::Ucx::get();
           if (reading) {
             u->get(d.ucx_worker, d.rkey, d.address + offset, dst, size, finished);
           } else {
@@ -693,10 +798,7 @@ Future<void> transfer(const RdmaBuffer& b, void* dst, const void* src, std::size
         } catch (const std::exception& e) {
           finished(e.what());
         }
-      };
-      // The check comes first: whichever side copies must not touch memory its owner has
-      // dropped.
-      check_then(op, b, offset, size, std::move(one_sided));
+      });
       op->done(true);
       break;
     }
@@ -768,7 +870,6 @@ RdmaBuffer RdmaBuffer::allocate(std::size_t size) {
   if (auto* u = rdma_detail::Ucx::get()) {
     r->ucx = u->map(nullptr, size);
     r->data = static_cast<std::byte*>(r->ucx.address);
-    d->ucx_allocated = true;
   } else {
     constexpr std::size_t kPage = 4096;
     r->data =
@@ -836,7 +937,7 @@ void set_rdma_timeout(std::chrono::milliseconds timeout) {
 
 RdmaStats rdma_stats() {
   auto& s = settings();
-  return {s.local.load(), s.gpu_ipc.load(), s.ucx.load(), s.messages.load()};
+  return {s.local.load(), s.gpu_ipc.load(), s.ucx.load(), s.messages.load(), s.chunks.load()};
 }
 
 RdmaBatch& RdmaBatch::read(const RdmaBuffer& buffer, void* dst, std::size_t size,

@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "baton/baton.hpp"
@@ -42,6 +44,11 @@ std::uint64_t expected(std::size_t n, int seed) {
   std::vector<std::byte> v(n);
   fill(v.data(), n, seed);
   return checksum(v.data(), n);
+}
+
+/// Waits for a transfer, with a bound: a hang fails the test with TimeoutError.
+void finish(Future<void> f) {
+  f.get(std::chrono::seconds(60));
 }
 
 /// Owns memory in a worker process and registers it.
@@ -77,7 +84,7 @@ class Holder : public Actor {
   /// Reads another proc's buffer into this process and returns its checksum.
   std::uint64_t pull(const RdmaBuffer& b) {
     std::vector<std::byte> v(b.size());
-    b.read_into(v.data(), v.size()).get();
+    finish(b.read_into(v.data(), v.size()));
     return checksum(v.data(), v.size());
   }
   int backend_for(const RdmaBuffer& b) {
@@ -146,14 +153,14 @@ TEST_P(RdmaBackends, ReadAndWriteAnotherProcsMemory) {
   std::vector<std::byte> local(n);
   EXPECT_EQ(rdma_backend(b, local.data()), c.expected);
   RdmaStats before = rdma_stats();
-  b.read_into(local.data(), n).get();
+  finish(b.read_into(local.data(), n));
   EXPECT_EQ(checksum(local.data(), n), expected(n, 5));
   // A part in the middle, then a write of the whole with another pattern.
   std::vector<std::byte> part(1000);
-  b.read_into(part.data(), part.size(), 12345).get();
+  finish(b.read_into(part.data(), part.size(), 12345));
   EXPECT_EQ(0, std::memcmp(part.data(), local.data() + 12345, part.size()));
   fill(local.data(), n, 9);
-  b.write_from(local.data(), n).get();
+  finish(b.write_from(local.data(), n));
   EXPECT_EQ(holder(0).call_one(&Holder::checksum_of_own).get(), expected(n, 9));
   RdmaStats after = rdma_stats();
   auto used = [&](RdmaBackend k) {
@@ -167,6 +174,10 @@ TEST_P(RdmaBackends, ReadAndWriteAnotherProcsMemory) {
     }
   };
   EXPECT_EQ(used(c.expected), 3U);
+  // Chunks: through messages, and through UCX where the owner's worker serves (its own heap
+  // memory, which UCX does not map here); memory UCX allocated is copied straight.
+  const bool chunked = c.expected == RdmaBackend::messages || c.kind == Holder::user_memory;
+  EXPECT_EQ(after.chunks > before.chunks, chunked) << after.chunks - before.chunks;
   b.drop().get();
 }
 
@@ -175,7 +186,7 @@ TEST_P(RdmaBackends, ADroppedBufferFailsClearly) {
   set_rdma_backend(c.forced);
   RdmaBuffer b = holder(0).call_one(&Holder::expose, 4096, 1, c.kind).get();
   std::vector<std::byte> local(4096);
-  b.read_into(local.data(), local.size()).get();
+  finish(b.read_into(local.data(), local.size()));
   holder(0).call_one(&Holder::drop_own).get();
   EXPECT_THAT(error_of(b.read_into(local.data(), local.size())), HasSubstr("was dropped"));
   EXPECT_THAT(error_of(b.write_from(local.data(), local.size())), HasSubstr("was dropped"));
@@ -223,7 +234,7 @@ TEST_F(Rdma, SizesThatDoNotFitAreRefusedAtOnce) {
   EXPECT_THAT(error_of(b.write_from(local.data(), 10, 995)), HasSubstr("size() - offset"));
   EXPECT_THAT(error_of(b.read_into(local.data(), 1, 1000)), HasSubstr("does not fit"));
   EXPECT_THROW((void)b.read_into(nullptr, 10), UsageError);
-  b.read_into(local.data(), 0, 1000).get();  // empty, at the very end: fine
+  finish(b.read_into(local.data(), 0, 1000));  // empty, at the very end: fine
   b.drop().get();
 }
 
@@ -234,7 +245,7 @@ TEST_F(Rdma, TheOwnersOwnProcessCopiesLocally) {
   EXPECT_EQ(b.data(), mine.data());
   std::vector<std::byte> out(mine.size());
   EXPECT_EQ(rdma_backend(b, out.data()), RdmaBackend::local);
-  b.read_into(out.data(), out.size()).get();
+  finish(b.read_into(out.data(), out.size()));
   EXPECT_EQ(out, mine);
   b.drop().get();
   EXPECT_THAT(error_of(b.read_into(out.data(), out.size())), HasSubstr("was dropped"));
@@ -270,6 +281,16 @@ TEST_F(Rdma, AForcedBackendThatCannotServeSaysWhy) {
 
 // A stopped owner answers nothing: the transfer times out, with the bound in the message. A
 // mesh of its own, so that nothing else waits on the stopped process.
+/// Stops a child process and returns once every thread of it has stopped: a SIGSTOP takes hold
+/// only when a thread of the target next runs, and on a loaded machine its other threads may go
+/// on serving for a while. The stop stays reported (WNOWAIT) for whoever else waits.
+void stop_and_wait(int pid) {
+  ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+  siginfo_t info{};
+  ASSERT_EQ(::waitid(P_PID, static_cast<id_t>(pid), &info, WSTOPPED | WNOWAIT), 0);
+  ASSERT_EQ(info.si_code, CLD_STOPPED);
+}
+
 TEST(RdmaOwner, AnUnansweredTransferTimesOut) {
   for (RdmaBackend forced : {RdmaBackend::automatic, RdmaBackend::messages}) {
     set_rdma_backend(forced);
@@ -278,7 +299,7 @@ TEST(RdmaOwner, AnUnansweredTransferTimesOut) {
     RdmaBuffer b = h.call_one(&Holder::expose, 1 << 20, 1, Holder::user_memory).get();
     int pid = h.call_one(&Holder::pid).get();
     set_rdma_timeout(std::chrono::milliseconds(300));
-    ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+    stop_and_wait(pid);
     std::vector<std::byte> local(1 << 20);
     std::string error = error_of(b.read_into(local.data(), local.size()));
     ASSERT_EQ(::kill(pid, SIGCONT), 0);
@@ -287,6 +308,45 @@ TEST(RdmaOwner, AnUnansweredTransferTimesOut) {
     procs.stop().get();
   }
   set_rdma_backend(RdmaBackend::automatic);
+}
+
+// The owner stops (SIGSTOP) in the middle of a large transfer that its worker must serve: the
+// transfer fails at its timeout, and what the owner does once it runs again never reaches the
+// destination.
+TEST(RdmaOwner, AnOwnerStoppedMidTransferTimesOut) {
+  constexpr std::size_t n = std::size_t{128} << 20;
+  auto procs = this_host().spawn_procs({{"gpus", 1}});
+  auto h = procs.spawn<Holder>("stopped");
+  for (RdmaBackend forced : {RdmaBackend::automatic, RdmaBackend::messages}) {
+    set_rdma_backend(forced);
+    RdmaBuffer b = h.call_one(&Holder::expose, n, 1, Holder::user_memory).get();
+    const int pid = h.call_one(&Holder::pid).get();
+    std::vector<std::byte> local(n, std::byte{0});
+    set_rdma_timeout(std::chrono::milliseconds(500));
+    const std::uint64_t chunks = rdma_stats().chunks;
+    Future<void> f = b.read_into(local.data(), n);
+    // Stop the owner once the first chunk has landed: the transfer is under way.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (rdma_stats().chunks == chunks && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::yield();
+    }
+    ASSERT_GT(rdma_stats().chunks, chunks) << "no chunk landed in 30 s";
+    stop_and_wait(pid);
+    std::string error = error_of(std::move(f));  // a hang fails there with TimeoutError
+    const std::uint64_t sum = checksum(local.data(), n);
+    ASSERT_EQ(::kill(pid, SIGCONT), 0);
+    EXPECT_THAT(error, HasSubstr("timed out after 500 ms")) << to_string(forced);
+    // The owner serves what it was asked before it stopped, then this read: by then nothing of
+    // the failed transfer is left to land, and none of it landed in `local`.
+    set_rdma_timeout(std::chrono::seconds(30));
+    std::vector<std::byte> again(n);
+    finish(b.read_into(again.data(), n));
+    EXPECT_EQ(checksum(again.data(), n), expected(n, 1));
+    EXPECT_EQ(checksum(local.data(), n), sum) << to_string(forced);
+    b.drop().get();
+  }
+  set_rdma_backend(RdmaBackend::automatic);
+  procs.stop().get();
 }
 
 /// A mesh of its own, since this test kills its worker.
@@ -298,7 +358,7 @@ TEST(RdmaOwner, ADeadOwnerFailsTransfersInBoundedTime) {
       auto h = procs.spawn<Holder>("mortal");
       RdmaBuffer b = h.call_one(&Holder::expose, 1 << 20, 1, kind).get();
       std::vector<std::byte> local(1 << 20);
-      b.read_into(local.data(), local.size()).get();
+      finish(b.read_into(local.data(), local.size()));
       ASSERT_EQ(::kill(h.call_one(&Holder::pid).get(), SIGKILL), 0);
       auto t0 = std::chrono::steady_clock::now();
       std::string error = error_of(b.read_into(local.data(), local.size()));
@@ -357,17 +417,17 @@ TEST_F(Rdma, DeviceMemoryMovesThroughGpuIpcAndMessages) {
     std::vector<std::byte> host(n);
     EXPECT_EQ(rdma_backend(b, host.data()),
               forced == RdmaBackend::automatic ? RdmaBackend::gpu_ipc : RdmaBackend::messages);
-    b.read_into(host.data(), n).get();
+    finish(b.read_into(host.data(), n));
     EXPECT_EQ(checksum(host.data(), n), expected(n, 4));
     // Into this process's device memory, and back out with another pattern.
     void* dev = gpu::api().allocate(n);
-    b.read_into(dev, n).get();
+    finish(b.read_into(dev, n));
     std::vector<std::byte> back(n);
     gpu::api().copy(back.data(), dev, n);
     EXPECT_EQ(checksum(back.data(), n), expected(n, 4));
     fill(host.data(), n, 6);
     gpu::api().copy(dev, host.data(), n);
-    b.write_from(dev, n).get();
+    finish(b.write_from(dev, n));
     EXPECT_EQ(holder(0).call_one(&Holder::checksum_of_own).get(), expected(n, 6));
     gpu::api().free(dev);
     b.drop().get();

@@ -38,6 +38,10 @@ void Ucx::get(const std::string& /*worker*/, const std::string& /*rkey*/, std::u
               void* /*local*/, std::size_t /*size*/, Done /*done*/) {
   throw std::logic_error("no UCX in this build");
 }
+bool Ucx::mapped(const std::string& /*worker*/, const std::string& /*rkey*/,
+                 std::uint64_t /*remote*/) {
+  throw std::logic_error("no UCX in this build");
+}
 void Ucx::put(const std::string& /*worker*/, const std::string& /*rkey*/, std::uint64_t /*remote*/,
               const void* /*local*/, std::size_t /*size*/, Done /*done*/) {
   throw std::logic_error("no UCX in this build");
@@ -178,18 +182,6 @@ struct Ucx::Impl {
     }
   }
 
-  void close(const std::shared_ptr<Peer>& peer) const {
-    peer->rkeys.clear();
-    ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    ucs_status_ptr_t sp = ucp_ep_close_nbx(peer->ep, &p);
-    if (UCS_PTR_IS_PTR(sp)) {
-      while (ucp_request_check_status(sp) == UCS_INPROGRESS) ucp_worker_progress(worker);
-      ucp_request_free(sp);
-    }
-  }
-
   /// The endpoint to `worker` and the unpacked `rkey` on it, made on first use.
   std::pair<ucp_ep_h, std::shared_ptr<Key> > reach(const std::string& peer,
                                                    const std::string& rkey) {
@@ -266,7 +258,12 @@ Ucx::~Ucx() {
   impl_->stop = true;
   if (impl_->worker != nullptr) impl_->kick();
   if (impl_->progress.joinable()) impl_->progress.join();
-  for (auto& [addr, peer] : impl_->peers) impl_->close(peer);
+  // Keys go before the worker and its endpoints (ucp_worker_destroy closes those), except the
+  // keys of operations that never finished (their peer died): UCX frees those with the worker.
+  for (Pending* p : impl_->outstanding.live) {
+    if (p->key != nullptr) p->key->h = nullptr;
+  }
+  impl_->peers.clear();
   if (impl_->worker != nullptr) ucp_worker_destroy(impl_->worker);
   for (Pending* p : impl_->outstanding.live) delete p;  // NOLINT: never finished (peer died)
   if (impl_->context != nullptr) ucp_cleanup(impl_->context);
@@ -309,6 +306,12 @@ void Ucx::unmap(UcxRegion& region) {
   if (region.memh == nullptr) return;
   ucp_mem_unmap(impl_->context, static_cast<ucp_mem_h>(region.memh));
   region.memh = nullptr;
+}
+
+bool Ucx::mapped(const std::string& worker, const std::string& rkey, std::uint64_t remote) {
+  auto [ep, key] = impl_->reach(worker, rkey);
+  void* here = nullptr;
+  return ucp_rkey_ptr(key->h, remote, &here) == UCS_OK;
 }
 
 void Ucx::get(const std::string& worker, const std::string& rkey, std::uint64_t remote, void* local,

@@ -36,10 +36,15 @@ class Ucx {
   UcxRegion map(void* address, std::size_t size);
   void unmap(UcxRegion& region);
 
+  /// Whether UCX mapped the peer's memory under `rkey` into this process (memory UCX allocated,
+  /// on this host): a transfer is then a copy this process makes alone. Otherwise the owner's
+  /// worker serves it (or a NIC does), and it lasts as long as the owner takes.
+  bool mapped(const std::string& worker, const std::string& rkey, std::uint64_t remote);
+
   /// `done("")` on success, else `done(reason)`; on the progress thread or the caller's.
   using Done = std::function<void(const std::string& error)>;
   /// Copies `size` bytes at `remote` of the peer `worker` (with `rkey`) into `local`. Never
-  /// completes if the peer dies while its worker must help (user memory): see Ucx's comment.
+  /// completes if the peer dies or stops while its worker must help (not mapped()).
   void get(const std::string& worker, const std::string& rkey, std::uint64_t remote, void* local,
            std::size_t size, Done done);
   /// Copies `local` to the peer; done once the data is in the peer's memory.

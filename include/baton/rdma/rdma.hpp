@@ -61,14 +61,13 @@ class RdmaBuffer {
     std::string host;  // this host's identity: hostname and boot id
     std::int32_t pid = 0;
     bool device = false;
-    bool ucx_allocated = false;  // UCX's own memory: peers copy from it without the owner
-    std::uint64_t address = 0;   // in the owner's address space
-    std::string ucx_worker;      // empty: the owner has no UCX
+    std::uint64_t address = 0;  // in the owner's address space
+    std::string ucx_worker;     // empty: the owner has no UCX
     std::string rkey;
     gpu::IpcHandle ipc;
     template <class Ar>
     void serialize(Ar& ar) {
-      ar(id, size, host, pid, device, ucx_allocated, address, ucx_worker, rkey, ipc);
+      ar(id, size, host, pid, device, address, ucx_worker, rkey, ipc);
     }
   };
 
@@ -141,6 +140,9 @@ class RdmaBatch {
 /// Transfers this process started, by the backend that did them (for tests and diagnostics).
 struct RdmaStats {
   std::uint64_t local = 0, gpu_ipc = 0, ucx = 0, messages = 0;
+  /// Chunks (at most 4 MiB) moved in pieces: by the messages backend, and by UCX through staging
+  /// memory where the owner's worker must serve (memory UCX did not map here).
+  std::uint64_t chunks = 0;
 };
 RdmaStats rdma_stats();
 
