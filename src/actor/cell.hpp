@@ -192,6 +192,8 @@ class ProcState : public std::enable_shared_from_this<ProcState> {
   std::condition_variable idle_cv;
   std::size_t live = 0;  // cells not yet stopped or failed
   bool stopping = false;
+  std::vector<std::function<void()>> stop_hooks;  // run once, before any actor is told to stop
+  bool hooks_ran = false;
   std::atomic<bool> closed{false};
 
   // Links to procs in other processes (see remote.cpp); created on first serve() or connect().
@@ -199,6 +201,8 @@ class ProcState : public std::enable_shared_from_this<ProcState> {
   std::vector<std::unique_ptr<net::Listener>> listeners;  // one per serve()
   std::atomic<std::uint64_t> envelopes_sent{0};           // over links, by this proc
 
+  /// Runs the stop hooks, the first time only.
+  void run_stop_hooks();
   void cell_finished();
   void report_unhandled(const SupervisionEvent& ev);
   void report_undeliverable(const Undeliverable& u);

@@ -334,7 +334,25 @@ const ProcId& Proc::id() const {
   return state_->id;
 }
 
+void detail::ProcState::run_stop_hooks() {
+  std::vector<std::function<void()>> hooks;
+  {
+    std::lock_guard lock(mu);
+    if (hooks_ran) return;
+    hooks_ran = true;
+    hooks.swap(stop_hooks);
+  }
+  for (auto& h : hooks) h();
+}
+
+void detail::add_stop_hook(Proc& proc, std::function<void()> hook) {
+  auto& st = proc.state();
+  std::lock_guard lock(st.mu);
+  if (!st.hooks_ran) st.stop_hooks.push_back(std::move(hook));
+}
+
 void Proc::stop() {
+  state_->run_stop_hooks();
   std::vector<detail::CellPtr> roots;
   {
     std::lock_guard lock(state_->mu);
@@ -359,6 +377,7 @@ void Proc::stop() {
 }
 
 Future<void> detail::stop_all_but(Proc& proc, const ActorId& keep) {
+  proc.state().run_stop_hooks();
   std::vector<CellPtr> roots;
   {
     auto& st = proc.state();

@@ -13,6 +13,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <thread>
 #include <unordered_map>
 
@@ -44,6 +45,9 @@ namespace {
 
 constexpr std::size_t kChunk = std::size_t{4} << 20;  // messages backend: bytes per message
 constexpr std::size_t kWindow = 8;                    // and messages in flight per transfer
+// UCX through staging memory: bytes per operation, and operations in flight per transfer.
+constexpr std::size_t kUcxChunk = std::size_t{32} << 20;
+constexpr std::size_t kUcxWindow = 2;
 
 RdmaBackend backend_from_env() {
   const char* v = std::getenv("BATON_RDMA_BACKEND");
@@ -117,6 +121,8 @@ struct Region {
 };
 using RegionPtr = std::shared_ptr<Region>;
 
+/// The regions this process registered. A copy that touches one holds `use_` shared; removing
+/// one takes it alone, so drop() and a stopping proc wait for copies under way (R-4).
 class Registry {
  public:
   static Registry& get() {
@@ -132,26 +138,37 @@ class Registry {
     auto it = regions_.find(id);
     return it == regions_.end() ? nullptr : it->second;
   }
-  /// The region, checked to hold [offset, offset + size); throws what a peer should be told.
-  RegionPtr expect(std::uint64_t id, std::uint64_t offset, std::uint64_t size) const {
-    RegionPtr r = find(id);
-    if (r == nullptr) {
-      throw RdmaError("RdmaBuffer #" + std::to_string(id) +
-                      " was dropped (or never registered in this process): register the memory "
-                      "again and send the new handle");
-    }
-    if (offset > r->size || size > r->size - offset) {
-      throw RdmaError(fit_message(id, r->size, offset, size));
-    }
-    return r;
+  /// Checks that the region holds [offset, offset + size); throws what a peer should be told.
+  void expect(std::uint64_t id, std::uint64_t offset, std::uint64_t size) const {
+    std::shared_lock in_use(use_);
+    checked(id, offset, size);
   }
-  RegionPtr remove(std::uint64_t id) {
+  /// Runs `touch(region)` on the checked region, which stays registered meanwhile.
+  template <class F>
+  void use(std::uint64_t id, std::uint64_t offset, std::uint64_t size, F touch) const {
+    std::shared_lock in_use(use_);
+    touch(*checked(id, offset, size));
+  }
+  /// Unregisters `id` once no copy touches it; false if it was not registered. After the proc
+  /// began to stop, every region is gone already and that is no error.
+  bool remove(std::uint64_t id) {
+    RegionPtr r;
+    std::unique_lock alone(use_);
     std::lock_guard lock(mu_);
     auto it = regions_.find(id);
-    if (it == regions_.end()) return nullptr;
-    RegionPtr r = std::move(it->second);
+    if (it == regions_.end()) return stopping_;
+    r = std::move(it->second);
     regions_.erase(it);
-    return r;
+    return true;
+  }
+  /// The proc is stopping: its actors, which may own the memory, are about to go. Every region
+  /// is unregistered once no copy touches it; later transfers fail as dropped.
+  void close() {
+    std::unordered_map<std::uint64_t, RegionPtr> gone;
+    std::unique_lock alone(use_);
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    gone.swap(regions_);
   }
   std::uint64_t next_id() { return ++last_id_; }
 
@@ -163,8 +180,25 @@ class Registry {
   }
 
  private:
+  RegionPtr checked(std::uint64_t id, std::uint64_t offset, std::uint64_t size) const {
+    RegionPtr r = find(id);
+    if (r == nullptr) {
+      std::lock_guard lock(mu_);
+      throw RdmaError("RdmaBuffer #" + std::to_string(id) +
+                      (stopping_ ? " was dropped: its owner's proc is stopping"
+                                 : " was dropped (or never registered in this process): register "
+                                   "the memory again and send the new handle"));
+    }
+    if (offset > r->size || size > r->size - offset) {
+      throw RdmaError(fit_message(id, r->size, offset, size));
+    }
+    return r;
+  }
+
+  mutable std::shared_mutex use_;
   mutable std::mutex mu_;
   std::unordered_map<std::uint64_t, RegionPtr> regions_;
+  bool stopping_ = false;
   std::atomic<std::uint64_t> last_id_{0};
 };
 
@@ -180,18 +214,25 @@ class RdmaAgent : public Actor {
     Registry::get().expect(id, offset, size);
   }
   Bytes read(std::uint64_t id, std::uint64_t offset, std::uint64_t size) {
-    RegionPtr r = Registry::get().expect(id, offset, size);
-    if (!r->device) return Bytes::copy(r->data + offset, size);
-    std::vector<std::byte> staged(size);
-    gpu::api().copy(staged.data(), r->data + offset, size);
-    return Bytes::adopt(std::move(staged));
+    Bytes out;
+    Registry::get().use(id, offset, size, [&](const Region& r) {
+      if (!r.device) {
+        out = Bytes::copy(r.data + offset, size);
+        return;
+      }
+      std::vector<std::byte> staged(size);
+      gpu::api().copy(staged.data(), r.data + offset, size);
+      out = Bytes::adopt(std::move(staged));
+    });
+    return out;
   }
   void write(std::uint64_t id, std::uint64_t offset, const Bytes& data) {
-    RegionPtr r = Registry::get().expect(id, offset, data.size());
-    copy_any(r->data + offset, data.data(), data.size(), r->device);
+    Registry::get().use(id, offset, data.size(), [&](const Region& r) {
+      copy_any(r.data + offset, data.data(), data.size(), r.device);
+    });
   }
   void drop(std::uint64_t id) {
-    if (Registry::get().remove(id) == nullptr) {
+    if (!Registry::get().remove(id)) {
       throw RdmaError("RdmaBuffer #" + std::to_string(id) + " was already dropped");
     }
   }
@@ -209,7 +250,11 @@ ActorRef<RdmaAgent> agent() {
   static std::mutex mu;
   static ActorRef<RdmaAgent> ref;
   std::lock_guard lock(mu);
-  if (ref.id().proc.name.empty()) ref = Runtime::get().proc().spawn<RdmaAgent>("rdma");
+  if (ref.id().proc.name.empty()) {
+    Proc& proc = Runtime::get().proc();
+    detail::add_stop_hook(proc, [] { Registry::get().close(); });
+    ref = proc.spawn<RdmaAgent>("rdma");
+  }
   return ref;
 }
 
@@ -511,7 +556,7 @@ RdmaBackend choose(const RdmaBuffer& b, const void* local, bool* local_device) {
   return RdmaBackend::messages;
 }
 
-/// Staging memory for chunks, kChunk bytes each, kept for reuse: a fresh page costs far more to
+/// Staging memory for UCX chunks, kUcxChunk bytes each, kept for reuse: a fresh page costs more to
 /// touch than to copy.
 class Staging {
  public:
@@ -526,7 +571,7 @@ class Staging {
         pool->free_.pop_back();
       }
     }
-    if (p == nullptr) p = new std::byte[kChunk];  // NOLINT: owned by the slot's deleter
+    if (p == nullptr) p = new std::byte[kUcxChunk];  // NOLINT: owned by the slot's deleter
     return {p, [](std::byte* q) { pool->give_back(q); }};
   }
 
@@ -540,7 +585,7 @@ class Staging {
     lock.unlock();
     delete[] p;  // NOLINT: see take()
   }
-  static constexpr std::size_t kKept = 2 * kWindow;
+  static constexpr std::size_t kKept = kUcxWindow;
   std::mutex mu_;
   std::vector<std::byte*> free_;
 };
@@ -556,10 +601,11 @@ void ucx_part_done(const TransferPtr& op, const RdmaBuffer& b, bool guarded,
             });
 }
 
-/// Moves a transfer in chunks of at most kChunk bytes, kWindow of them in flight: through the
-/// owner's rdma actor (the messages backend), or through UCX into and out of staging memory of
-/// this process, for memory UCX cannot map here. Either way only guarded copies touch the
-/// caller's memory, so a transfer that fails or times out completes at once (R-2, R-3).
+/// Moves a transfer in chunks: through the owner's rdma actor (the messages backend: kChunk bytes,
+/// kWindow in flight), or through UCX into and out of staging memory of this process, for memory
+/// UCX cannot map here (kUcxChunk, kUcxWindow: larger, as each asks the owner's worker anew).
+/// Either way only guarded copies touch the caller's memory, so a transfer that fails or times out
+/// completes at once (R-2, R-3).
 struct Pump : std::enable_shared_from_this<Pump> {
   TransferPtr op;
   RdmaBuffer buffer;
@@ -571,7 +617,7 @@ struct Pump : std::enable_shared_from_this<Pump> {
   std::mutex mu;
 
   void start() {
-    for (std::size_t i = 0; i < kWindow; ++i) issue();
+    for (std::size_t i = 0; i < (ucx ? kUcxWindow : kWindow); ++i) issue();
   }
   void issue() {
     std::size_t at = 0;
@@ -580,7 +626,7 @@ struct Pump : std::enable_shared_from_this<Pump> {
       std::lock_guard lock(mu);
       if (next >= size || op->failed()) return;
       at = next;
-      len = std::min(kChunk, size - next);
+      len = std::min(ucx ? kUcxChunk : kChunk, size - next);
       next += len;
     }
     op->add(true);
@@ -733,13 +779,14 @@ Future<void> transfer(const RdmaBuffer& b, void* dst, const void* src, std::size
     case RdmaBackend::local: {
       ++settings().local;
       try {
-        RegionPtr r = Registry::get().expect(d.id, offset, size);
-        bool device = r->device || local_device;
-        if (reading) {
-          copy_any(dst, r->data + offset, size, device);
-        } else {
-          copy_any(r->data + offset, src, size, device);
-        }
+        Registry::get().use(d.id, offset, size, [&](const Region& r) {
+          const bool device = r.device || local_device;
+          if (reading) {
+            copy_any(dst, r.data + offset, size, device);
+          } else {
+            copy_any(r.data + offset, src, size, device);
+          }
+        });
         op->done(true);
       } catch (const std::exception& e) {
         op->done(true, e.what());
@@ -771,7 +818,15 @@ Future<void> transfer(const RdmaBuffer& b, void* dst, const void* src, std::size
       // The check comes first, as for gpu_ipc (R-4).
       check_then(op, b, offset, size, [op, b, d, dst, src, size, offset, reading] {
         auto* u = rdma_detail::Ucx::get();
-        if (!u->mapped(d.ucx_worker, d.rkey, d.address + offset)) {
+        bool mapped = false;
+        try {
+          mapped = u->mapped(d.ucx_worker, d.rkey, d.address + offset);
+        } catch (const std::exception& e) {  // e.g. the owner's shared memory is gone
+          op->add(true);
+          ucx_part_done(op, b, true, e.what());
+          return;
+        }
+        if (!mapped) {
           // The owner's worker must serve this one: in chunks through staging memory, so that
           // an owner that stops answering ends the transfer at its timeout (R-2, R-3).
           watch_owner(op, b);
@@ -915,6 +970,13 @@ Future<void> RdmaBuffer::drop() const {
   const auto& d = descriptor();
   auto op = std::make_shared<Transfer>("drop of RdmaBuffer #" + std::to_string(d.id));
   op->add(true);
+  if (d.pid == ::getpid() && d.host == host_identity()) {
+    // The owner's own process: at once, also while its proc stops and its rdma actor is gone.
+    const bool was = Registry::get().remove(d.id);
+    op->done(true,
+             was ? std::string() : "RdmaBuffer #" + std::to_string(d.id) + " was already dropped");
+    return op->future();
+  }
   when_done(owner_.call(&RdmaAgent::drop, d.id), *this, [op, d](const std::string& error) {
     forget_cached(d);
     op->done(true, error);

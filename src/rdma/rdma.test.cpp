@@ -349,6 +349,30 @@ TEST(RdmaOwner, AnOwnerStoppedMidTransferTimesOut) {
   procs.stop().get();
 }
 
+// A proc stops while transfers from its memory are queued at its rdma actor, and the actor that
+// owned the memory (and never dropped it) frees it as it stops: the proc unregisters every
+// region before any actor stops, so the transfers fail as dropped or lost, and the proc stops
+// cleanly instead of copying freed memory.
+TEST(RdmaOwner, AProcStoppingWithTransfersQueuedStopsCleanly) {
+  constexpr std::size_t n = std::size_t{32} << 20;
+  std::vector<std::byte> local(n);
+  set_rdma_backend(RdmaBackend::messages);  // transfers wait in the owner's rdma actor
+  for (int round = 0; round < 5; ++round) {
+    auto procs = this_host().spawn_procs({{"gpus", 1}});
+    auto h = procs.spawn<Holder>("leaky");
+    RdmaBuffer b = h.call_one(&Holder::expose, n, 1, Holder::user_memory).get();
+    Future<void> f = b.read_into(local.data(), n);
+    procs.stop().get();
+    try {
+      finish(std::move(f));
+    } catch (const RdmaError& e) {
+      // Not "cannot be reached": a proc that crashed on freed memory loses its link first.
+      EXPECT_THAT(std::string(e.what()), HasSubstr("was dropped: its owner's proc is stopping"));
+    }
+  }
+  set_rdma_backend(RdmaBackend::automatic);
+}
+
 /// A mesh of its own, since this test kills its worker.
 TEST(RdmaOwner, ADeadOwnerFailsTransfersInBoundedTime) {
   for (int kind : {Holder::user_memory, Holder::ucx_memory}) {

@@ -81,7 +81,20 @@ struct Outstanding {
   std::mutex mu;
   std::unordered_set<Pending*> live;
   std::atomic<int> count{0};
+  std::atomic<std::chrono::steady_clock::rep> changed{0};  // when one last started or ended
+
+  void touch() {
+    changed.store(std::chrono::steady_clock::now().time_since_epoch().count(),
+                  std::memory_order_relaxed);
+  }
+  std::chrono::steady_clock::time_point last_change() const {
+    return std::chrono::steady_clock::time_point(
+        std::chrono::steady_clock::duration(changed.load(std::memory_order_relaxed)));
+  }
 };
+
+/// Operations that moved nothing for this long no longer keep the progress thread spinning.
+constexpr std::chrono::seconds kStale{1};
 
 /// One operation's completion, handed to UCX as user data.
 struct Pending {
@@ -96,6 +109,7 @@ void finish(Pending* p, ucs_status_t status) {
     p->outstanding->live.erase(p);
   }
   p->outstanding->count.fetch_sub(1);
+  p->outstanding->touch();
   Ucx::Done done = std::move(p->done);
   delete p;  // NOLINT: owned by UCX's callback until here
   done(status == UCS_OK ? std::string() : ucs_error("UCX transfer failed", status));
@@ -167,18 +181,21 @@ struct Ucx::Impl {
         busy_until = Clock::now() + std::chrono::milliseconds(2);
         continue;
       }
-      // Spin while our own operations run, and a little after any activity: a peer's transfer
-      // through this worker comes in many pieces.
-      if (outstanding.count.load(std::memory_order_relaxed) > 0 || Clock::now() < busy_until) {
-        continue;
-      }
+      // Spin while our own operations run and a little after any activity (a transfer comes in
+      // many pieces); but not for operations that have not moved for a second: one whose peer
+      // died waits for ever, and must not cost a core. Then sleep until the worker's event fd
+      // wakes us, for 1 ms at most while operations wait (some of what they wait for, such as
+      // room in a peer's queue, signals nothing).
+      const auto now = Clock::now();
+      const bool waiting = outstanding.count.load(std::memory_order_relaxed) > 0;
+      if (now < busy_until || (waiting && now - outstanding.last_change() < kStale)) continue;
       if (efd < 0) {
         std::this_thread::sleep_for(std::chrono::microseconds(200));
         continue;
       }
       if (ucp_worker_arm(worker) == UCS_ERR_BUSY) continue;
       pollfd p{efd, POLLIN, 0};
-      ::poll(&p, 1, 100);
+      ::poll(&p, 1, waiting ? 1 : 100);
     }
   }
 
@@ -227,6 +244,7 @@ struct Ucx::Impl {
   Pending* pending(Done done, std::shared_ptr<Key> key) {
     auto* p = new Pending{std::move(done), &outstanding, std::move(key)};  // NOLINT: see finish()
     outstanding.count.fetch_add(1);
+    outstanding.touch();
     std::lock_guard lock(outstanding.mu);
     outstanding.live.insert(p);
     return p;

@@ -144,6 +144,9 @@ namespace detail {
 /// Stops every top-level actor of `proc` but `keep`, each after the messages already queued for
 /// it (their on_stop hooks run); the future completes when all have stopped.
 Future<void> stop_all_but(Proc& proc, const ActorId& keep);
+/// Runs `hook` when `proc` begins to stop, before any of its actors is told to (so before any
+/// of them is destroyed): for layers that serve memory the actors own.
+void add_stop_hook(Proc& proc, std::function<void()> hook);
 /// A port whose values become messages in an actor's mailbox.
 std::pair<PortId, PortSinkPtr> open_actor_port(Cell& cell,
                                                std::function<void(const Body&)> handler);

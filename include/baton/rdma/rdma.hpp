@@ -140,8 +140,8 @@ class RdmaBatch {
 /// Transfers this process started, by the backend that did them (for tests and diagnostics).
 struct RdmaStats {
   std::uint64_t local = 0, gpu_ipc = 0, ucx = 0, messages = 0;
-  /// Chunks (at most 4 MiB) moved in pieces: by the messages backend, and by UCX through staging
-  /// memory where the owner's worker must serve (memory UCX did not map here).
+  /// Chunks of transfers moved in pieces: by the messages backend (4 MiB), and by UCX through
+  /// staging memory (32 MiB) where the owner's worker must serve (memory UCX did not map here).
   std::uint64_t chunks = 0;
 };
 RdmaStats rdma_stats();
