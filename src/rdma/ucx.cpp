@@ -194,8 +194,11 @@ struct Ucx::Impl {
         continue;
       }
       if (ucp_worker_arm(worker) == UCS_ERR_BUSY) continue;
+      // So also for a second after activity: this worker may be serving a peer, and a reply
+      // waiting for room in the peer's queue is not signalled either.
+      const bool recent = now - busy_until < kStale;
       pollfd p{efd, POLLIN, 0};
-      ::poll(&p, 1, waiting ? 1 : 100);
+      ::poll(&p, 1, waiting || recent ? 1 : 100);
     }
   }
 

@@ -12,7 +12,7 @@
 // Backends, best first, chosen for each pair of memories:
 //   local     the owner's own process: a plain copy (or a device copy).
 //   gpu_ipc   device memory of a proc on this host, opened through the vendor's IPC handle.
-//   ucx       host memory, UCX one-sided RMA (shared memory or CMA on a host, verbs across).
+//   ucx       host memory, UCX RMA (shared memory on a host, verbs across).
 //   messages  chunks through the owner's rdma actor; works everywhere, for any memory.
 // BATON_RDMA_BACKEND=auto|ucx|gpu_ipc|messages (or set_rdma_backend) forces one; a forced
 // backend that cannot serve a transfer fails it with a message saying why.
@@ -21,9 +21,10 @@
 //   R-2 A transfer's future completes only once no byte of it will be written any more: the
 //       destination may be reused or freed as soon as it fails or succeeds.
 //   R-3 Errors come in bounded time, as RdmaError saying what to do: a size that does not fit,
-//       a dropped buffer, an owner that is gone, a transfer slower than the timeout.
+//       a dropped buffer, an owner that is gone or stopped, a transfer slower than the timeout.
 //   R-4 After drop() no transfer touches the region; the owner may free it once drop's future
-//       is done.
+//       is done. A proc that begins to stop drops every region first, before its actors stop.
+//       (A transfer its UCX worker serves, checked just before the drop, may still read it.)
 
 #include <cstddef>
 #include <cstdint>
