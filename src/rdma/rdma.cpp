@@ -13,6 +13,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <shared_mutex>
 #include <thread>
 #include <unordered_map>
@@ -601,6 +602,30 @@ void ucx_part_done(const TransferPtr& op, const RdmaBuffer& b, bool guarded,
             });
 }
 
+/// How long a UCX read of one chunk may go unanswered before it moves through messages.
+constexpr std::chrono::seconds kUcxStall{2};
+
+/// UCX workers that once left a read unanswered (see Pump::move_by_ucx).
+class StalledOwners {
+ public:
+  static StalledOwners& get() {
+    static StalledOwners s;
+    return s;
+  }
+  void add(const std::string& worker) {
+    std::lock_guard lock(mu_);
+    workers_.insert(worker);
+  }
+  bool contains(const std::string& worker) const {
+    std::lock_guard lock(mu_);
+    return workers_.count(worker) != 0;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::set<std::string> workers_;
+};
+
 /// Moves a transfer in chunks: through the owner's rdma actor (the messages backend: kChunk bytes,
 /// kWindow in flight), or through UCX into and out of staging memory of this process, for memory
 /// UCX cannot map here (kUcxChunk, kUcxWindow: larger, as each asks the owner's worker anew).
@@ -682,7 +707,10 @@ struct Pump : std::enable_shared_from_this<Pump> {
     Staging::Slot slot = Staging::take();
     // UCX ends on its progress thread; the rest runs on a worker thread. A chunk abandoned
     // with its transfer keeps its slot until UCX is done with it.
-    auto then = [self, slot, at, len](const std::string& error) {
+    // 0: under way, 1: UCX answered, 2: given up on (a read moved by messages instead).
+    auto state = std::make_shared<std::atomic<int>>(0);
+    auto then = [self, slot, at, len, state](const std::string& error) {
+      if (state->exchange(1) == 2) return;  // the slot goes back now
       Workers::get().post([self, slot, at, len, error] {
         if (error.empty() && self->dst != nullptr) {
           self->op->guarded([&] { std::memcpy(self->dst + at, slot.get(), len); });
@@ -693,6 +721,16 @@ struct Pump : std::enable_shared_from_this<Pump> {
       });
     };
     if (dst != nullptr) {
+      // Seen rarely with UCX 1.13 on a loaded host: a get its owner never answers, though the
+      // owner lives and answers messages. The chunk then moves through messages, and so does
+      // the owner's memory from then on. (Writes wait: a put that lands late would overwrite.)
+      Workers::get().at(std::chrono::steady_clock::now() + kUcxStall,
+                        [self, state, at, len, worker = d.ucx_worker] {
+                          int running = 0;
+                          if (!state->compare_exchange_strong(running, 2)) return;
+                          StalledOwners::get().add(worker);
+                          self->move_by_message(at, len);
+                        });
       u->get(d.ucx_worker, d.rkey, d.address + offset + at, slot.get(), len, then);
     } else if (op->guarded([&] { std::memcpy(slot.get(), src + at, len); })) {
       u->put(d.ucx_worker, d.rkey, d.address + offset + at, slot.get(), len, then);
@@ -837,7 +875,7 @@ Future<void> transfer(const RdmaBuffer& b, void* dst, const void* src, std::size
           pump->src = static_cast<const std::byte*>(src);
           pump->size = size;
           pump->offset = offset;
-          pump->ucx = true;
+          pump->ucx = !StalledOwners::get().contains(d.ucx_worker);
           pump->start();
           return;
         }
