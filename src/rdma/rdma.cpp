@@ -740,6 +740,18 @@ struct Pump : std::enable_shared_from_this<Pump> {
   }
 };
 
+std::shared_ptr<Pump> make_pump(const TransferPtr& op, const RdmaBuffer& b, void* dst,
+                                const void* src, std::size_t size, std::size_t offset) {
+  auto pump = std::make_shared<Pump>();
+  pump->op = op;
+  pump->buffer = b;
+  pump->dst = static_cast<std::byte*>(dst);
+  pump->src = static_cast<const std::byte*>(src);
+  pump->size = size;
+  pump->offset = offset;
+  return pump;
+}
+
 /// While a UCX transfer that needs the owner's help runs, asks every 250 ms whether the owner
 /// still answers: a dead owner will never finish it, so the transfer fails at once rather than
 /// at its timeout.
@@ -868,13 +880,7 @@ Future<void> transfer(const RdmaBuffer& b, void* dst, const void* src, std::size
           // The owner's worker must serve this one: in chunks through staging memory, so that
           // an owner that stops answering ends the transfer at its timeout.
           watch_owner(op, b);
-          auto pump = std::make_shared<Pump>();
-          pump->op = op;
-          pump->buffer = b;
-          pump->dst = static_cast<std::byte*>(dst);
-          pump->src = static_cast<const std::byte*>(src);
-          pump->size = size;
-          pump->offset = offset;
+          auto pump = make_pump(op, b, dst, src, size, offset);
           pump->ucx = !StalledOwners::get().contains(d.ucx_worker);
           pump->start();
           return;
@@ -897,13 +903,7 @@ Future<void> transfer(const RdmaBuffer& b, void* dst, const void* src, std::size
     }
     case RdmaBackend::messages: {
       ++settings().messages;
-      auto pump = std::make_shared<Pump>();
-      pump->op = op;
-      pump->buffer = b;
-      pump->dst = static_cast<std::byte*>(dst);
-      pump->src = static_cast<const std::byte*>(src);
-      pump->size = size;
-      pump->offset = offset;
+      auto pump = make_pump(op, b, dst, src, size, offset);
       pump->device = local_device;
       pump->start();
       op->done(true);
