@@ -402,7 +402,8 @@ TEST_F(RdmaOwner, ADeadOwnerFailsTransfersInBoundedTime) {
       std::printf("kind %d, %s: failed after %lld ms: %s\n", kind,
                   std::string(to_string(forced)).c_str(), static_cast<long long>(ms),
                   error.c_str());
-      EXPECT_THAT(error, HasSubstr("is gone")) << error;
+      // Which comes first, the watcher's report of the death or the link's end, is a race.
+      EXPECT_THAT(error, ::testing::AnyOf(HasSubstr("is gone"), HasSubstr("cannot be reached")));
       procs.stop().get();
     }
   }
