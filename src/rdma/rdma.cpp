@@ -184,7 +184,6 @@ class Registry {
   RegionPtr checked(std::uint64_t id, std::uint64_t offset, std::uint64_t size) const {
     RegionPtr r = find(id);
     if (r == nullptr) {
-      std::lock_guard lock(mu_);
       throw RdmaError("RdmaBuffer #" + std::to_string(id) +
                       (stopping_ ? " was dropped: its owner's proc is stopping"
                                  : " was dropped (or never registered in this process): register "
@@ -199,7 +198,7 @@ class Registry {
   mutable std::shared_mutex use_;
   mutable std::mutex mu_;
   std::unordered_map<std::uint64_t, RegionPtr> regions_;
-  bool stopping_ = false;
+  std::atomic<bool> stopping_{false};
   std::atomic<std::uint64_t> last_id_{0};
 };
 
@@ -591,10 +590,9 @@ class Staging {
   std::vector<std::byte*> free_;
 };
 
-/// Reports the end of a UCX part of `op`; a failure is explained by the owner if it is gone,
-/// else it is UCX's to tell.
-void ucx_part_done(const TransferPtr& op, const RdmaBuffer& b, bool guarded,
-                   const std::string& error) {
+/// Reports the end of a part of `op`; a failure is explained by the owner if it is gone (a UCX
+/// or IPC error says little about why), else the part's own error stands.
+void part_done(const TransferPtr& op, const RdmaBuffer& b, bool guarded, const std::string& error) {
   if (error.empty()) return op->done(guarded);
   when_done(b.owner().call(&RdmaAgent::check, b.descriptor().id, 0, 0), b,
             [op, guarded, error](const std::string& owner) {
@@ -667,9 +665,11 @@ struct Pump : std::enable_shared_from_this<Pump> {
   }
 
  private:
+  /// A chunk's end: the next one starts, or the transfer fails.
   void finished(const std::string& error) {
-    if (error.empty()) ++settings().chunks;
-    op->done(true, error);
+    if (!error.empty()) return op->done(true, error);
+    ++settings().chunks;
+    op->done(true);
     issue();
   }
   void move_by_message(std::size_t at, std::size_t len) {
@@ -705,22 +705,22 @@ struct Pump : std::enable_shared_from_this<Pump> {
     const auto& d = buffer.descriptor();
     auto* u = rdma_detail::Ucx::get();
     Staging::Slot slot = Staging::take();
-    // UCX ends on its progress thread; the rest runs on a worker thread. A chunk abandoned
-    // with its transfer keeps its slot until UCX is done with it.
     // 0: under way, 1: UCX answered, 2: given up on (a read moved by messages instead).
     auto state = std::make_shared<std::atomic<int>>(0);
+    // UCX ends on its progress thread; the rest runs on a worker thread. A chunk abandoned
+    // with its transfer keeps its slot until UCX is done with it.
     auto then = [self, slot, at, len, state](const std::string& error) {
       if (state->exchange(1) == 2) return;  // the slot goes back now
       Workers::get().post([self, slot, at, len, error] {
-        if (error.empty() && self->dst != nullptr) {
+        if (!error.empty()) return part_done(self->op, self->buffer, true, error);
+        if (self->dst != nullptr) {
           self->op->guarded([&] { std::memcpy(self->dst + at, slot.get(), len); });
         }
-        if (error.empty()) ++settings().chunks;
-        ucx_part_done(self->op, self->buffer, true, error);
-        if (error.empty()) self->issue();
+        self->finished({});
       });
     };
     if (dst != nullptr) {
+      u->get(d.ucx_worker, d.rkey, d.address + offset + at, slot.get(), len, then);
       // Seen rarely with UCX 1.13 on a loaded host: a get its owner never answers, though the
       // owner lives and answers messages. The chunk then moves through messages, and so does
       // the owner's memory from then on. (Writes wait: a put that lands late would overwrite.)
@@ -731,7 +731,6 @@ struct Pump : std::enable_shared_from_this<Pump> {
                           StalledOwners::get().add(worker);
                           self->move_by_message(at, len);
                         });
-      u->get(d.ucx_worker, d.rkey, d.address + offset + at, slot.get(), len, then);
     } else if (op->guarded([&] { std::memcpy(slot.get(), src + at, len); })) {
       u->put(d.ucx_worker, d.rkey, d.address + offset + at, slot.get(), len, then);
     } else {
@@ -773,25 +772,26 @@ void watch_owner(const std::weak_ptr<Transfer>& weak, const RdmaBuffer& b) {
 }
 
 /// Asks the owner whether [offset, offset + size) is still registered, then, unless the
-/// transfer failed meanwhile, runs `then` on a worker thread; what it throws fails the transfer.
+/// transfer failed meanwhile, runs `then` on a worker thread; what it throws fails the transfer
+/// (explained by the owner if it is gone).
 template <class F>
 void check_then(const TransferPtr& op, const RdmaBuffer& b, std::size_t offset, std::size_t size,
                 F then) {
   op->add(true);
   const auto& d = b.descriptor();
   when_done(b.owner().call(&RdmaAgent::check, d.id, offset, size), b,
-            [op, d, then = std::move(then)](const std::string& error) mutable {
+            [op, b, d, then = std::move(then)](const std::string& error) mutable {
               if (!error.empty()) {
                 if (dropped(error)) forget_cached(d);
               } else if (!op->failed()) {
                 op->add(true);  // held while `then` runs
-                Workers::get().post([op, then = std::move(then)]() mutable {
+                Workers::get().post([op, b, then = std::move(then)]() mutable {
                   try {
                     then();
-                    op->done(true);
                   } catch (const std::exception& e) {
-                    op->done(true, e.what());
+                    return part_done(op, b, true, e.what());
                   }
+                  op->done(true);
                 });
               }
               op->done(true, error);
@@ -868,15 +868,7 @@ Future<void> transfer(const RdmaBuffer& b, void* dst, const void* src, std::size
       // The check comes first, as for gpu_ipc (R-4).
       check_then(op, b, offset, size, [op, b, d, dst, src, size, offset, reading] {
         auto* u = rdma_detail::Ucx::get();
-        bool mapped = false;
-        try {
-          mapped = u->mapped(d.ucx_worker, d.rkey, d.address + offset);
-        } catch (const std::exception& e) {  // e.g. the owner's shared memory is gone
-          op->add(true);
-          ucx_part_done(op, b, true, e.what());
-          return;
-        }
-        if (!mapped) {
+        if (!u->mapped(d.ucx_worker, d.rkey, d.address + offset)) {
           // The owner's worker must serve this one: in chunks through staging memory, so that
           // an owner that stops answering ends the transfer at its timeout (R-2, R-3).
           watch_owner(op, b);
@@ -887,7 +879,7 @@ Future<void> transfer(const RdmaBuffer& b, void* dst, const void* src, std::size
         }
         // A copy this process makes alone, straight between the two memories.
         if (!op->start_unguarded()) return;
-        auto finished = [op, b](const std::string& error) { ucx_part_done(op, b, false, error); };
+        auto finished = [op, b](const std::string& error) { part_done(op, b, false, error); };
         try {
           if (reading) {
             u->get(d.ucx_worker, d.rkey, d.address + offset, dst, size, finished);
