@@ -184,10 +184,12 @@ class Registry {
   RegionPtr checked(std::uint64_t id, std::uint64_t offset, std::uint64_t size) const {
     RegionPtr r = find(id);
     if (r == nullptr) {
-      throw RdmaError("RdmaBuffer #" + std::to_string(id) +
-                      (stopping_ ? " was dropped: its owner's proc is stopping"
-                                 : " was dropped (or never registered in this process): register "
-                                   "the memory again and send the new handle"));
+      throw RdmaError(
+          "RdmaBuffer #" + std::to_string(id) +
+          (stopping_
+               ? " was dropped: its owner's proc is stopping; register the memory in a live proc"
+               : " was dropped (or never registered in this process): register "
+                 "the memory again and send the new handle"));
     }
     if (offset > r->size || size > r->size - offset) {
       throw RdmaError(fit_message(id, r->size, offset, size));
