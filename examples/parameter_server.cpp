@@ -67,18 +67,17 @@ class Server : public baton::Actor {
 class Worker : public baton::Actor {
  public:
   /// One step: pull the weights, compute this rank's gradient, push it into its slot.
-  double step(const Handles& h) {
+  baton::Task<double> step(Handles h) {
     const int rank = std::atoi(std::getenv("BATON_RANK"));
     auto t0 = std::chrono::steady_clock::now();
     w_.resize(kWeights);
     g_.resize(kWeights);
-    h.weights.read_into(w_.data(), kWeights * sizeof(float)).get();
+    co_await h.weights.read_into(w_.data(), kWeights * sizeof(float));
     for (std::size_t i = 0; i < kWeights; ++i) g_[i] = gradient(w_[i], i, rank);
-    h.gradients.at(static_cast<std::size_t>(rank))
-        .write_from(g_.data(), kWeights * sizeof(float))
-        .get();
+    co_await h.gradients.at(static_cast<std::size_t>(rank))
+        .write_from(g_.data(), kWeights * sizeof(float));
     std::chrono::duration<double, std::milli> ms = std::chrono::steady_clock::now() - t0;
-    return ms.count();
+    co_return ms.count();
   }
   static constexpr auto endpoints = baton::endpoints<&Worker::step>();
 

@@ -45,19 +45,19 @@ class Player : public baton::Actor {
     return mine_;
   }
   /// Reads the other player's buffer into local memory.
-  Result pull(const baton::RdmaBuffer& other) {
+  baton::Task<Result> pull(baton::RdmaBuffer other) {
     auto t0 = std::chrono::steady_clock::now();
-    other.read_into(scratch_.data(), other.size()).get();
+    co_await other.read_into(scratch_.data(), other.size());
     const double rate = gbps(other.size(), t0);
-    return {checksum(scratch_.data(), scratch_.size()), rate};
+    co_return Result{checksum(scratch_.data(), scratch_.size()), rate};
   }
   /// Writes a pattern from `seed` into the other player's buffer.
-  Result push(const baton::RdmaBuffer& other, int seed) {
+  baton::Task<Result> push(baton::RdmaBuffer other, int seed) {
     fill(scratch_.data(), scratch_.size(), seed);
     auto t0 = std::chrono::steady_clock::now();
-    other.write_from(scratch_.data(), other.size()).get();
+    co_await other.write_from(scratch_.data(), other.size());
     const double rate = gbps(other.size(), t0);
-    return {checksum(scratch_.data(), scratch_.size()), rate};
+    co_return Result{checksum(scratch_.data(), scratch_.size()), rate};
   }
   /// The checksum of this player's own buffer, as it is now.
   std::uint64_t own_checksum() {

@@ -28,6 +28,25 @@ ResumeContext*& current_resume_context() {
 Cell* current_cell() {
   return t_current_cell;
 }
+
+StrandPoster current_strand_poster() {
+  Cell* c = t_current_cell;
+  if (c == nullptr) return nullptr;
+  return [weak = c->weak_from_this()](std::function<void(bool)> fn) {
+    if (auto cell = weak.lock()) {
+      cell->post_continuation(std::move(fn));
+    } else {
+      fn(false);
+    }
+  };
+}
+
+void check_may_block(const char* what) {
+  if (t_current_cell == nullptr) return;
+  throw UsageError(std::string(what) + " inside actor " + t_current_cell->id().to_string() +
+                   " would block a thread of its proc (and can deadlock it): co_await the future "
+                   "in an endpoint that returns baton::Task<T>, or use then()");
+}
 const ActorId& cell_id(const Cell& c) {
   return c.id();
 }
@@ -209,6 +228,18 @@ void Cell::post_resume(std::coroutine_handle<> h) {
   schedule_if_idle();
 }
 
+std::weak_ptr<ResumeContext> Cell::weak_context() {
+  return std::static_pointer_cast<ResumeContext>(shared_from_this());
+}
+
+void Cell::post_continuation(std::function<void(bool)> fn) {
+  auto* m = new Message;
+  m->kind = Message::Kind::continuation;
+  m->sender = &id_;
+  m->x().later = std::move(fn);
+  enqueue(m);
+}
+
 void Cell::schedule_if_idle() {
   // The plain load spares a contended read-modify-write per message while the strand is busy.
   // It is safe: the push above and run()'s "clear flag, then look for work" are both seq_cst,
@@ -284,6 +315,7 @@ void Cell::trace(const Message& m) {
       ev.kind = TraceEvent::Kind::undeliverable;
       break;
     case Message::Kind::resume:
+    case Message::Kind::continuation:
       ev.kind = TraceEvent::Kind::resume;
       break;
   }
@@ -334,6 +366,9 @@ void Cell::handle(Message* raw) {
     case Message::Kind::resume:
       std::coroutine_handle<>::from_address(m->resume).resume();
       after_resume();
+      return;
+    case Message::Kind::continuation:
+      m->x().later(true);  // the continuation catches for itself: it fails its own future
       return;
     case Message::Kind::stop:
       do_stop(*m);
@@ -538,6 +573,9 @@ void Cell::bounce(Message& m) {
     case Message::Kind::child_failed:
       // The parent is gone too; the proc hears of it so nothing is silent.
       proc_->report_unhandled(*m.x().event);
+      return;
+    case Message::Kind::continuation:
+      m.x().later(false);
       return;
     case Message::Kind::construct:
     case Message::Kind::undeliverable:

@@ -23,9 +23,10 @@ struct MessageExtra {
   std::function<void()> thunk;  // port deliveries
   std::unique_ptr<SupervisionEvent> event;
   std::unique_ptr<Undeliverable> undeliverable;
-  std::shared_ptr<State<void>> stopped;  // completed when a stop finishes
-  std::uint64_t endpoint_id = 0;         // a call from another process, not yet resolved
-  ActorId remote_sender;                 // the sender of a message from another process
+  std::shared_ptr<State<void>> stopped;   // completed when a stop finishes
+  std::function<void(bool alive)> later;  // a continuation registered by then() (F-3)
+  std::uint64_t endpoint_id = 0;          // a call from another process, not yet resolved
+  ActorId remote_sender;                  // the sender of a message from another process
 };
 
 /// A stable address for an id, kept for the life of the process: local actors' and clients'
@@ -40,7 +41,8 @@ struct alignas(64) Message {
     stop,
     child_failed,
     undeliverable,
-    resume
+    resume,
+    continuation
   };
 
   std::atomic<Message*> next{nullptr};
@@ -119,6 +121,10 @@ class Cell final : public Runnable,
   void enqueue(Message* m);
   void run() override;
   void post_resume(std::coroutine_handle<> h) override;
+  std::weak_ptr<ResumeContext> weak_context() override;
+  /// Queues a continuation to run on this actor like a message (F-3); `fn(false)` runs instead
+  /// if the actor has ended.
+  void post_continuation(std::function<void(bool alive)> fn);
 
   void add_child(const CellPtr& child);
   /// Messages in the mailbox, not yet handled.

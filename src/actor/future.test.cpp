@@ -93,6 +93,54 @@ TEST(Future, EmptyFutureIsAUsageError) {
   EXPECT_THROW((void)f.ready(), UsageError);
 }
 
+TEST(Future, EveryContinuationOnCopiesRunsAndNoneMovesTheValueFromAnother) {  // F-1
+  Promise<std::vector<int>> p;
+  auto f = p.get_future();
+  auto g = f;  // a copy shares the result
+  std::vector<std::size_t> sizes;
+  auto a = Future<std::vector<int>>(f).then([&](std::vector<int> v) { sizes.push_back(v.size()); });
+  auto b = std::move(g).then([&](std::vector<int> v) { sizes.push_back(v.size()); });
+  auto c = Future<std::vector<int>>(f).then(
+      [&](const std::vector<int>& v) { sizes.push_back(v.size()); });
+  p.set_value(std::vector<int>{1, 2, 3});
+  EXPECT_TRUE(a.ready() && b.ready() && c.ready());
+  EXPECT_THAT(sizes, ::testing::ElementsAre(3U, 3U, 3U));
+  // A get() that consumes its copy leaves the others whole.
+  EXPECT_EQ(Future<std::vector<int>>(f).get().size(), 3U);
+  EXPECT_EQ(f.get().size(), 3U);
+}
+
+TEST(Future, TheLastReaderMayTakeTheValue) {  // F-1
+  Promise<std::vector<int>> p;
+  p.set_value(std::vector<int>(1000, 7));
+  auto f = p.get_future();
+  const int* before = f.get().data();
+  std::vector<int> taken = std::move(f).get();
+  EXPECT_EQ(taken.data(), before);  // moved, not copied: nobody else could read it
+}
+
+TEST(Future, GetWithTimeoutWorksOnATemporary) {
+  Promise<std::string> p;
+  p.set_value("now");
+  EXPECT_EQ(p.get_future().get(10ms), "now");
+  Promise<int> never;
+  EXPECT_THROW((void)never.get_future().get(1ms), TimeoutError);
+}
+
+TEST(Future, CoAwaitingACopyLeavesTheOriginalWhole) {  // F-1
+  Promise<std::string> p;
+  auto f = p.get_future();
+  auto task = [](Future<std::string>& src) -> Task<std::size_t> {
+    std::string s = co_await src;  // an lvalue: awaits a copy
+    co_return s.size();
+  }(f);
+  task.start(nullptr, nullptr);
+  p.set_value("payload");
+  ASSERT_TRUE(task.done());
+  EXPECT_EQ(task.take(), 7U);
+  EXPECT_EQ(f.get(), "payload");
+}
+
 Task<int> add_later(Future<int> a, int b) {
   co_return co_await std::move(a) + b;
 }

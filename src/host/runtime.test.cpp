@@ -73,9 +73,9 @@ class TcpPeer : public Actor {
  public:
   std::string serve_tcp() { return proc().serve(Address::parse("tcp://127.0.0.1:0")).to_string(); }
   int value() { return 42; }
-  int call_over_tcp(const ActorRef<TcpPeer>& other, const std::string& address) {
+  Task<int> call_over_tcp(ActorRef<TcpPeer> other, std::string address) {
     proc().connect(other.id().proc, Address::parse(address));
-    return other.call(&TcpPeer::value).get();  // a worker thread waits; fine in a test
+    co_return co_await other.call(&TcpPeer::value);
   }
   static constexpr auto endpoints =
       baton::endpoints<&TcpPeer::serve_tcp, &TcpPeer::value, &TcpPeer::call_over_tcp>();

@@ -163,11 +163,11 @@ class Leaf : public Actor {
 class Mid : public Actor {
  public:
   Mid(bool handle, Port<std::string> report) : handle_(handle), report_(std::move(report)) {}
-  std::vector<int> start(int n) {
+  Task<std::vector<int>> start(int n) {
     procs_.emplace(this_host().spawn_procs({{"leaves", static_cast<std::size_t>(n)}}));
     leaves_ = procs_->spawn<Leaf>("leaf");
-    pids_ = leaves_.call(&Leaf::pid).get().values();
-    return pids_;
+    pids_ = (co_await leaves_.call(&Leaf::pid)).values();
+    co_return pids_;
   }
   int alive() { return 1; }
   int pid() { return static_cast<int>(::getpid()); }

@@ -460,7 +460,7 @@ void when_done(Future<T> f, const RdmaBuffer& buffer, F then) {
   const auto& state = f.state();
   state->on_ready([state, buffer, then = std::move(then)]() mutable {
     try {
-      Future<T>(state).get();
+      state->value();  // ready: no wait (and none allowed on an actor thread)
     } catch (...) {
       then(reason(std::current_exception(), buffer));
       return;
@@ -683,7 +683,7 @@ struct Pump : std::enable_shared_from_this<Pump> {
       state->on_ready([self, state, at, len] {
         std::string error;
         try {
-          Bytes b = Future<Bytes>(state).get();
+          Bytes b = state->value();
           if (b.size() != len) throw RdmaError("short chunk");
           self->op->guarded([&] { copy_any(self->dst + at, b.data(), len, self->device); });
         } catch (...) {
@@ -1057,7 +1057,7 @@ Future<void> RdmaBatch::submit() {
     state->on_ready([all, state] {
       std::string error;
       try {
-        Future<void>(state).get();
+        state->value();
       } catch (const std::exception& e) {
         error = e.what();
       }

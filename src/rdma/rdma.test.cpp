@@ -80,12 +80,13 @@ class Holder : public Actor {
     }
     return checksum(v.data(), v.size());
   }
-  void drop_own() { buf_.drop().get(); }
-  /// Reads another proc's buffer into this process and returns its checksum.
-  std::uint64_t pull(const RdmaBuffer& b) {
+  Task<void> drop_own() { co_await buf_.drop(); }
+  /// Reads another proc's buffer into this process and returns its checksum. The transfer's
+  /// own timeout bounds the wait.
+  Task<std::uint64_t> pull(RdmaBuffer b) {
     std::vector<std::byte> v(b.size());
-    finish(b.read_into(v.data(), v.size()));
-    return checksum(v.data(), v.size());
+    co_await b.read_into(v.data(), v.size());
+    co_return checksum(v.data(), v.size());
   }
   int backend_for(const RdmaBuffer& b) {
     std::vector<std::byte> v(1);

@@ -2,7 +2,17 @@
 
 // Future<T>: the result of a call. Block with get(), bound the wait with get(timeout) (throws
 // TimeoutError and stays usable), chain with then(), or co_await it inside a Task.
+//
+// Invariants (tests cite them):
+//   F-1 copies of a future share one result; every continuation registered on any of them runs
+//       exactly once, none is dropped, and none moves the value from under another holder;
+//   F-2 inside an actor, get() and wait() throw UsageError: a blocking wait there holds a thread
+//       of the proc's pool and can deadlock it (co_await the future, or use then());
+//   F-3 a continuation registered by then() inside an actor runs on that actor, one message at a
+//       time like its endpoints; registered elsewhere it runs on the thread that completes the
+//       future (at once if it is already complete).
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <coroutine>
@@ -14,6 +24,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "baton/actor/errors.hpp"
 #include "baton/wire/archive.hpp"
@@ -31,6 +42,8 @@ namespace detail {
 class ResumeContext {
  public:
   virtual void post_resume(std::coroutine_handle<> h) = 0;
+  /// A weak reference to this context, so a late completion never touches an ended actor.
+  virtual std::weak_ptr<ResumeContext> weak_context() = 0;
 
  protected:
   ~ResumeContext() = default;
@@ -38,6 +51,15 @@ class ResumeContext {
 
 /// The context of the actor running on this thread, or nullptr outside actors.
 ResumeContext*& current_resume_context();
+
+/// Runs `fn(true)` on the strand of the actor running on this thread when the returned poster is
+/// called, or `fn(false)` on the calling thread if that actor has ended by then. Empty outside
+/// actors.
+using StrandPoster = std::function<void(std::function<void(bool alive)> fn)>;
+StrandPoster current_strand_poster();
+
+/// F-2: throws UsageError if the calling thread runs an actor. `what` names the call.
+void check_may_block(const char* what);
 
 /// Shared state of a future, type-erased so replies can complete it from bytes.
 class StateBase {
@@ -48,6 +70,7 @@ class StateBase {
     std::lock_guard lock(mu_);
     return ready_;
   }
+  /// Blocks until ready; for the runtime (Future::wait() adds the F-2 check).
   void wait() const {
     std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return ready_; });
@@ -72,6 +95,7 @@ class StateBase {
   /// Completes the state from a serialized reply (decoding errors fail the future).
   virtual void set_body(const Body& body) = 0;
   /// Runs `cb` once the state is ready (at once if it already is), on the completing thread.
+  /// Every callback registered runs, in the order registered (F-1).
   void on_ready(std::function<void()> cb) {
     std::unique_lock lock(mu_);
     if (ready_) {
@@ -79,7 +103,11 @@ class StateBase {
       cb();
       return;
     }
-    callback_ = std::move(cb);
+    if (!callback_) {
+      callback_ = std::move(cb);
+    } else {
+      more_callbacks_.push_back(std::move(cb));
+    }
   }
   std::exception_ptr error() const {
     std::lock_guard lock(mu_);
@@ -91,16 +119,69 @@ class StateBase {
     ready_ = true;
     auto cb = std::move(callback_);
     callback_ = nullptr;
+    auto more = std::move(more_callbacks_);
     lock.unlock();
     cv_.notify_all();
     if (cb) cb();
+    for (auto& c : more) c();
   }
 
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   bool ready_ = false;
   std::exception_ptr error_;
-  std::function<void()> callback_;
+  std::function<void()> callback_;  // the first; most futures have one
+  std::vector<std::function<void()>> more_callbacks_;
+
+ public:
+  /// Futures and continuations that may read the value (see Reader); F-1 lets one move it out
+  /// only while it is the sole reader.
+  std::atomic<int> readers{0};
+};
+
+/// A counted reader of a state: what a Future holds, and what a continuation holds once the
+/// future is consumed, so the last reader alone may move the value out (F-1).
+template <class S>
+class Reader {
+ public:
+  Reader() = default;
+  explicit Reader(std::shared_ptr<S> s) : s_(std::move(s)) { acquire(); }
+  Reader(const Reader& o) : s_(o.s_) { acquire(); }
+  Reader(Reader&& o) noexcept : s_(std::move(o.s_)) {}
+  Reader& operator=(const Reader& o) {
+    if (this != &o) {
+      release();
+      s_ = o.s_;
+      acquire();
+    }
+    return *this;
+  }
+  Reader& operator=(Reader&& o) noexcept {
+    if (this != &o) {
+      release();
+      s_ = std::move(o.s_);
+    }
+    return *this;
+  }
+  ~Reader() { release(); }
+
+  S* get() const { return s_.get(); }
+  S* operator->() const { return s_.get(); }
+  S& operator*() const { return *s_; }
+  const std::shared_ptr<S>& ptr() const { return s_; }
+  explicit operator bool() const { return s_ != nullptr; }
+  /// True if no other reader shares the state.
+  bool sole() const { return s_->readers.load(std::memory_order_acquire) == 1; }
+
+ private:
+  void acquire() {
+    if (s_) s_->readers.fetch_add(1, std::memory_order_acq_rel);
+  }
+  void release() {
+    if (s_) s_->readers.fetch_sub(1, std::memory_order_acq_rel);
+    s_.reset();
+  }
+  std::shared_ptr<S> s_;
 };
 
 template <class T>
@@ -124,6 +205,14 @@ class State final : public StateBase {
     std::lock_guard lock(mu_);
     if (error_) std::rethrow_exception(error_);
     return *value_;
+  }
+  /// The value for a holder that may consume it: moved out when `sole` (nobody else can see
+  /// the state), else copied (F-1). Requires ready().
+  T take(bool sole) {
+    if constexpr (std::is_copy_constructible_v<T>) {
+      if (!sole) return value();
+    }
+    return std::move(value());
   }
 
  private:
@@ -149,6 +238,7 @@ class State<void> final : public StateBase {
     std::lock_guard lock(mu_);
     if (error_) std::rethrow_exception(error_);
   }
+  void take(bool) { value(); }
 };
 
 template <class T>
@@ -166,48 +256,55 @@ class Future {
   Future() = default;
   explicit Future(std::shared_ptr<detail::State<T>> state) : state_(std::move(state)) {}
 
-  bool valid() const { return state_ != nullptr; }
+  bool valid() const { return static_cast<bool>(state_); }
   bool ready() const { return check().ready(); }
-  void wait() const { check().wait(); }
+  /// Blocks until the result is there. Inside an actor: UsageError (F-2).
+  void wait() const {
+    detail::check_may_block("Future::wait()");
+    check().wait();
+  }
 
-  /// Blocks until the result is there; rethrows a remote failure.
+  /// Blocks until the result is there; rethrows a remote failure. Inside an actor: UsageError
+  /// (F-2; co_await the future instead).
   decltype(auto) get() & {
+    detail::check_may_block("Future::get()");
     check().wait();
     return state_->value();
   }
-  /// Blocks until the result is there and moves it out.
+  /// Blocks until the result is there and returns it (moved out unless a copy of this future
+  /// still shares it).
   T get() && {
+    detail::check_may_block("Future::get()");
     check().wait();
-    if constexpr (std::is_void_v<T>) {
-      state_->value();
-    } else {
-      return std::move(state_->value());
-    }
+    return take();
   }
   /// Like get(), but throws TimeoutError after `timeout`; the future stays usable.
   template <class Rep, class Period>
   decltype(auto) get(std::chrono::duration<Rep, Period> timeout) & {
-    if (!check().wait_for(timeout)) {
-      throw TimeoutError(
-          "no result within " +
-          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count()) +
-          " ms; the future is still usable: call get() again to keep waiting");
-    }
+    wait_or_throw(timeout);
     return state_->value();
   }
+  /// Like get() on a temporary (`mesh.call(...).get(5s)`), but throws TimeoutError after
+  /// `timeout`.
+  template <class Rep, class Period>
+  T get(std::chrono::duration<Rep, Period> timeout) && {
+    wait_or_throw(timeout);
+    return take();
+  }
 
-  /// Runs `f(value)` when the result arrives, on the completing thread; a failure skips `f`
-  /// and fails the returned future. Consumes this future.
+  /// Runs `f(value)` when the result arrives (F-3: on this actor's strand when called inside
+  /// an actor, else on the completing thread); a failure skips `f` and fails the returned
+  /// future. Consumes this future; copies of it may register continuations of their own (F-1).
   template <class F>
   auto then(F f) && {
     using R =
         std::conditional_t<std::is_void_v<T>, std::invoke_result<F>, std::invoke_result<F, T>>;
     using U = typename R::type;
     auto next = std::make_shared<detail::State<U>>();
-    auto state = std::move(state_);
-    check_state(state.get());
-    auto* raw = state.get();
-    raw->on_ready([state = std::move(state), next, f = std::move(f)]() mutable {
+    check_state(state_.get());
+    auto* raw = state_.get();
+    // The continuation takes this future's place as a reader (F-1).
+    auto run = [state = std::move(state_), next, f = std::move(f)]() mutable {
       try {
         if constexpr (std::is_void_v<T>) {
           state->value();
@@ -218,50 +315,61 @@ class Future {
             next->set_value(f());
           }
         } else {
+          auto v = state->take(state.sole());
           if constexpr (std::is_void_v<U>) {
-            f(std::move(state->value()));
+            f(std::move(v));
             next->set_value();
           } else {
-            next->set_value(f(std::move(state->value())));
+            next->set_value(f(std::move(v)));
           }
         }
       } catch (...) {
         next->set_exception(std::current_exception());
       }
-    });
+    };
+    detail::StrandPoster post = detail::current_strand_poster();
+    if (!post) {
+      raw->on_ready(std::move(run));
+    } else {
+      raw->on_ready([post = std::move(post), run = std::move(run), next]() mutable {
+        post([run = std::move(run), next](bool alive) mutable {
+          if (alive) {
+            run();
+          } else {
+            next->set_exception(std::make_exception_ptr(SupervisionError(
+                "the actor that registered this continuation ended before it could run")));
+          }
+        });
+      });
+    }
     return Future<U>(std::move(next));
   }
 
   /// Awaiting a future inside an actor resumes on that actor's strand.
   auto operator co_await() && {
     struct Awaiter {
-      std::shared_ptr<detail::State<T>> state;
+      detail::Reader<detail::State<T>> state;
       bool await_ready() const { return state->ready(); }
       void await_suspend(std::coroutine_handle<> h) {
         detail::ResumeContext* ctx = detail::current_resume_context();
-        state->on_ready([h, ctx] {
-          if (ctx != nullptr) {
-            ctx->post_resume(h);
-          } else {
-            h.resume();
-          }
+        if (ctx == nullptr) {
+          state->on_ready([h] { h.resume(); });
+          return;
+        }
+        state->on_ready([h, weak = ctx->weak_context()] {
+          // An actor that is gone destroyed the suspended frame with its task: nothing to do.
+          if (auto c = weak.lock()) c->post_resume(h);
         });
       }
-      T await_resume() {
-        if constexpr (std::is_void_v<T>) {
-          state->value();
-        } else {
-          return std::move(state->value());
-        }
-      }
+      T await_resume() { return state->take(state.sole()); }
     };
     check();
     return Awaiter{std::move(state_)};
   }
-  auto operator co_await() & { return Future(state_).operator co_await(); }
+  auto operator co_await() & { return Future(*this).operator co_await(); }
 
   /// The shared state, for the runtime.
-  const std::shared_ptr<detail::State<T>>& state() const { return state_; }
+  const std::shared_ptr<detail::State<T>>& state() const { return state_.ptr(); }
 
  private:
   static void check_state(const void* s) {
@@ -271,8 +379,19 @@ class Future {
     check_state(state_.get());
     return *state_;
   }
+  template <class Rep, class Period>
+  void wait_or_throw(std::chrono::duration<Rep, Period> timeout) const {
+    detail::check_may_block("Future::get(timeout)");
+    if (!check().wait_for(timeout)) {
+      throw TimeoutError(
+          "no result within " +
+          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count()) +
+          " ms; the future is still usable: call get() again to keep waiting");
+    }
+  }
+  T take() { return state_->take(state_.sole()); }
 
-  std::shared_ptr<detail::State<T>> state_;
+  detail::Reader<detail::State<T>> state_;
 };
 
 template <class T>
@@ -290,6 +409,16 @@ class Promise {
  private:
   std::shared_ptr<detail::State<T>> state_;
 };
+
+namespace detail {
+/// Blocks for `f`'s value even on an actor's thread: for the runtime's own paths that still wait
+/// inside actors (a spawn from an endpoint), never for user code (F-2).
+template <class T>
+T block_on(const Future<T>& f) {
+  f.state()->wait();
+  return f.state()->take(false);
+}
+}  // namespace detail
 
 /// A future that is already complete.
 template <class T>

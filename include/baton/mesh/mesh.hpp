@@ -544,7 +544,7 @@ class ProcMesh {
     std::vector<ActorRef<A>> refs;
     refs.reserve(size());
     for (std::size_t r = 0; r < size(); ++r) {
-      ActorId id = std::move(ids[r]).get();
+      ActorId id = detail::block_on(ids[r]);
       auto cell = detail::resolve_actor(id);
       refs.emplace_back(std::move(id), std::move(cell));
     }
