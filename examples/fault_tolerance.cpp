@@ -35,7 +35,7 @@ class Trainer : public baton::Actor {
   static constexpr auto endpoints = baton::endpoints<&Trainer::step, &Trainer::pid>();
 
  private:
-  static int rank() { return std::atoi(std::getenv("BATON_RANK")); }
+  int rank() const { return static_cast<int>(context().rank); }
   int step_;
 };
 

@@ -68,7 +68,7 @@ class Worker : public baton::Actor {
  public:
   /// One step: pull the weights, compute this rank's gradient, push it into its slot.
   baton::Task<double> step(Handles h) {
-    const int rank = std::atoi(std::getenv("BATON_RANK"));
+    const auto rank = static_cast<int>(context().rank);
     auto t0 = std::chrono::steady_clock::now();
     w_.resize(kWeights);
     g_.resize(kWeights);

@@ -21,7 +21,7 @@ class Pinger : public baton::Actor {
  public:
   /// Hits the ball back and forth `rounds` times with the ponger of the same index.
   baton::Task<int> rally(baton::ActorMesh<Ponger> pongers, int rounds) {
-    const auto me = static_cast<std::size_t>(std::atoi(std::getenv("BATON_RANK")));
+    const std::size_t me = context().rank;
     auto partner = pongers.slice("side", me % pongers.size());
     int ball = 0;
     for (int i = 0; i < rounds; ++i) ball = co_await partner.call_one(&Ponger::pong, ball) + 1;

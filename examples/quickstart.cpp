@@ -6,6 +6,7 @@
 
 #include <baton/baton.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -27,7 +28,7 @@ class Trainer : public baton::Actor {
   static constexpr auto endpoints = baton::endpoints<&Trainer::train, &Trainer::where>();
 
  private:
-  static int rank() { return std::atoi(std::getenv("BATON_RANK")); }
+  int rank() const { return static_cast<int>(context().rank); }
   double loss_;
 };
 
@@ -41,9 +42,23 @@ int main(int argc, char** argv) {
     std::printf("%s: %s\n", point.to_string().c_str(), where.c_str());
   }
 
+  // What each rank's loss must be: it starts at 1 + (seed + rank) % 7 and loses 10% a step.
+  const auto expected = [](std::size_t rank, int steps) {
+    double l = 1.0 + static_cast<double>((42 + rank) % 7);
+    for (int i = 0; i < steps; ++i) l *= 0.9;
+    return l;
+  };
+  const auto check = [](const char* what, double got, double want) {
+    if (std::fabs(got - want) > 1e-9) {
+      std::printf("wrong %s: %.6f, expected %.6f\n", what, got, want);
+      std::exit(1);
+    }
+  };
+
   baton::ValueMesh<double> loss = trainers.call(&Trainer::train, 0).get();
   for (const auto& [point, value] : loss.items()) {
     std::printf("step 0 %s loss %.4f\n", point.to_string().c_str(), value);
+    check("loss after step 0", value, expected(point.rank, 1));
   }
 
   trainers.slice("gpus", 0, 2).broadcast(&Trainer::train, 1);
@@ -51,6 +66,9 @@ int main(int argc, char** argv) {
   std::printf("after a step on gpus 0..1 only: losses");
   for (double v : loss.values()) std::printf(" %.4f", v);
   std::printf("\n");
+  for (std::size_t r = 0; r < loss.size(); ++r) {
+    check("loss after the sliced step", loss[r], expected(r, r < 2 ? 3 : 2));
+  }
 
   bool failed_loudly = false;
   try {

@@ -10,7 +10,7 @@
 
 class Shard : public baton::Actor {
  public:
-  Shard() : rank_(std::atoi(std::getenv("BATON_RANK"))) {}
+  Shard() : rank_(static_cast<int>(context().rank)) {}
   int rank() { return rank_; }
   double loss(int step) { return 1.0 / (1 + rank_ + step); }
   std::string tag() { return "s" + std::to_string(rank_); }

@@ -50,6 +50,9 @@ void check_may_block(const char* what) {
 const ActorId& cell_id(const Cell& c) {
   return c.id();
 }
+const ActorContext& cell_context(const Cell& c) {
+  return c.context();
+}
 CellPtr cell_ptr(Cell& c) {
   return c.shared_from_this();
 }
@@ -167,7 +170,25 @@ Cell::Cell(std::shared_ptr<ProcState> proc, const ActorId& id, Cell* parent,
     : proc_(std::move(proc)),
       id_(intern_id(id)),
       parent_(parent),
-      supervisor_(std::move(supervisor)) {}
+      supervisor_(std::move(supervisor)) {
+  context_.id = id_;
+  if (supervisor_ && supervisor_->rank >= 0) {
+    context_.mesh = supervisor_->mesh;
+    context_.rank = static_cast<std::size_t>(supervisor_->rank);
+    context_.shape = supervisor_->shape;
+    if (context_.rank < context_.shape.len()) context_.point = context_.shape.point(context_.rank);
+    context_.proc_point = supervisor_->proc_point;
+    context_.proc_rank = context_.proc_point.rank;
+  } else if (parent_ != nullptr) {
+    // A child runs in its parent's proc: it inherits where that proc sits.
+    context_.proc_point = parent_->context_.proc_point;
+    context_.proc_rank = parent_->context_.proc_rank;
+  }
+  const auto& labels = context_.proc_point.labels;
+  for (std::size_t d = 0; d < labels.size(); ++d) {
+    if (labels[d] == "gpus") context_.gpu = context_.proc_point.coords[d];
+  }
+}
 
 Cell::~Cell() = default;
 

@@ -113,6 +113,7 @@ class Cell final : public Runnable,
   ~Cell();
 
   const ActorId& id() const { return id_; }
+  const ActorContext& context() const { return context_; }
   ProcState& proc() const { return *proc_; }
   Cell* parent() const { return parent_; }
   Status status() const { return status_.load(std::memory_order_acquire); }
@@ -153,6 +154,7 @@ class Cell final : public Runnable,
   const ActorId& id_;  // interned
   Cell* parent_;       // parents outlive children: the proc's table keeps every cell
   std::optional<Supervisor> supervisor_;  // for a top-level actor of a mesh
+  ActorContext context_;
   std::unique_ptr<Actor> actor_;
   const ActorTypeInfo* type_ = nullptr;
 

@@ -452,9 +452,15 @@ bool StreamQueue::deliver(const Body& body) {
   return true;
 }
 
-CastItem StreamQueue::pop() {
+std::optional<CastItem> StreamQueue::pop(
+    std::optional<std::chrono::steady_clock::time_point> deadline) {
   std::unique_lock lock(mu_);
-  cv_.wait(lock, [&] { return head_ < q_.size(); });
+  const auto have = [&] { return head_ < q_.size(); };
+  if (!deadline) {
+    cv_.wait(lock, have);
+  } else if (!cv_.wait_until(lock, *deadline, have)) {
+    return std::nullopt;
+  }
   return std::move(q_[head_++]);
 }
 

@@ -10,6 +10,9 @@
 #include <numeric>
 #include <set>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "baton/baton.hpp"
 
 namespace baton {
@@ -18,13 +21,12 @@ namespace {
 using ::testing::HasSubstr;
 using namespace std::chrono_literals;
 
-int my_rank() {
-  return std::atoi(std::getenv("BATON_RANK"));
-}
-
 class Counter : public Actor {
  public:
   explicit Counter(int start) : value_(start) {}
+  /// The rank of this member's proc in the proc mesh (not in this actor mesh, which may be a
+  /// slice of it).
+  int my_rank() const { return static_cast<int>(context().proc_rank); }
   void incr(int by) { value_ += by; }
   int value() { return value_; }
   int rank() { return my_rank(); }
@@ -55,6 +57,34 @@ class Relay : public Actor {
   Task<int> ask(ActorRef<Counter> other) { co_return co_await other.call(&Counter::value) + 1; }
   static constexpr auto endpoints =
       baton::endpoints<&Relay::sum_values, &Relay::total, &Relay::bump, &Relay::ask>();
+};
+
+/// Tells what it knows of where it is, from its context (never from the environment).
+class Whereabouts : public Actor {
+ public:
+  Whereabouts() : seen_in_constructor_(context().rank) {}
+  std::string where() {
+    const ActorContext& c = context();
+    return c.mesh + " " + std::to_string(c.rank) + " " + c.point.to_string() + " of " +
+           c.shape.to_string() + " proc " + std::to_string(c.proc_rank) + " " +
+           c.proc_point.to_string() + " gpu " + (c.gpu ? std::to_string(*c.gpu) : "-") +
+           (c.id == id() && seen_in_constructor_ == c.rank ? "" : " (inconsistent)");
+  }
+  /// Blocks until this member's fifo (`fifo`.rank) has a byte: a test holds each reply.
+  int hold(const std::string& fifo) {
+    const std::string mine = fifo + "." + std::to_string(context().rank);
+    std::FILE* f = std::fopen(mine.c_str(), "r");
+    if (f == nullptr) throw std::runtime_error("cannot open " + mine);
+    const int c = std::fgetc(f);
+    std::fclose(f);
+    return c;
+  }
+  std::size_t length(const std::string& s) { return s.size(); }
+  static constexpr auto endpoints =
+      baton::endpoints<&Whereabouts::where, &Whereabouts::hold, &Whereabouts::length>();
+
+ private:
+  std::size_t seen_in_constructor_;
 };
 
 struct Concat {
@@ -261,6 +291,111 @@ TEST(Mesh, StoppedMeshesFailClearly) {
     EXPECT_THAT(e.what(), HasSubstr("procs were stopped"));
   }
   EXPECT_THROW(procs.spawn<Counter>("again", 0), UsageError);
+}
+
+TEST(Mesh, AnActorKnowsItsMeshRankPointProcAndGpu) {
+  auto procs = this_host().spawn_procs({{"hosts", 2}, {"gpus", 3}});
+  // A slice of the procs: the actor mesh's ranks are the slice's; the procs' are the mesh's.
+  auto w = procs.slice("gpus", 1, 3).spawn<Whereabouts>("w");
+  const ValueMesh<std::string> where = w.call(&Whereabouts::where).get();
+  EXPECT_EQ(where[0],
+            "w 0 {hosts: 0, gpus: 0} of {hosts: 2, gpus: 2} proc 1 "
+            "{hosts: 0, gpus: 1} gpu 1");
+  EXPECT_EQ(where[3],
+            "w 3 {hosts: 1, gpus: 1} of {hosts: 2, gpus: 2} proc 5 "
+            "{hosts: 1, gpus: 2} gpu 2");
+  procs.stop().get();
+}
+
+TEST(Mesh, MeshesSliceOnSeveralDimensionsFlattenAndRename) {
+  auto procs = this_host().spawn_procs({{"hosts", 2}, {"gpus", 4}});
+  auto counters = procs.spawn<Counter>("counters", 0);
+  auto corner = counters.slice({{"hosts", 1}, {"gpus", {1, 3}}});
+  EXPECT_EQ(corner.shape().to_string(), "{gpus: 2}");
+  EXPECT_EQ(corner.call(&Counter::rank).get().values(), (std::vector<int>{5, 6}));
+  auto flat = counters.slice({{"gpus", {2, 4}}}).rename("hosts", "nodes");
+  EXPECT_EQ(flat.shape().to_string(), "{nodes: 2, gpus: 2}");
+  EXPECT_EQ(counters.flatten("all").slice("all", 6, 8).call(&Counter::rank).get().values(),
+            (std::vector<int>{6, 7}));
+  // A ValueMesh slices the same way, and keeps each value with its member.
+  const ValueMesh<int> ranks = counters.call(&Counter::rank).get();
+  const ValueMesh<int> part = ranks.slice({{"hosts", 1}, {"gpus", {1, 3}}});
+  EXPECT_EQ(part.values(), (std::vector<int>{5, 6}));
+  EXPECT_EQ(part.shape().to_string(), "{gpus: 2}");
+  EXPECT_EQ(ranks.slice("gpus", 3).values(), (std::vector<int>{3, 7}));
+  EXPECT_EQ(ranks.flatten("all").slice("all", 2, 4).values(), (std::vector<int>{2, 3}));
+  // Procs slice the same way before spawning.
+  auto some = procs.slice({{"hosts", 0}, {"gpus", {0, 2}}}).spawn<Counter>("some", 0);
+  EXPECT_EQ(some.call(&Counter::rank).get().values(), (std::vector<int>{0, 1}));
+  EXPECT_THROW(counters.slice({{"gpus", 0}, {"gpus", 1}}), SliceError);
+  EXPECT_THROW(counters.slice({{"racks", 0}}), SliceError);
+  procs.stop().get();
+}
+
+TEST(Mesh, TemporariesAreSafeAndHandlesCanBeMembers) {
+  struct Job {
+    ProcMesh procs;  // empty until assigned: no std::optional needed
+    ActorMesh<Counter> counters;
+  } job;
+  EXPECT_THROW(job.counters.call(&Counter::value), UsageError);
+  try {
+    (void)job.procs.spawn<Counter>("c", 0);
+    FAIL() << "expected UsageError";
+  } catch (const UsageError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("assign it the mesh that spawn_procs() returns"));
+  }
+  job.procs = this_host().spawn_procs({{"gpus", 3}});
+  job.counters = job.procs.spawn<Counter>("counters", 0);
+  int total = 0;
+  for (int v : job.counters.call(&Counter::rank).get().values()) total += v;  // no dangling
+  EXPECT_EQ(total, 0 + 1 + 2);
+  EXPECT_EQ(job.counters.call(&Counter::rank).get(30s).size(), 3U);
+  job.procs.stop().get(30s);
+}
+
+TEST(Mesh, StreamNextTakesATimeoutAndGoesOnAfterIt) {
+  auto procs = this_host().spawn_procs({{"gpus", 2}});
+  auto w = procs.spawn<Whereabouts>("w");
+  const std::string fifo = "/tmp/baton-stream-" + std::to_string(::getpid());
+  const auto release = [&](int rank, char c) {
+    std::FILE* f = std::fopen((fifo + "." + std::to_string(rank)).c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputc(c, f);
+    std::fclose(f);
+  };
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(::mkfifo((fifo + "." + std::to_string(r)).c_str(), 0600), 0);
+  }
+  auto s = w.stream(&Whereabouts::hold, fifo);  // each member waits for a byte of its own
+  EXPECT_THROW(s.next(50ms), TimeoutError);
+  release(1, 'b');
+  auto first = s.next(30s);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->first.rank, 1U);
+  EXPECT_EQ(first->second, 'b');
+  EXPECT_THROW(s.next(50ms), TimeoutError);  // rank 0 still waits
+  release(0, 'a');
+  auto second = s.next(30s);
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(second->first.rank, 0U);
+  EXPECT_EQ(second->second, 'a');
+  EXPECT_FALSE(s.next(30s).has_value());
+  for (int r = 0; r < 2; ++r) ::unlink((fifo + "." + std::to_string(r)).c_str());
+  procs.stop().get();
+}
+
+TEST(Mesh, AnArgumentTooLargeToTravelInlineIsABatonError) {
+  auto procs = this_host().spawn_procs({{"gpus", 1}});
+  auto w = procs.spawn<Whereabouts>("w");
+  const std::string big((std::size_t{16} << 20) + 1, 'x');
+  try {
+    (void)w.call_one(&Whereabouts::length, big).get(30s);
+    FAIL() << "expected MessageTooLargeError";
+  } catch (const MessageTooLargeError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("baton::Bytes"));
+  }
+  EXPECT_EQ(w.call_one(&Whereabouts::length, std::string(10, 'y')).get(30s), 10U);
+  procs.stop().get();
 }
 
 }  // namespace

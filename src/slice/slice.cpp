@@ -332,6 +332,21 @@ std::size_t Shape::location(std::size_t rank) const {
   return slice_.location_of_rank(rank);
 }
 
+Shape Shape::select(const std::vector<DimSelect>& dims) const {
+  Shape out = *this;
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (dims[j].dim == dims[i].dim) {
+        throw SliceError("select: dimension '" + dims[i].dim + "' is named twice in " +
+                         to_string());
+      }
+    }
+    const DimSelect& d = dims[i];
+    out = d.index ? out.at(d.dim, d.begin) : out.range(d.dim, d.begin, d.end);
+  }
+  return out;
+}
+
 Shape Shape::at(std::string_view dim, std::size_t index) const {
   const std::size_t d = dim_index(dim);
   const std::size_t size = slice_.sizes()[d];

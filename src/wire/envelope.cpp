@@ -22,12 +22,13 @@ std::string Frame::flatten() const {
 
 Frame encode_frame(const Envelope& env, const DecodeLimits& limits) {
   if (env.body.parts.size() > limits.max_parts) {
-    throw std::length_error("message has " + std::to_string(env.body.parts.size()) +
-                            " out-of-band parts; the limit is " + std::to_string(limits.max_parts));
+    throw MessageTooLargeError("message has " + std::to_string(env.body.parts.size()) +
+                               " out-of-band parts; the limit is " +
+                               std::to_string(limits.max_parts));
   }
   if (env.headers.size() > limits.max_headers) {
-    throw std::length_error("message has " + std::to_string(env.headers.size()) +
-                            " headers; the limit is " + std::to_string(limits.max_headers));
+    throw MessageTooLargeError("message has " + std::to_string(env.headers.size()) +
+                               " headers; the limit is " + std::to_string(limits.max_headers));
   }
   Frame frame;
   Body hdr;
@@ -43,20 +44,20 @@ Frame encode_frame(const Envelope& env, const DecodeLimits& limits) {
   }
   const std::size_t header_len = hdr.head.size() - 4;
   if (header_len > limits.max_header_bytes) {
-    throw std::length_error("message header of " + std::to_string(header_len) +
-                            " bytes exceeds the limit of " +
-                            std::to_string(limits.max_header_bytes) +
-                            "; pass large data as baton::Bytes so it travels out of band");
+    throw MessageTooLargeError("message header of " + std::to_string(header_len) +
+                               " bytes exceeds the limit of " +
+                               std::to_string(limits.max_header_bytes) +
+                               "; pass large data as baton::Bytes so it travels out of band");
   }
   const auto len32 = static_cast<std::uint32_t>(header_len);
   std::memcpy(hdr.head.data(), &len32, 4);
   frame.header = std::move(hdr.head);
   frame.parts = env.body.parts;
   if (frame.size() > limits.max_frame_bytes) {
-    throw std::length_error("message of " + std::to_string(frame.size()) +
-                            " bytes exceeds the frame limit of " +
-                            std::to_string(limits.max_frame_bytes) +
-                            "; move bulk data with RdmaBuffer or raise DecodeLimits");
+    throw MessageTooLargeError("message of " + std::to_string(frame.size()) +
+                               " bytes exceeds the frame limit of " +
+                               std::to_string(limits.max_frame_bytes) +
+                               "; move bulk data with RdmaBuffer or raise DecodeLimits");
   }
   return frame;
 }

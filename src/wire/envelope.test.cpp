@@ -263,7 +263,7 @@ TEST(Envelope, AFrameWithoutPartsIsHeldToTheFrameLimitAsTheEncoderHoldsIt) {
   EXPECT_THAT(decode_error(flat, tight),
               HasSubstr("frame of " + std::to_string(flat.size()) + " bytes exceeds the limit of " +
                         std::to_string(flat.size() - 1) + " bytes"));
-  EXPECT_THROW(encode_frame(env, tight), std::length_error);
+  EXPECT_THROW(encode_frame(env, tight), MessageTooLargeError);
   // The streaming decoder holds it to the limit too.
   Envelope out;
   EXPECT_THROW(decode_header(Bytes::copy(flat.substr(4)), out, tight), DecodeError);
@@ -289,7 +289,7 @@ TEST(Envelope, EncodingOverTheLimitsIsALengthError) {
   const auto length_error = [](const Envelope& env, const DecodeLimits& limits) -> std::string {
     try {
       encode_frame(env, limits);
-    } catch (const std::length_error& e) {
+    } catch (const MessageTooLargeError& e) {
       return e.what();
     }
     return "no error";

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -30,6 +31,7 @@
 #include "baton/actor/endpoint.hpp"
 #include "baton/actor/future.hpp"
 #include "baton/actor/port.hpp"
+#include "baton/slice/slice.hpp"
 #include "baton/wire/ids.hpp"
 
 namespace baton {
@@ -68,6 +70,21 @@ struct SupervisionEvent {
 /// The failure a mesh's owner hears of in its `supervise` hook.
 using MeshFailure = SupervisionEvent;
 
+/// Where an actor sits, as it sees it from inside its constructor and endpoints
+/// (Actor::context()).
+struct ActorContext {
+  ActorId id;                 // this actor
+  std::string mesh;           // the actor mesh it is a member of; empty if spawned on its own
+  std::size_t rank = 0;       // its rank in that mesh
+  Point point;                // its coordinates in that mesh
+  Shape shape;                // that mesh's shape
+  std::size_t proc_rank = 0;  // the rank of its proc in the proc mesh that started it
+  Point proc_point;           // that proc's coordinates there
+  /// The device of the "gpus" dimension its proc was given, if the proc mesh has one; the
+  /// process sees only that device, as device 0.
+  std::optional<std::size_t> gpu;
+};
+
 /// A message that came back to its sender.
 struct Undeliverable {
   PortId dest;
@@ -88,6 +105,13 @@ struct Supervisor {
   ActorId owner;  // an actor, or a proc's client (code outside actors, e.g. the controller)
   std::string mesh;
   std::int64_t rank = -1;
+  Shape shape;       // the mesh's shape, for the member's ActorContext
+  Point proc_point;  // its proc's place in the proc mesh that started it
+
+  template <class Ar>
+  void serialize(Ar& ar) {
+    ar(owner, mesh, rank, shape, proc_point);
+  }
 };
 
 struct ActorTypeInfo {
@@ -137,6 +161,7 @@ CellPtr resolve_actor(const ActorId& id);
 /// The cell of the actor running on this thread, or null.
 Cell* current_cell();
 const ActorId& cell_id(const Cell& c);
+const ActorContext& cell_context(const Cell& c);
 CellPtr cell_ptr(Cell& c);
 Proc& cell_proc(Cell& c);
 /// Who owns what is spawned now: the running actor, else the client of this process's main
@@ -156,6 +181,8 @@ class Actor {
 
   /// This actor's id.
   const ActorId& id() const { return detail::cell_id(*cell_); }
+  /// Who and where this actor is: its mesh, rank and point, its proc's place, its GPU.
+  const ActorContext& context() const { return detail::cell_context(*cell_); }
   /// The proc this actor runs in.
   Proc& proc() const { return detail::cell_proc(*cell_); }
 

@@ -12,10 +12,13 @@
 // gathers (or folds, for reducers) its subtree's replies and sends one message to its parent, so
 // the sender handles at most kCastFanOut messages whatever the mesh size.
 
+#include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -107,8 +110,8 @@ struct ReducerRegistration {
 class StreamQueue final : public PortSink {
  public:
   bool deliver(const Body& body) override;
-  /// The next item; waits for it.
-  CastItem pop();
+  /// The next item; waits for it until `deadline` (nullopt once it passed).
+  std::optional<CastItem> pop(std::optional<std::chrono::steady_clock::time_point> deadline);
 
  private:
   std::mutex mu_;

@@ -43,7 +43,26 @@ class ValueMesh {
   std::size_t size() const { return values_.size(); }
   const T& operator[](std::size_t rank) const { return values_.at(rank); }
   const T& at(const Point& p) const { return values_.at(shape_.rank_of(p.coords)); }
-  const std::vector<T>& values() const { return values_; }
+  /// The values in rank order. On a temporary they are moved out, so
+  /// `for (int v : mesh.call(f).get().values())` is safe.
+  const std::vector<T>& values() const& { return values_; }
+  std::vector<T> values() && { return std::move(values_); }
+  /// The values of the members with `dim` in [begin, end); the dimension stays.
+  ValueMesh slice(std::string_view dim, std::size_t begin, std::size_t end) const {
+    return view(shape_.range(dim, begin, end));
+  }
+  /// The values of the members with `dim` == index; the dimension is dropped.
+  ValueMesh slice(std::string_view dim, std::size_t index) const {
+    return view(shape_.at(dim, index));
+  }
+  /// Several dimensions at once: slice({{"hosts", 0}, {"gpus", {0, 4}}}).
+  ValueMesh slice(const std::vector<DimSelect>& dims) const { return view(shape_.select(dims)); }
+  /// The same values on one dimension named `name` (see Shape::flatten).
+  ValueMesh flatten(std::string name) const { return view(shape_.flatten(std::move(name))); }
+  /// The same values with dimension `from` called `to`.
+  ValueMesh rename(std::string_view from, std::string to) const {
+    return view(shape_.rename(from, std::move(to)));
+  }
   /// (Point, value) pairs in rank order.
   std::vector<std::pair<Point, T>> items() const {
     std::vector<std::pair<Point, T>> out;
@@ -57,6 +76,16 @@ class ValueMesh {
   }
 
  private:
+  /// The values of `sub`, a shape over some of this one's locations.
+  ValueMesh view(Shape sub) const {
+    std::vector<T> out;
+    out.reserve(sub.len());
+    for (std::size_t r = 0; r < sub.len(); ++r) {
+      out.push_back(values_.at(*shape_.slice().rank_of_location(sub.location(r))));
+    }
+    return ValueMesh(std::move(sub), std::move(out));
+  }
+
   Shape shape_;
   std::vector<T> values_;
 };
@@ -192,9 +221,27 @@ class MeshStream {
 
   /// The next reply and its member's Point; nullopt once every member has replied. A member's
   /// failure is thrown (ActorError, UndeliverableError, ...) and the stream goes on after it.
-  std::optional<std::pair<Point, V>> next() {
+  /// Blocks: inside an actor it is a UsageError (F-2).
+  std::optional<std::pair<Point, V>> next() { return next_until(std::nullopt); }
+  /// Like next(), but throws TimeoutError if no reply comes within `timeout`; the stream stays
+  /// usable.
+  std::optional<std::pair<Point, V>> next(std::chrono::milliseconds timeout) {
+    return next_until(std::chrono::steady_clock::now() + timeout);
+  }
+
+ private:
+  std::optional<std::pair<Point, V>> next_until(
+      std::optional<std::chrono::steady_clock::time_point> deadline) {
+    detail::check_may_block("MeshStream::next()");
+    if (!q_) throw UsageError("use of an empty or moved-from baton::MeshStream");
     if (seen_ == shape_.len()) return std::nullopt;
-    detail::CastItem item = q_->pop();
+    std::optional<detail::CastItem> popped = q_->pop(deadline);
+    if (!popped) {
+      throw TimeoutError("no reply within the timeout (" + std::to_string(shape_.len() - seen_) +
+                         " of " + std::to_string(shape_.len()) +
+                         " still to come); the stream is still usable: call next() again");
+    }
+    detail::CastItem item = std::move(*popped);
     ++seen_;
     if (item.rank >= shape_.len()) throw DecodeError("a streamed reply names a rank outside");
     detail::State<V> state;
@@ -202,7 +249,6 @@ class MeshStream {
     return std::pair<Point, V>(shape_.point(item.rank), std::move(state.value()));
   }
 
- private:
   Shape shape_;
   PortId port_;
   std::shared_ptr<detail::StreamQueue> q_;
@@ -220,14 +266,14 @@ void run_shutdown_hook();
 /// The runtime's agent in every proc: spawns and stops actors there for the controller.
 class ProcAgent : public Actor {
  public:
-  /// Spawns a member of the mesh `name` at `rank`; its failures go to `owner` (see
-  /// Actor::supervise), wherever that owner lives.
-  ActorId spawn(const std::string& name, std::uint64_t factory, const std::string& head,
-                const std::vector<Bytes>& parts, const ActorId& owner, std::int64_t rank) {
+  /// Spawns the member of the mesh `place.mesh` at `place.rank`; its failures go to
+  /// `place.owner` (see Actor::supervise), wherever that owner lives.
+  ActorId spawn(std::uint64_t factory, const std::string& head, const std::vector<Bytes>& parts,
+                const detail::Supervisor& place) {
     Body args;
     args.head = head;
     args.parts = parts;
-    return proc().spawn_from(name, factory, std::move(args), detail::Supervisor{owner, name, rank});
+    return proc().spawn_from(place.mesh, factory, std::move(args), place);
   }
   int ping() { return 1; }
   Task<int> stop_actor(ActorId id) {
@@ -272,7 +318,7 @@ class ActorMesh {
   /// The actor at `rank` of this (possibly sliced) mesh. Messages sent through the ref take
   /// their own path: FIFO with the mesh's adverbs holds only for members the sender reaches
   /// directly (see cast_direct).
-  const ActorRef<A>& at(std::size_t rank) const { return base_->refs.at(shape_.location(rank)); }
+  const ActorRef<A>& at(std::size_t rank) const { return base().refs.at(shape_.location(rank)); }
 
   /// Calls every member; the future holds each reply at its rank (its Point via shape()).
   template <class F, class... Args>
@@ -340,7 +386,7 @@ class ActorMesh {
   MeshStream<mesh_value_t<detail::reply_t<F>>> stream(F f, Args&&... args) const {
     const auto& ep = detail::endpoint_for<A>(f);
     auto q = std::make_shared<detail::StreamQueue>();
-    const PortId port = detail::open_stream_port(*base_->members, q);
+    const PortId port = detail::open_stream_port(*base().members, q);
     auto req = request(ep, detail::encode_call_args<F>(std::forward<Args>(args)...),
                        detail::CastMode::stream, rank_of());
     req.stream_to = port;
@@ -354,15 +400,19 @@ class ActorMesh {
 
   /// The members with `dim` in [begin, end): a view, no actor is copied.
   ActorMesh slice(std::string_view dim, std::size_t begin, std::size_t end) const {
-    ActorMesh m = *this;
-    m.shape_ = shape_.range(dim, begin, end);
-    return m;
+    return view(shape_.range(dim, begin, end));
   }
   /// The members with `dim` == index; the dimension is dropped.
   ActorMesh slice(std::string_view dim, std::size_t index) const {
-    ActorMesh m = *this;
-    m.shape_ = shape_.at(dim, index);
-    return m;
+    return view(shape_.at(dim, index));
+  }
+  /// Several dimensions at once: slice({{"hosts", 0}, {"gpus", {0, 4}}}).
+  ActorMesh slice(const std::vector<DimSelect>& dims) const { return view(shape_.select(dims)); }
+  /// The same members on one dimension named `name` (see Shape::flatten).
+  ActorMesh flatten(std::string name) const { return view(shape_.flatten(std::move(name))); }
+  /// The same members with dimension `from` called `to`.
+  ActorMesh rename(std::string_view from, std::string to) const {
+    return view(shape_.rename(from, std::move(to)));
   }
 
   /// Stops the members of this view after the messages already sent to them; calls to them
@@ -371,9 +421,9 @@ class ActorMesh {
     std::vector<Future<int>> parts;
     for (std::size_t r = 0; r < size(); ++r) {
       const std::size_t loc = shape_.location(r);
-      if (base_->life->stopped(loc)) continue;
-      base_->life->stop(loc);
-      const ActorId& id = base_->refs[loc].id();
+      if (base().life->stopped(loc)) continue;
+      base().life->stop(loc);
+      const ActorId& id = base().refs[loc].id();
       ActorId agent{id.proc, "agent", 0};
       parts.push_back(ActorRef<ProcAgent>(agent, detail::resolve_actor(agent))
                           .call(&ProcAgent::stop_actor, id));
@@ -383,7 +433,7 @@ class ActorMesh {
 
   template <class Ar>
   void save(Ar& ar) const {
-    ar(shape_, base_->life->name(), base_->refs);
+    ar(shape_, base().life->name(), base().refs);
   }
   template <class Ar>
   void load(Ar& ar) {
@@ -405,6 +455,20 @@ class ActorMesh {
     std::shared_ptr<detail::MeshLife> life;
     std::shared_ptr<const std::atomic<bool>> procs_stopped;
   };
+
+  ActorMesh view(Shape shape) const {
+    ActorMesh m = *this;
+    m.shape_ = std::move(shape);
+    return m;
+  }
+  const Base& base() const {
+    if (!base_) {
+      throw UsageError(
+          "this ActorMesh is empty (default-constructed): assign it the mesh that spawn() "
+          "returns before using it");
+    }
+    return *base_;
+  }
 
   static Future<void> when_all(std::vector<Future<int>> parts) {
     if (parts.empty()) return make_ready_future();
@@ -428,7 +492,7 @@ class ActorMesh {
   /// The cast's rank for every location of the base (-1: not in this view); throws if any
   /// member of the view was stopped.
   std::vector<std::int64_t> rank_of() const {
-    std::vector<std::int64_t> out(base_->refs.size(), -1);
+    std::vector<std::int64_t> out(base().refs.size(), -1);
     for (std::size_t r = 0; r < size(); ++r) {
       const std::size_t loc = shape_.location(r);
       check_live(loc);
@@ -437,19 +501,19 @@ class ActorMesh {
     return out;
   }
   void check_live(std::size_t loc) const {
-    if (base_->procs_stopped && base_->procs_stopped->load(std::memory_order_acquire)) {
-      throw UsageError("actor mesh '" + base_->life->name() +
+    if (base().procs_stopped && base().procs_stopped->load(std::memory_order_acquire)) {
+      throw UsageError("actor mesh '" + base().life->name() +
                        "': its procs were stopped; spawn new procs and actors to go on");
     }
-    if (base_->life->stopped(loc)) {
-      throw UsageError("actor mesh '" + base_->life->name() + "' was stopped (member " +
-                       base_->refs[loc].id().to_string() + "); spawn a new one to go on");
+    if (base().life->stopped(loc)) {
+      throw UsageError("actor mesh '" + base().life->name() + "' was stopped (member " +
+                       base().refs[loc].id().to_string() + "); spawn a new one to go on");
     }
   }
   detail::CastRequest request(const detail::EndpointInfo& ep, Body body, detail::CastMode mode,
                               std::vector<std::int64_t> ranks) const {
     detail::CastRequest req;
-    req.base = base_->members;
+    req.base = base().members;
     req.rank_of = std::move(ranks);
     req.endpoint = ep.id;
     req.args = std::move(body);
@@ -462,11 +526,11 @@ class ActorMesh {
     using R = detail::reply_t<F>;
     const std::size_t loc = shape_.location(rank);
     check_live(loc);
-    if (detail::cast_direct(loc, base_->refs.size())) {
-      return base_->refs[loc].call(f, std::forward<Args>(args)...);
+    if (detail::cast_direct(loc, base().refs.size())) {
+      return base().refs[loc].call(f, std::forward<Args>(args)...);
     }
     const auto& ep = detail::endpoint_for<A>(f);
-    std::vector<std::int64_t> ranks(base_->refs.size(), -1);
+    std::vector<std::int64_t> ranks(base().refs.size(), -1);
     ranks[loc] = 0;
     auto state = std::make_shared<detail::State<R>>();
     auto req = request(ep, detail::encode_call_args<F>(std::forward<Args>(args)...),
@@ -500,8 +564,11 @@ class ProcGroup {
 /// Procs laid out on a shape; spawns one actor per proc.
 class ProcMesh {
  public:
+  /// An empty handle, to be assigned the mesh spawn_procs() returns (so a class can hold one).
+  ProcMesh() = default;
   ProcMesh(Shape shape, std::vector<ProcId> by_location, std::shared_ptr<detail::ProcGroup> group)
-      : shape_(std::move(shape)),
+      : base_shape_(shape),
+        shape_(std::move(shape)),
         procs_(std::make_shared<std::vector<ProcId>>(std::move(by_location))),
         group_(std::move(group)),
         stopped_(group_ ? group_->stopped_flag() : std::make_shared<std::atomic<bool>>(false)) {}
@@ -512,6 +579,7 @@ class ProcMesh {
   /// SIGKILL. Returns once every process is gone; calls to its actors fail afterwards.
   Future<void> stop() const { return stop(group_ ? group_->default_grace() : kNoGrace); }
   Future<void> stop(std::chrono::milliseconds grace) const {
+    check();
     stopped_->store(true, std::memory_order_release);
     if (group_) group_->stop(grace);
     return make_ready_future();
@@ -519,7 +587,10 @@ class ProcMesh {
 
   const Shape& shape() const { return shape_; }
   std::size_t size() const { return shape_.len(); }
-  const ProcId& proc(std::size_t rank) const { return (*procs_)[shape_.location(rank)]; }
+  const ProcId& proc(std::size_t rank) const {
+    check();
+    return (*procs_)[shape_.location(rank)];
+  }
 
   /// Spawns an A named `name` in every proc; constructor arguments are serialized. The caller
   /// (the running actor, or the controller) owns the new mesh: its members' failures go to
@@ -527,18 +598,23 @@ class ProcMesh {
   template <class A, class... Args>
   ActorMesh<A> spawn(const std::string& name, Args&&... args) const {
     using Reg = detail::FactoryRegistration<A, std::decay_t<Args>...>;
+    check();
     if (stopped_->load(std::memory_order_acquire)) {
       throw UsageError("spawn('" + name + "'): this proc mesh was stopped");
     }
     const Body body = encode(static_cast<const std::decay_t<Args>&>(args)...);
-    const ActorId owner = detail::current_owner();
+    std::vector<std::pair<std::string, std::size_t>> dims;
+    for (const auto& label : shape_.labels()) dims.emplace_back(label, shape_.size(label));
+    const Shape mesh_shape = Shape::of(dims);
+    detail::Supervisor place{detail::current_owner(), name, 0, mesh_shape, {}};
     std::vector<Future<ActorId>> ids;
     ids.reserve(size());
     for (std::size_t r = 0; r < size(); ++r) {
       ActorRef<ProcAgent> agent(ActorId{proc(r), "agent", 0},
                                 detail::resolve_actor(ActorId{proc(r), "agent", 0}));
-      ids.push_back(agent.call(&ProcAgent::spawn, name, Reg::id, body.head, body.parts, owner,
-                               static_cast<std::int64_t>(r)));
+      place.rank = static_cast<std::int64_t>(r);
+      place.proc_point = base_shape_.point(shape_.location(r));
+      ids.push_back(agent.call(&ProcAgent::spawn, Reg::id, body.head, body.parts, place));
     }
     // The actor mesh is dense over this (possibly sliced) proc mesh's members, in rank order.
     std::vector<ActorRef<A>> refs;
@@ -548,27 +624,43 @@ class ProcMesh {
       auto cell = detail::resolve_actor(id);
       refs.emplace_back(std::move(id), std::move(cell));
     }
-    std::vector<std::pair<std::string, std::size_t>> dims;
-    for (const auto& label : shape_.labels()) dims.emplace_back(label, shape_.size(label));
-    return ActorMesh<A>(Shape::of(dims), std::move(refs), name, stopped_);
+    return ActorMesh<A>(mesh_shape, std::move(refs), name, stopped_);
   }
 
   /// The procs with `dim` in [begin, end): a view.
   ProcMesh slice(std::string_view dim, std::size_t begin, std::size_t end) const {
-    ProcMesh m = *this;
-    m.shape_ = shape_.range(dim, begin, end);
-    return m;
+    return view(shape_.range(dim, begin, end));
   }
   /// The procs with `dim` == index; the dimension is dropped.
   ProcMesh slice(std::string_view dim, std::size_t index) const {
-    ProcMesh m = *this;
-    m.shape_ = shape_.at(dim, index);
-    return m;
+    return view(shape_.at(dim, index));
+  }
+  /// Several dimensions at once: slice({{"hosts", 0}, {"gpus", {0, 4}}}).
+  ProcMesh slice(const std::vector<DimSelect>& dims) const { return view(shape_.select(dims)); }
+  /// The same procs on one dimension named `name` (see Shape::flatten).
+  ProcMesh flatten(std::string name) const { return view(shape_.flatten(std::move(name))); }
+  /// The same procs with dimension `from` called `to`.
+  ProcMesh rename(std::string_view from, std::string to) const {
+    return view(shape_.rename(from, std::move(to)));
   }
 
  private:
   static constexpr std::chrono::milliseconds kNoGrace{0};
 
+  ProcMesh view(Shape shape) const {
+    ProcMesh m = *this;
+    m.shape_ = std::move(shape);
+    return m;
+  }
+  void check() const {
+    if (!procs_) {
+      throw UsageError(
+          "this ProcMesh is empty (default-constructed): assign it the mesh that spawn_procs() "
+          "returns before using it");
+    }
+  }
+
+  Shape base_shape_;  // the shape the procs were started with (row-major: rank = location)
   Shape shape_;
   std::shared_ptr<std::vector<ProcId>> procs_;
   std::shared_ptr<detail::ProcGroup> group_;

@@ -168,6 +168,22 @@ void Point::load(Ar& ar) {
   rank = r;
 }
 
+/// One dimension of a multi-dimension slice: `{"hosts", 0}` selects an index and drops the
+/// dimension; `{"gpus", {0, 4}}` keeps the range [0, 4).
+struct DimSelect {
+  struct Range {
+    std::size_t begin = 0;
+    std::size_t end = 0;
+  };
+  DimSelect(std::string d, std::size_t i) : dim(std::move(d)), begin(i), end(i + 1), index(true) {}
+  DimSelect(std::string d, Range r) : dim(std::move(d)), begin(r.begin), end(r.end) {}
+
+  std::string dim;
+  std::size_t begin = 0;
+  std::size_t end = 0;
+  bool index = false;  // true: the dimension is dropped
+};
+
 class Shape {
  public:
   /// The shape with no dimensions: one member.
@@ -201,6 +217,9 @@ class Shape {
   Shape at(std::string_view dim, std::size_t index) const;
   /// Keeps [begin, end) of `dim` with a step; the dimension stays.
   Shape range(std::string_view dim, std::size_t begin, std::size_t end, std::size_t step = 1) const;
+  /// Several dimensions at once: select({{"hosts", 0}, {"gpus", {0, 4}}}); throws SliceError
+  /// for an unknown or repeated dimension or an index out of range.
+  Shape select(const std::vector<DimSelect>& dims) const;
   /// All dimensions into one named `name`; throws if no single stride can express it.
   Shape flatten(std::string name) const;
   /// The same shape with dimension `from` called `to`.
