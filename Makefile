@@ -2,12 +2,16 @@
 BUILD     ?= build
 JOBS      ?= $(shell nproc)
 CMAKE_ARGS ?=
+PREFIX    ?= /usr/local
+# ccache, where it is installed, makes rebuilds of unchanged files instant.
+CCACHE    := $(shell command -v ccache 2>/dev/null)
+LAUNCHER  := $(if $(CCACHE),-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 DEB_PACKAGES := build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev \
   libucx-dev libamdhip64-5 \
   clang-format clang-tidy libgtest-dev libgmock-dev libbenchmark-dev libasio-dev \
   libssl-dev libcereal-dev libspdlog-dev libfmt-dev libcli11-dev libcaf-dev
 
-.PHONY: all deps build test test-asan test-tsan test-sanitizers-core demo bench format format-check tidy clean
+.PHONY: all deps build install test test-asan test-tsan test-sanitizers-core demo bench format format-check tidy clean
 
 all: build
 
@@ -23,22 +27,26 @@ deps:
 	else echo "make deps: all packages present"; fi
 
 $(BUILD)/build.ninja:
-	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_ARGS)
+	cmake -S . -B $(BUILD) -G Ninja $(LAUNCHER) $(CMAKE_ARGS)
 
 build: $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
+
+# Headers, libraries, the CMake package (find_package(baton)) and baton.pc under $(PREFIX).
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 # The suite under AddressSanitizer + UndefinedBehaviorSanitizer, and under ThreadSanitizer.
 test-asan:
-	cmake -S . -B build-asan -G Ninja -DBATON_SANITIZE=address,undefined -DBATON_BENCH=OFF $(CMAKE_ARGS)
+	cmake -S . -B build-asan -G Ninja -DBATON_SANITIZE=address,undefined -DBATON_BENCH=OFF $(LAUNCHER) $(CMAKE_ARGS)
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
 
 test-tsan:
-	cmake -S . -B build-tsan -G Ninja -DBATON_SANITIZE=thread -DBATON_BENCH=OFF $(CMAKE_ARGS)
+	cmake -S . -B build-tsan -G Ninja -DBATON_SANITIZE=thread -DBATON_BENCH=OFF $(LAUNCHER) $(CMAKE_ARGS)
 	cmake --build build-tsan -j $(JOBS)
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:suppressions=$(CURDIR)/tsan.supp ctest --output-on-failure -j $(JOBS)
 
@@ -49,12 +57,12 @@ CORE_TESTS := test_actor_proc test_actor_remote test_net_link test_net_auth test
 CORE_REGEX := ^(actor\.proc|actor\.remote|net\.link|net\.auth|mesh\.mesh|host\.runtime|host\.supervision)$$
 test-sanitizers-core:
 	cmake -S . -B build-asan -G Ninja -DBATON_SANITIZE=address,undefined -DBATON_BENCH=OFF \
-	  -DBATON_EXAMPLES=OFF -DBATON_HEADER_CHECK=OFF $(CMAKE_ARGS)
+	  -DBATON_EXAMPLES=OFF -DBATON_HEADER_CHECK=OFF $(LAUNCHER) $(CMAKE_ARGS)
 	cmake --build build-asan -j $(JOBS) --target $(CORE_TESTS)
 	cd build-asan && UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  ctest --output-on-failure -j $(JOBS) -R '$(CORE_REGEX)'
 	cmake -S . -B build-tsan -G Ninja -DBATON_SANITIZE=thread -DBATON_BENCH=OFF \
-	  -DBATON_EXAMPLES=OFF -DBATON_HEADER_CHECK=OFF $(CMAKE_ARGS)
+	  -DBATON_EXAMPLES=OFF -DBATON_HEADER_CHECK=OFF $(LAUNCHER) $(CMAKE_ARGS)
 	cmake --build build-tsan -j $(JOBS) --target $(CORE_TESTS)
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:suppressions=$(CURDIR)/tsan.supp \
 	  ctest --output-on-failure -j $(JOBS) -R '$(CORE_REGEX)'

@@ -1,5 +1,5 @@
-// RdmaBuffer across real worker processes: every backend, both kinds of host memory, device
-// memory where there is a GPU, and each failure (size, drop, dead owner, timeout). This binary
+// RdmaBuffer across real worker processes: every backend, both kinds of host memory, and each
+// failure (size, drop, dead owner, timeout); device memory is rdma_gpu.test.cpp's. This binary
 // is its own worker: main() creates the Runtime first, which in a worker never returns.
 
 #include <gmock/gmock.h>
@@ -441,35 +441,6 @@ TEST_F(RdmaOwner, AnOwnerDyingMidTransferEndsItInBoundedTime) {
     }
   }
   set_rdma_backend(RdmaBackend::automatic);
-}
-
-// --- Device memory: run for real where there is a GPU, skipped (saying why) where not. ---
-
-TEST_F(Rdma, DeviceMemoryMovesThroughGpuIpcAndMessages) {
-  if (!gpu::api().available()) GTEST_SKIP() << "no GPU here: " << gpu::api().status();
-  constexpr std::size_t n = std::size_t{32} << 20;
-  for (RdmaBackend forced : {RdmaBackend::automatic, RdmaBackend::messages}) {
-    set_rdma_backend(forced);
-    RdmaBuffer b = holder(0).call_one(&Holder::expose, n, 4, Holder::device_memory).get();
-    EXPECT_TRUE(b.device());
-    std::vector<std::byte> host(n);
-    EXPECT_EQ(rdma_backend(b, host.data()),
-              forced == RdmaBackend::automatic ? RdmaBackend::gpu_ipc : RdmaBackend::messages);
-    finish(b.read_into(host.data(), n));
-    EXPECT_EQ(checksum(host.data(), n), expected(n, 4));
-    // Into this process's device memory, and back out with another pattern.
-    void* dev = gpu::api().allocate(n);
-    finish(b.read_into(dev, n));
-    std::vector<std::byte> back(n);
-    gpu::api().copy(back.data(), dev, n);
-    EXPECT_EQ(checksum(back.data(), n), expected(n, 4));
-    fill(host.data(), n, 6);
-    gpu::api().copy(dev, host.data(), n);
-    finish(b.write_from(dev, n));
-    EXPECT_EQ(holder(0).call_one(&Holder::checksum_of_own).get(), expected(n, 6));
-    gpu::api().free(dev);
-    b.drop().get();
-  }
 }
 
 }  // namespace
