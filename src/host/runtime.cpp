@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <optional>
 #include <string_view>
@@ -77,6 +78,64 @@ std::string describe_exit(const siginfo_t& info) {
   if (sig == SIGKILL) s += "; if nobody sent it, the kernel's out-of-memory killer may have";
   return s;
 }
+
+/// Starts processes from one thread that lives as long as the runtime. A worker's
+/// PR_SET_PDEATHSIG follows the thread that started it, not the process: started from a
+/// short-lived thread, it would die when that thread ends.
+class Spawner {
+ public:
+  Spawner() : thread_([this] { run(); }) {}
+  ~Spawner() {
+    {
+      std::lock_guard lock(mu_);
+      quit_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  Spawner(const Spawner&) = delete;
+  Spawner& operator=(const Spawner&) = delete;
+
+  /// posix_spawn, run on the spawner's thread.
+  int spawn(pid_t* pid, const char* path, const posix_spawn_file_actions_t* actions,
+            char* const argv[], char* const envp[]) {
+    Job job{[&] { return ::posix_spawn(pid, path, actions, nullptr, argv, envp); }};
+    std::unique_lock lock(mu_);
+    jobs_.push_back(&job);
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return job.done; });
+    return job.rc;
+  }
+
+ private:
+  struct Job {
+    std::function<int()> start;
+    int rc = 0;
+    bool done = false;
+  };
+
+  void run() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return quit_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;  // quit, with nothing left to start
+      Job* job = jobs_.front();
+      jobs_.pop_front();
+      lock.unlock();
+      const int rc = job->start();
+      lock.lock();
+      job->rc = rc;
+      job->done = true;
+      cv_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job*> jobs_;
+  bool quit_ = false;
+  std::thread thread_;
+};
 
 /// Reaps child processes as they exit, on a thread of its own: one poll over their pidfds.
 class ChildWatcher {
@@ -296,6 +355,7 @@ struct Runtime::State {
   std::vector<std::weak_ptr<LocalProcGroup>> groups;
   std::function<bool(const MeshFailure&)> supervise;  // under mu
   std::unique_ptr<ChildWatcher> watcher;
+  std::unique_ptr<Spawner> spawner;
 
   void stop_groups() {
     std::vector<std::shared_ptr<LocalProcGroup>> live;
@@ -330,6 +390,7 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
   state_->output = std::make_unique<OutputForwarder>(output_options(std::move(options.output)));
   state_->watcher = std::make_unique<ChildWatcher>(
       [this](pid_t pid, const std::string& what) { child_exited(pid, what); });
+  state_->spawner = std::make_unique<Spawner>();
   if (std::getenv(kProcVar) != nullptr) run_worker();
   std::string tmpl = (std::filesystem::temp_directory_path() / "baton-XXXXXX").string();
   if (::mkdtemp(tmpl.data()) == nullptr) {
@@ -369,7 +430,8 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
 }
 
 void Runtime::run_worker() {
-  // No orphans: die with the process that started us, even if it is SIGKILLed.
+  // No orphans: die with the process that started us, even if it is SIGKILLed. (With the
+  // thread that started us, to be exact: the spawner's, which lives as long as its runtime.)
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   const char* parent = std::getenv(kParentVar);
   if (parent != nullptr && ::getppid() != std::atoi(parent)) std::_Exit(1);
@@ -520,6 +582,7 @@ Runtime::~Runtime() {
   detail::set_shutdown_hook(nullptr);
   state_->stop_groups();
   state_->proc.reset();
+  state_->spawner.reset();
   state_->watcher.reset();
   state_->output.reset();  // the workers are gone: print what they left in the pipes
   if (state_->own_dir) {
@@ -641,8 +704,7 @@ ProcMesh HostMesh::spawn_procs(const std::vector<std::pair<std::string, std::siz
     ::posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
     ::posix_spawn_file_actions_adddup2(&actions, err[1], STDERR_FILENO);
     pid_t pid = -1;
-    const int rc =
-        ::posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, argv.data(), envp.data());
+    const int rc = st.spawner->spawn(&pid, "/proc/self/exe", &actions, argv.data(), envp.data());
     ::posix_spawn_file_actions_destroy(&actions);
     ::close(out[1]);
     ::close(err[1]);

@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
+#include <thread>
 
 #include "baton/baton.hpp"
 
@@ -199,6 +200,24 @@ TEST(Mesh, SpawnCallSliceAndStopAcrossWorkerProcesses) {
 
   procs.stop().get();
   EXPECT_THROW((void)counters.call(&Counter::value), UsageError);
+}
+
+TEST(Mesh, ProcsSpawnedFromAThreadThatEndsLiveUntilStopped) {
+  std::optional<ProcMesh> procs;
+  pid_t tid = 0;
+  std::thread([&] {
+    tid = static_cast<pid_t>(::syscall(SYS_gettid));
+    procs.emplace(this_host().spawn_procs({{"gpus", 2}}));
+  }).join();
+  // Gone for good: a parent-death signal tied to that thread has been sent by now.
+  const std::string task = "/proc/self/task/" + std::to_string(tid);
+  for (int i = 0; i < 3000 && std::filesystem::exists(task); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // bounded poll on a condition
+  }
+  ASSERT_FALSE(std::filesystem::exists(task));
+  auto counters = procs->spawn<Counter>("outliving", 7);
+  EXPECT_EQ(counters.call(&Counter::value).get().values(), (std::vector<int>{7, 7}));
+  procs->stop().get();
 }
 
 TEST(Failure, ADeadWorkerFailsItsCallsWithAReportAndTheRestKeepsWorking) {
