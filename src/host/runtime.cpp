@@ -436,6 +436,8 @@ void Runtime::run_worker() {
   const char* parent = std::getenv(kParentVar);
   if (parent != nullptr && ::getppid() != std::atoi(parent)) std::_Exit(1);
   const char* name = std::getenv(kProcVar);
+  // `ps` and `ss` show the proc's name (its command line says "baton <name>" in full).
+  ::prctl(PR_SET_NAME, ("baton " + std::string(name)).substr(0, 15).c_str());
   const char* controller = std::getenv(kControllerVar);
   const char* controller_addr = std::getenv(kControllerAddrVar);
   if (controller == nullptr || controller_addr == nullptr) {
@@ -660,12 +662,14 @@ ProcMesh HostMesh::spawn_procs(const std::vector<std::pair<std::string, std::siz
   const ActorId owner = detail::current_owner();
   std::vector<ProcId> names;
   std::vector<pid_t> pids;
-  std::vector<char*> argv;
-  for (auto& a : st.argv) argv.push_back(a.data());
-  argv.push_back(nullptr);
   for (std::size_t r = 0; r < shape.len(); ++r) {
     const Point p = shape.point(r);
     ProcId name{mesh + "." + std::to_string(r)};
+    // `ps` says which proc this is: "baton procs0.3", then the program's own arguments.
+    std::string argv0 = "baton " + name.name;
+    std::vector<char*> argv{argv0.data()};
+    for (std::size_t i = 1; i < st.argv.size(); ++i) argv.push_back(st.argv[i].data());
+    argv.push_back(nullptr);
     std::vector<std::string> env;
     for (char** e = environ; *e != nullptr; ++e) {
       if (!is_bootstrap(*e)) env.emplace_back(*e);  // a worker's own is replaced below
@@ -703,6 +707,11 @@ ProcMesh HostMesh::spawn_procs(const std::vector<std::pair<std::string, std::siz
     ::posix_spawn_file_actions_init(&actions);
     ::posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
     ::posix_spawn_file_actions_adddup2(&actions, err[1], STDERR_FILENO);
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 34)
+    // Nothing but stdin, stdout and stderr: not even a descriptor someone opened without
+    // close-on-exec (the runtime's own all have it).
+    ::posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);
+#endif
     pid_t pid = -1;
     const int rc = st.spawner->spawn(&pid, "/proc/self/exe", &actions, argv.data(), envp.data());
     ::posix_spawn_file_actions_destroy(&actions);
