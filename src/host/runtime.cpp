@@ -20,6 +20,7 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string_view>
 #include <thread>
@@ -66,8 +67,9 @@ bool is_bootstrap(std::string_view entry) {
 
 Runtime* g_runtime = nullptr;
 
-/// "exited with status 3" or "was killed by signal SIGKILL (Killed)".
-std::string describe_exit(const siginfo_t& info) {
+/// "exited with status 3" or "was killed by signal SIGKILL (Killed)". `oom`: the kernel says
+/// its out-of-memory killer acted in the process's cgroup.
+std::string describe_exit(const siginfo_t& info, bool oom) {
   if (info.si_code == CLD_EXITED) return "exited with status " + std::to_string(info.si_status);
   const int sig = info.si_status;
   const char* abbrev = ::sigabbrev_np(sig);
@@ -75,8 +77,51 @@ std::string describe_exit(const siginfo_t& info) {
                   (abbrev != nullptr ? "SIG" + std::string(abbrev) : std::to_string(sig)) + " (" +
                   ::strsignal(sig) + ")";
   if (info.si_code == CLD_DUMPED) s += ", core dumped";
-  if (sig == SIGKILL) s += "; if nobody sent it, the kernel's out-of-memory killer may have";
+  if (oom) {
+    s += ": the kernel's out-of-memory killer acted in its cgroup (it reached its memory limit)";
+  }
   return s;
+}
+
+/// The file where the kernel counts its out-of-memory kills in `pid`'s cgroup: memory.events
+/// (cgroup v2) or memory.oom_control (v1), each with an `oom_kill` line. Empty if none.
+std::string oom_events_file(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cgroup");
+  std::string line;
+  std::string v1;
+  std::string v2;
+  while (std::getline(in, line)) {
+    const auto a = line.find(':');
+    const auto b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1);
+    const std::string path = line.substr(b + 1);
+    if (line.compare(0, a, "0") == 0 && controllers.empty()) {
+      v2 = path;
+    } else if (controllers == "memory" || controllers.find("memory,") != std::string::npos ||
+               controllers.find(",memory") != std::string::npos) {
+      v1 = path;
+    }
+  }
+  std::error_code ec;
+  for (const std::string& f : {"/sys/fs/cgroup/memory" + v1 + "/memory.oom_control",
+                               "/sys/fs/cgroup" + v2 + "/memory.events",
+                               "/sys/fs/cgroup/unified" + v2 + "/memory.events"}) {
+    if (std::filesystem::exists(f, ec)) return f;
+  }
+  return {};
+}
+
+/// The `oom_kill` count of an events file from oom_events_file().
+std::optional<std::uint64_t> oom_kills(const std::string& file) {
+  if (file.empty()) return std::nullopt;
+  std::ifstream in(file);
+  std::string key;
+  std::uint64_t value = 0;
+  while (in >> key >> value) {
+    if (key == "oom_kill") return value;
+  }
+  return std::nullopt;
 }
 
 /// Starts processes from one thread that lives as long as the runtime. A worker's
@@ -138,6 +183,8 @@ class Spawner {
 };
 
 /// Reaps child processes as they exit, on a thread of its own: one poll over their pidfds.
+/// A child killed by SIGKILL is said to be the out-of-memory killer's only if the kernel's
+/// count of such kills in the child's cgroup rose since it was last read.
 class ChildWatcher {
  public:
   using OnExit = std::function<void(pid_t pid, const std::string& what)>;
@@ -147,6 +194,8 @@ class ChildWatcher {
     if (wake_ < 0) {
       throw std::runtime_error(std::string("cannot create an eventfd: ") + std::strerror(errno));
     }
+    const std::string own = oom_events_file(::getpid());
+    if (auto n = oom_kills(own)) oom_seen_[own] = *n;
     thread_ = std::thread([this] { run(); });
   }
   ~ChildWatcher() {
@@ -169,9 +218,13 @@ class ChildWatcher {
                                " (pidfd_open: " + std::strerror(errno) +
                                "); baton needs Linux 5.3 or later");
     }
+    const std::string oom_file = oom_events_file(pid);  // where it starts; a zombie's reads "/"
+    const auto oom_now = oom_kills(oom_file);
     {
       std::lock_guard lock(mu_);
       running_.emplace(pid, fd);
+      oom_file_[pid] = oom_file;
+      if (oom_now) oom_seen_.emplace(oom_file, *oom_now);
     }
     poke();
   }
@@ -227,11 +280,13 @@ class ChildWatcher {
             info.si_pid == 0) {
           continue;
         }
-        const std::string what = describe_exit(info);
+        const bool killed = info.si_code == CLD_KILLED && info.si_status == SIGKILL;
+        const std::string what = describe_exit(info, killed && oom_killed(pids[i]));
         {
           std::lock_guard lock(mu_);
           ::close(fds[i].fd);
           running_.erase(pids[i]);
+          oom_file_.erase(pids[i]);
           exited_[pids[i]] = what;
         }
         cv_.notify_all();
@@ -240,12 +295,32 @@ class ChildWatcher {
     }
   }
 
+  /// Whether the out-of-memory killer acted in `pid`'s cgroup since its count was last read.
+  bool oom_killed(pid_t pid) {
+    std::string file;
+    {
+      std::lock_guard lock(mu_);
+      auto it = oom_file_.find(pid);
+      if (it == oom_file_.end()) return false;
+      file = it->second;
+    }
+    const auto now = oom_kills(file);
+    if (!now) return false;
+    std::lock_guard lock(mu_);
+    auto [seen, fresh] = oom_seen_.emplace(file, *now);
+    const bool rose = !fresh && *now > seen->second;
+    seen->second = *now;
+    return rose;
+  }
+
   OnExit on_exit_;
   int wake_ = -1;
   std::mutex mu_;
   std::condition_variable cv_;
   std::unordered_map<pid_t, int> running_;  // pidfd of each child still running
   std::unordered_map<pid_t, std::string> exited_;
+  std::unordered_map<pid_t, std::string> oom_file_;          // each running child's events file
+  std::unordered_map<std::string, std::uint64_t> oom_seen_;  // oom_kill count last read, by file
   bool quit_ = false;
   std::thread thread_;
 };
