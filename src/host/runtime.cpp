@@ -8,6 +8,7 @@
 #include <spawn.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,6 +23,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <sstream>
 #include <string_view>
 #include <thread>
 #include <unordered_map>
@@ -66,6 +68,176 @@ bool is_bootstrap(std::string_view entry) {
 }
 
 Runtime* g_runtime = nullptr;
+
+// A job's directory is "baton-<controller pid>-XXXXXX" in the temporary directory, with the
+// controller's pid and start time in this file: a later controller removes it if that one died.
+constexpr const char* kJobDirPrefix = "baton-";
+constexpr const char* kControllerFile = "controller";
+
+/// When process `pid` started (/proc/<pid>/stat field 22): with the pid, it names one process
+/// even after the pid is reused. nullopt if there is no such process.
+std::optional<std::uint64_t> start_time(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  std::getline(in, text);
+  const auto close = text.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream rest(text.substr(close + 1));
+  std::string field;
+  for (int i = 3; i < 22; ++i) rest >> field;  // state (3) .. cstime (21)
+  std::uint64_t t = 0;
+  if (!(rest >> t)) return std::nullopt;
+  return t;
+}
+
+/// Whether the controller that made a job directory (its pid, and its `controller` file) lives.
+bool controller_alive(pid_t pid, const std::filesystem::path& file) {
+  const auto started = start_time(pid);
+  if (!started) return false;
+  std::ifstream in(file);
+  long long recorded_pid = 0;
+  std::uint64_t recorded_start = 0;
+  if (!(in >> recorded_pid >> recorded_start)) return true;  // being made right now: keep it
+  return recorded_pid == pid && recorded_start == *started;
+}
+
+/// Removes the job directories in `tmp` of this user whose controller is dead: a controller
+/// killed too hard to clean up left them, and they hold its job's key.
+void remove_stale_job_dirs(const std::filesystem::path& tmp) {
+  std::error_code ec;
+  const std::string prefix = kJobDirPrefix;
+  for (const auto& entry : std::filesystem::directory_iterator(tmp, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    const auto dash = name.find('-', prefix.size());
+    if (dash == std::string::npos || dash == prefix.size() || dash - prefix.size() > 9) continue;
+    const std::string digits = name.substr(prefix.size(), dash - prefix.size());
+    if (digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    struct stat st {};
+    if (::lstat(entry.path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
+        st.st_uid != ::geteuid()) {
+      continue;
+    }
+    const auto pid = static_cast<pid_t>(std::stol(digits));
+    if (controller_alive(pid, entry.path() / kControllerFile)) continue;
+    std::error_code removed;
+    std::filesystem::remove_all(entry.path(), removed);
+    if (!removed) {
+      std::fprintf(stderr, "baton: removed %s: its controller (pid %d) is gone\n",
+                   entry.path().c_str(), static_cast<int>(pid));
+    }
+  }
+}
+
+/// Makes the job's directory (only this user may enter it) and records who made it.
+std::filesystem::path make_job_dir() {
+  const auto tmp = std::filesystem::temp_directory_path();
+  remove_stale_job_dirs(tmp);
+  std::string tmpl = (tmp / (kJobDirPrefix + std::to_string(::getpid()) + "-XXXXXX")).string();
+  if (::mkdtemp(tmpl.data()) == nullptr) {
+    throw std::runtime_error("cannot create a directory for the job's sockets in " + tmp.string() +
+                             ": " + std::strerror(errno) + " (set TMPDIR to a writable directory)");
+  }
+  const std::filesystem::path dir = tmpl;
+  const std::string who =
+      std::to_string(::getpid()) + " " + std::to_string(start_time(::getpid()).value_or(0)) + "\n";
+  const int fd =
+      ::open((dir / kControllerFile).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0 || ::write(fd, who.data(), who.size()) != static_cast<ssize_t>(who.size())) {
+    const std::string why = std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+    throw std::runtime_error("cannot write " + (dir / kControllerFile).string() + ": " + why);
+  }
+  ::close(fd);
+  return dir;
+}
+
+// The write end of the pipe that SIGINT and SIGTERM go into: a signal handler has no other way
+// to reach the runtime. -1 while no runtime listens.
+std::atomic<int> g_signal_pipe{-1};
+
+extern "C" void on_stop_signal(int sig) {
+  const int saved = errno;
+  const int fd = g_signal_pipe.load();
+  if (fd >= 0) {
+    const auto b = static_cast<unsigned char>(sig);
+    [[maybe_unused]] const auto n = ::write(fd, &b, 1);
+  }
+  errno = saved;
+}
+
+/// "SIGINT".
+std::string signal_name(int sig) {
+  const char* abbrev = ::sigabbrev_np(sig);
+  return abbrev != nullptr ? "SIG" + std::string(abbrev) : "signal " + std::to_string(sig);
+}
+
+/// Turns SIGINT and SIGTERM into calls on a thread of its own: the first signal runs `first`
+/// (on one more thread, so that a second signal is heard while it runs), later ones `again`.
+/// Both end the process. The handlers that were there before come back when it is destroyed.
+class StopSignals {
+ public:
+  StopSignals(std::function<void(int)> first, std::function<void(int)> again)
+      : first_(std::move(first)), again_(std::move(again)) {
+    if (::pipe2(pipe_, O_CLOEXEC) != 0) {
+      throw std::runtime_error(std::string("cannot create a pipe for signals: ") +
+                               std::strerror(errno));
+    }
+    ::fcntl(pipe_[1], F_SETFL, O_NONBLOCK);  // a handler never blocks
+    int expected = -1;
+    if (!g_signal_pipe.compare_exchange_strong(expected, pipe_[1])) {
+      ::close(pipe_[0]);
+      ::close(pipe_[1]);
+      throw UsageError("only one baton::Runtime may handle SIGINT and SIGTERM in a process");
+    }
+    thread_ = std::thread([this] { run(); });
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGINT, &sa, &old_int_);
+    ::sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~StopSignals() {
+    ::sigaction(SIGINT, &old_int_, nullptr);
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+    g_signal_pipe.store(-1);
+    const unsigned char quit = 0;
+    [[maybe_unused]] const auto n = ::write(pipe_[1], &quit, 1);
+    thread_.join();
+    // A stop that a signal began ends the process; this waits for it rather than race it.
+    if (stopping_.joinable()) stopping_.join();
+    ::close(pipe_[0]);
+    ::close(pipe_[1]);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  void run() {
+    for (;;) {
+      unsigned char sig = 0;
+      const auto n = ::read(pipe_[0], &sig, 1);
+      if (n < 0 && errno == EINTR) continue;
+      if (n != 1 || sig == 0) return;
+      if (!stopping_.joinable()) {
+        stopping_ = std::thread([this, sig] { first_(sig); });
+      } else {
+        again_(sig);
+      }
+    }
+  }
+
+  std::function<void(int)> first_;
+  std::function<void(int)> again_;
+  int pipe_[2] = {-1, -1};
+  struct sigaction old_int_ {};
+  struct sigaction old_term_ {};
+  std::thread thread_;
+  std::thread stopping_;
+};
 
 /// "exited with status 3" or "was killed by signal SIGKILL (Killed)". `oom`: the kernel says
 /// its out-of-memory killer acted in the process's cgroup.
@@ -227,6 +399,12 @@ class ChildWatcher {
       if (oom_now) oom_seen_.emplace(oom_file, *oom_now);
     }
     poke();
+  }
+
+  /// Sends `sig` to every child still running (through its pidfd: never to a reused pid).
+  void signal_all(int sig) {
+    std::lock_guard lock(mu_);
+    for (auto& [pid, fd] : running_) ::syscall(SYS_pidfd_send_signal, fd, sig, nullptr, 0);
   }
 
   /// What became of `pid` once it exited, waiting until `deadline`; nullopt if still running.
@@ -431,6 +609,14 @@ struct Runtime::State {
   std::function<bool(const MeshFailure&)> supervise;  // under mu
   std::unique_ptr<ChildWatcher> watcher;
   std::unique_ptr<Spawner> spawner;
+  std::unique_ptr<StopSignals> signals;  // the controller's
+
+  /// Removes the job's directory (its sockets, CA and key), if this process made it.
+  void remove_job_dir() {
+    if (!own_dir) return;
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+  }
 
   void stop_groups() {
     std::vector<std::shared_ptr<LocalProcGroup>> live;
@@ -467,12 +653,7 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
       [this](pid_t pid, const std::string& what) { child_exited(pid, what); });
   state_->spawner = std::make_unique<Spawner>();
   if (std::getenv(kProcVar) != nullptr) run_worker();
-  std::string tmpl = (std::filesystem::temp_directory_path() / "baton-XXXXXX").string();
-  if (::mkdtemp(tmpl.data()) == nullptr) {
-    throw std::runtime_error("cannot create a directory for the job's sockets in " +
-                             std::filesystem::temp_directory_path().string());
-  }
-  state_->dir = tmpl;
+  state_->dir = make_job_dir();
   state_->own_dir = true;
   state_->secret = net::new_job_secret();
   // TLS for every link that leaves the host: the user's certificates (options, else the
@@ -501,7 +682,30 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
       state_->proc->serve(Address::parse("unix://" + (state_->dir / "ctl.sock").string()));
   detail::set_exit_probe([this](const std::string& peer) { return exit_report(peer); });
   detail::set_shutdown_hook([this] { state_->stop_groups(); });
+  state_->signals = std::make_unique<StopSignals>([this](int sig) { stop_on_signal(sig); },
+                                                  [this](int sig) { kill_on_signal(sig); });
   g_runtime = this;
+}
+
+void Runtime::stop_on_signal(int sig) {
+  std::fprintf(stderr, "baton: %s: stopping the job (send it again to kill it at once)\n",
+               signal_name(sig).c_str());
+  std::fflush(stderr);
+  state_->stop_groups();
+  state_->output->flush();
+  state_->remove_job_dir();
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(128 + sig);
+}
+
+void Runtime::kill_on_signal(int sig) {
+  std::fprintf(stderr, "baton: %s again: killing the job's processes\n", signal_name(sig).c_str());
+  state_->watcher->signal_all(SIGKILL);
+  state_->remove_job_dir();
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(128 + sig);
 }
 
 void Runtime::run_worker() {
@@ -513,6 +717,9 @@ void Runtime::run_worker() {
   const char* name = std::getenv(kProcVar);
   // `ps` and `ss` show the proc's name (its command line says "baton <name>" in full).
   ::prctl(PR_SET_NAME, ("baton " + std::string(name)).substr(0, 15).c_str());
+  // A terminal's Ctrl-C reaches every process of its foreground group: the controller stops
+  // the workers in order, so they do not die of it first.
+  ::signal(SIGINT, SIG_IGN);
   const char* controller = std::getenv(kControllerVar);
   const char* controller_addr = std::getenv(kControllerAddrVar);
   if (controller == nullptr || controller_addr == nullptr) {
@@ -649,12 +856,14 @@ void Runtime::unhandled(const MeshFailure& event) {
                "  (an owner may handle failures in Actor::supervise, the controller in "
                "RuntimeOptions::supervise)\n",
                event.to_string().c_str());
+  state_->remove_job_dir();
   std::fflush(stdout);
   std::fflush(stderr);
   std::_Exit(1);  // every worker dies with this process (PR_SET_PDEATHSIG)
 }
 
 Runtime::~Runtime() {
+  state_->signals.reset();  // the previous handlers are back
   detail::set_exit_probe(nullptr);
   detail::set_shutdown_hook(nullptr);
   state_->stop_groups();
@@ -662,10 +871,7 @@ Runtime::~Runtime() {
   state_->spawner.reset();
   state_->watcher.reset();
   state_->output.reset();  // the workers are gone: print what they left in the pipes
-  if (state_->own_dir) {
-    std::error_code ignored;
-    std::filesystem::remove_all(state_->dir, ignored);
-  }
+  state_->remove_job_dir();
   g_runtime = nullptr;
 }
 

@@ -643,6 +643,10 @@ TEST(Supervision, AnUnhandledFailureStopsTheControllerWithAReportAndStatus1) {
   std::vector<std::string> env_s;
   for (char** e = environ; *e != nullptr; ++e) env_s.emplace_back(*e);
   env_s.emplace_back("BATON_TEST_UNSUPERVISED=1");
+  std::string tmp = (std::filesystem::temp_directory_path() / "baton-unsupervised-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(tmp.data()), nullptr);
+  env_s.push_back("TMPDIR=" + tmp);  // first in the environment wins
+  std::rotate(env_s.begin(), env_s.end() - 1, env_s.end());
   std::vector<char*> envp;
   envp.reserve(env_s.size() + 1);
   for (auto& e : env_s) envp.push_back(e.data());
@@ -671,6 +675,9 @@ TEST(Supervision, AnUnhandledFailureStopsTheControllerWithAReportAndStatus1) {
   EXPECT_THAT(text, HasSubstr("Worker::boom threw with no caller to tell"));
   EXPECT_THAT(text, HasSubstr("boom on rank 1"));
   EXPECT_THAT(text, HasSubstr("RuntimeOptions::supervise"));
+  // Its job directory (the job's key among its files) went with it.
+  EXPECT_TRUE(std::filesystem::is_empty(tmp)) << "the job directory is still there";
+  std::filesystem::remove_all(tmp);
 }
 
 /// A memory cgroup of its own for a test: created under this process's, removed afterwards.
