@@ -8,6 +8,7 @@
 #include <spawn.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,8 +19,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <filesystem>
+#include <fstream>
 #include <optional>
+#include <sstream>
 #include <string_view>
 #include <thread>
 #include <unordered_map>
@@ -65,8 +69,179 @@ bool is_bootstrap(std::string_view entry) {
 
 Runtime* g_runtime = nullptr;
 
-/// "exited with status 3" or "was killed by signal SIGKILL (Killed)".
-std::string describe_exit(const siginfo_t& info) {
+// A job's directory is "baton-<controller pid>-XXXXXX" in the temporary directory, with the
+// controller's pid and start time in this file: a later controller removes it if that one died.
+constexpr const char* kJobDirPrefix = "baton-";
+constexpr const char* kControllerFile = "controller";
+
+/// When process `pid` started (/proc/<pid>/stat field 22): with the pid, it names one process
+/// even after the pid is reused. nullopt if there is no such process.
+std::optional<std::uint64_t> start_time(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  std::getline(in, text);
+  const auto close = text.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream rest(text.substr(close + 1));
+  std::string field;
+  for (int i = 3; i < 22; ++i) rest >> field;  // state (3) .. cstime (21)
+  std::uint64_t t = 0;
+  if (!(rest >> t)) return std::nullopt;
+  return t;
+}
+
+/// Whether the controller that made a job directory (its pid, and its `controller` file) lives.
+bool controller_alive(pid_t pid, const std::filesystem::path& file) {
+  const auto started = start_time(pid);
+  if (!started) return false;
+  std::ifstream in(file);
+  long long recorded_pid = 0;
+  std::uint64_t recorded_start = 0;
+  if (!(in >> recorded_pid >> recorded_start)) return true;  // being made right now: keep it
+  return recorded_pid == pid && recorded_start == *started;
+}
+
+/// Removes the job directories in `tmp` of this user whose controller is dead: a controller
+/// killed too hard to clean up left them, and they hold its job's key.
+void remove_stale_job_dirs(const std::filesystem::path& tmp) {
+  std::error_code ec;
+  const std::string prefix = kJobDirPrefix;
+  for (const auto& entry : std::filesystem::directory_iterator(tmp, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    const auto dash = name.find('-', prefix.size());
+    if (dash == std::string::npos || dash == prefix.size() || dash - prefix.size() > 9) continue;
+    const std::string digits = name.substr(prefix.size(), dash - prefix.size());
+    if (digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    struct stat st {};
+    if (::lstat(entry.path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
+        st.st_uid != ::geteuid()) {
+      continue;
+    }
+    const auto pid = static_cast<pid_t>(std::stol(digits));
+    if (controller_alive(pid, entry.path() / kControllerFile)) continue;
+    std::error_code removed;
+    std::filesystem::remove_all(entry.path(), removed);
+    if (!removed) {
+      std::fprintf(stderr, "baton: removed %s: its controller (pid %d) is gone\n",
+                   entry.path().c_str(), static_cast<int>(pid));
+    }
+  }
+}
+
+/// Makes the job's directory (only this user may enter it) and records who made it.
+std::filesystem::path make_job_dir() {
+  const auto tmp = std::filesystem::temp_directory_path();
+  remove_stale_job_dirs(tmp);
+  std::string tmpl = (tmp / (kJobDirPrefix + std::to_string(::getpid()) + "-XXXXXX")).string();
+  if (::mkdtemp(tmpl.data()) == nullptr) {
+    throw std::runtime_error("cannot create a directory for the job's sockets in " + tmp.string() +
+                             ": " + std::strerror(errno) + " (set TMPDIR to a writable directory)");
+  }
+  const std::filesystem::path dir = tmpl;
+  const std::string who =
+      std::to_string(::getpid()) + " " + std::to_string(start_time(::getpid()).value_or(0)) + "\n";
+  const int fd =
+      ::open((dir / kControllerFile).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0 || ::write(fd, who.data(), who.size()) != static_cast<ssize_t>(who.size())) {
+    const std::string why = std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+    throw std::runtime_error("cannot write " + (dir / kControllerFile).string() + ": " + why);
+  }
+  ::close(fd);
+  return dir;
+}
+
+// The write end of the pipe that SIGINT and SIGTERM go into: a signal handler has no other way
+// to reach the runtime. -1 while no runtime listens.
+std::atomic<int> g_signal_pipe{-1};
+
+extern "C" void on_stop_signal(int sig) {
+  const int saved = errno;
+  const int fd = g_signal_pipe.load();
+  if (fd >= 0) {
+    const auto b = static_cast<unsigned char>(sig);
+    [[maybe_unused]] const auto n = ::write(fd, &b, 1);
+  }
+  errno = saved;
+}
+
+/// "SIGINT".
+std::string signal_name(int sig) {
+  const char* abbrev = ::sigabbrev_np(sig);
+  return abbrev != nullptr ? "SIG" + std::string(abbrev) : "signal " + std::to_string(sig);
+}
+
+/// Turns SIGINT and SIGTERM into calls on a thread of its own: the first signal runs `first`
+/// (on one more thread, so that a second signal is heard while it runs), later ones `again`.
+/// Both end the process. The handlers that were there before come back when it is destroyed.
+class StopSignals {
+ public:
+  StopSignals(std::function<void(int)> first, std::function<void(int)> again)
+      : first_(std::move(first)), again_(std::move(again)) {
+    if (::pipe2(pipe_, O_CLOEXEC) != 0) {
+      throw std::runtime_error(std::string("cannot create a pipe for signals: ") +
+                               std::strerror(errno));
+    }
+    ::fcntl(pipe_[1], F_SETFL, O_NONBLOCK);  // a handler never blocks
+    int expected = -1;
+    if (!g_signal_pipe.compare_exchange_strong(expected, pipe_[1])) {
+      ::close(pipe_[0]);
+      ::close(pipe_[1]);
+      throw UsageError("only one baton::Runtime may handle SIGINT and SIGTERM in a process");
+    }
+    thread_ = std::thread([this] { run(); });
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGINT, &sa, &old_int_);
+    ::sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~StopSignals() {
+    ::sigaction(SIGINT, &old_int_, nullptr);
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+    g_signal_pipe.store(-1);
+    const unsigned char quit = 0;
+    [[maybe_unused]] const auto n = ::write(pipe_[1], &quit, 1);
+    thread_.join();
+    // A stop that a signal began ends the process; this waits for it rather than race it.
+    if (stopping_.joinable()) stopping_.join();
+    ::close(pipe_[0]);
+    ::close(pipe_[1]);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  void run() {
+    for (;;) {
+      unsigned char sig = 0;
+      const auto n = ::read(pipe_[0], &sig, 1);
+      if (n < 0 && errno == EINTR) continue;
+      if (n != 1 || sig == 0) return;
+      if (!stopping_.joinable()) {
+        stopping_ = std::thread([this, sig] { first_(sig); });
+      } else {
+        again_(sig);
+      }
+    }
+  }
+
+  std::function<void(int)> first_;
+  std::function<void(int)> again_;
+  int pipe_[2] = {-1, -1};
+  struct sigaction old_int_ {};
+  struct sigaction old_term_ {};
+  std::thread thread_;
+  std::thread stopping_;
+};
+
+/// "exited with status 3" or "was killed by signal SIGKILL (Killed)". `oom`: the kernel says
+/// its out-of-memory killer acted in the process's cgroup.
+std::string describe_exit(const siginfo_t& info, bool oom) {
   if (info.si_code == CLD_EXITED) return "exited with status " + std::to_string(info.si_status);
   const int sig = info.si_status;
   const char* abbrev = ::sigabbrev_np(sig);
@@ -74,11 +249,114 @@ std::string describe_exit(const siginfo_t& info) {
                   (abbrev != nullptr ? "SIG" + std::string(abbrev) : std::to_string(sig)) + " (" +
                   ::strsignal(sig) + ")";
   if (info.si_code == CLD_DUMPED) s += ", core dumped";
-  if (sig == SIGKILL) s += "; if nobody sent it, the kernel's out-of-memory killer may have";
+  if (oom) {
+    s += ": the kernel's out-of-memory killer acted in its cgroup (it reached its memory limit)";
+  }
   return s;
 }
 
+/// The file where the kernel counts its out-of-memory kills in `pid`'s cgroup: memory.events
+/// (cgroup v2) or memory.oom_control (v1), each with an `oom_kill` line. Empty if none.
+std::string oom_events_file(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cgroup");
+  std::string line;
+  std::string v1;
+  std::string v2;
+  while (std::getline(in, line)) {
+    const auto a = line.find(':');
+    const auto b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1);
+    const std::string path = line.substr(b + 1);
+    if (line.compare(0, a, "0") == 0 && controllers.empty()) {
+      v2 = path;
+    } else if (controllers == "memory" || controllers.find("memory,") != std::string::npos ||
+               controllers.find(",memory") != std::string::npos) {
+      v1 = path;
+    }
+  }
+  std::error_code ec;
+  for (const std::string& f : {"/sys/fs/cgroup/memory" + v1 + "/memory.oom_control",
+                               "/sys/fs/cgroup" + v2 + "/memory.events",
+                               "/sys/fs/cgroup/unified" + v2 + "/memory.events"}) {
+    if (std::filesystem::exists(f, ec)) return f;
+  }
+  return {};
+}
+
+/// The `oom_kill` count of an events file from oom_events_file().
+std::optional<std::uint64_t> oom_kills(const std::string& file) {
+  if (file.empty()) return std::nullopt;
+  std::ifstream in(file);
+  std::string key;
+  std::uint64_t value = 0;
+  while (in >> key >> value) {
+    if (key == "oom_kill") return value;
+  }
+  return std::nullopt;
+}
+
+/// Starts processes from one thread that lives as long as the runtime. A worker's
+/// PR_SET_PDEATHSIG follows the thread that started it, not the process: started from a
+/// short-lived thread, it would die when that thread ends.
+class Spawner {
+ public:
+  Spawner() : thread_([this] { run(); }) {}
+  ~Spawner() {
+    {
+      std::lock_guard lock(mu_);
+      quit_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  Spawner(const Spawner&) = delete;
+  Spawner& operator=(const Spawner&) = delete;
+
+  /// posix_spawn, run on the spawner's thread.
+  int spawn(pid_t* pid, const char* path, const posix_spawn_file_actions_t* actions,
+            char* const argv[], char* const envp[]) {
+    Job job{[&] { return ::posix_spawn(pid, path, actions, nullptr, argv, envp); }};
+    std::unique_lock lock(mu_);
+    jobs_.push_back(&job);
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return job.done; });
+    return job.rc;
+  }
+
+ private:
+  struct Job {
+    std::function<int()> start;
+    int rc = 0;
+    bool done = false;
+  };
+
+  void run() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return quit_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;  // quit, with nothing left to start
+      Job* job = jobs_.front();
+      jobs_.pop_front();
+      lock.unlock();
+      const int rc = job->start();
+      lock.lock();
+      job->rc = rc;
+      job->done = true;
+      cv_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job*> jobs_;
+  bool quit_ = false;
+  std::thread thread_;
+};
+
 /// Reaps child processes as they exit, on a thread of its own: one poll over their pidfds.
+/// A child killed by SIGKILL is said to be the out-of-memory killer's only if the kernel's
+/// count of such kills in the child's cgroup rose since it was last read.
 class ChildWatcher {
  public:
   using OnExit = std::function<void(pid_t pid, const std::string& what)>;
@@ -88,6 +366,8 @@ class ChildWatcher {
     if (wake_ < 0) {
       throw std::runtime_error(std::string("cannot create an eventfd: ") + std::strerror(errno));
     }
+    const std::string own = oom_events_file(::getpid());
+    if (auto n = oom_kills(own)) oom_seen_[own] = *n;
     thread_ = std::thread([this] { run(); });
   }
   ~ChildWatcher() {
@@ -110,11 +390,21 @@ class ChildWatcher {
                                " (pidfd_open: " + std::strerror(errno) +
                                "); baton needs Linux 5.3 or later");
     }
+    const std::string oom_file = oom_events_file(pid);  // where it starts; a zombie's reads "/"
+    const auto oom_now = oom_kills(oom_file);
     {
       std::lock_guard lock(mu_);
       running_.emplace(pid, fd);
+      oom_file_[pid] = oom_file;
+      if (oom_now) oom_seen_.emplace(oom_file, *oom_now);
     }
     poke();
+  }
+
+  /// Sends `sig` to every child still running (through its pidfd: never to a reused pid).
+  void signal_all(int sig) {
+    std::lock_guard lock(mu_);
+    for (auto& [pid, fd] : running_) ::syscall(SYS_pidfd_send_signal, fd, sig, nullptr, 0);
   }
 
   /// What became of `pid` once it exited, waiting until `deadline`; nullopt if still running.
@@ -168,11 +458,13 @@ class ChildWatcher {
             info.si_pid == 0) {
           continue;
         }
-        const std::string what = describe_exit(info);
+        const bool killed = info.si_code == CLD_KILLED && info.si_status == SIGKILL;
+        const std::string what = describe_exit(info, killed && oom_killed(pids[i]));
         {
           std::lock_guard lock(mu_);
           ::close(fds[i].fd);
           running_.erase(pids[i]);
+          oom_file_.erase(pids[i]);
           exited_[pids[i]] = what;
         }
         cv_.notify_all();
@@ -181,12 +473,32 @@ class ChildWatcher {
     }
   }
 
+  /// Whether the out-of-memory killer acted in `pid`'s cgroup since its count was last read.
+  bool oom_killed(pid_t pid) {
+    std::string file;
+    {
+      std::lock_guard lock(mu_);
+      auto it = oom_file_.find(pid);
+      if (it == oom_file_.end()) return false;
+      file = it->second;
+    }
+    const auto now = oom_kills(file);
+    if (!now) return false;
+    std::lock_guard lock(mu_);
+    auto [seen, fresh] = oom_seen_.emplace(file, *now);
+    const bool rose = !fresh && *now > seen->second;
+    seen->second = *now;
+    return rose;
+  }
+
   OnExit on_exit_;
   int wake_ = -1;
   std::mutex mu_;
   std::condition_variable cv_;
   std::unordered_map<pid_t, int> running_;  // pidfd of each child still running
   std::unordered_map<pid_t, std::string> exited_;
+  std::unordered_map<pid_t, std::string> oom_file_;          // each running child's events file
+  std::unordered_map<std::string, std::uint64_t> oom_seen_;  // oom_kill count last read, by file
   bool quit_ = false;
   std::thread thread_;
 };
@@ -296,6 +608,15 @@ struct Runtime::State {
   std::vector<std::weak_ptr<LocalProcGroup>> groups;
   std::function<bool(const MeshFailure&)> supervise;  // under mu
   std::unique_ptr<ChildWatcher> watcher;
+  std::unique_ptr<Spawner> spawner;
+  std::unique_ptr<StopSignals> signals;  // the controller's
+
+  /// Removes the job's directory (its sockets, CA and key), if this process made it.
+  void remove_job_dir() {
+    if (!own_dir) return;
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+  }
 
   void stop_groups() {
     std::vector<std::shared_ptr<LocalProcGroup>> live;
@@ -330,13 +651,9 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
   state_->output = std::make_unique<OutputForwarder>(output_options(std::move(options.output)));
   state_->watcher = std::make_unique<ChildWatcher>(
       [this](pid_t pid, const std::string& what) { child_exited(pid, what); });
+  state_->spawner = std::make_unique<Spawner>();
   if (std::getenv(kProcVar) != nullptr) run_worker();
-  std::string tmpl = (std::filesystem::temp_directory_path() / "baton-XXXXXX").string();
-  if (::mkdtemp(tmpl.data()) == nullptr) {
-    throw std::runtime_error("cannot create a directory for the job's sockets in " +
-                             std::filesystem::temp_directory_path().string());
-  }
-  state_->dir = tmpl;
+  state_->dir = make_job_dir();
   state_->own_dir = true;
   state_->secret = net::new_job_secret();
   // TLS for every link that leaves the host: the user's certificates (options, else the
@@ -365,15 +682,44 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
       state_->proc->serve(Address::parse("unix://" + (state_->dir / "ctl.sock").string()));
   detail::set_exit_probe([this](const std::string& peer) { return exit_report(peer); });
   detail::set_shutdown_hook([this] { state_->stop_groups(); });
+  state_->signals = std::make_unique<StopSignals>([this](int sig) { stop_on_signal(sig); },
+                                                  [this](int sig) { kill_on_signal(sig); });
   g_runtime = this;
 }
 
+void Runtime::stop_on_signal(int sig) {
+  std::fprintf(stderr, "baton: %s: stopping the job (send it again to kill it at once)\n",
+               signal_name(sig).c_str());
+  std::fflush(stderr);
+  state_->stop_groups();
+  state_->output->flush();
+  state_->remove_job_dir();
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(128 + sig);
+}
+
+void Runtime::kill_on_signal(int sig) {
+  std::fprintf(stderr, "baton: %s again: killing the job's processes\n", signal_name(sig).c_str());
+  state_->watcher->signal_all(SIGKILL);
+  state_->remove_job_dir();
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(128 + sig);
+}
+
 void Runtime::run_worker() {
-  // No orphans: die with the process that started us, even if it is SIGKILLed.
+  // No orphans: die with the process that started us, even if it is SIGKILLed. (With the
+  // thread that started us, to be exact: the spawner's, which lives as long as its runtime.)
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   const char* parent = std::getenv(kParentVar);
   if (parent != nullptr && ::getppid() != std::atoi(parent)) std::_Exit(1);
   const char* name = std::getenv(kProcVar);
+  // `ps` and `ss` show the proc's name (its command line says "baton <name>" in full).
+  ::prctl(PR_SET_NAME, ("baton " + std::string(name)).substr(0, 15).c_str());
+  // A terminal's Ctrl-C reaches every process of its foreground group: the controller stops
+  // the workers in order, so they do not die of it first.
+  ::signal(SIGINT, SIG_IGN);
   const char* controller = std::getenv(kControllerVar);
   const char* controller_addr = std::getenv(kControllerAddrVar);
   if (controller == nullptr || controller_addr == nullptr) {
@@ -510,22 +856,22 @@ void Runtime::unhandled(const MeshFailure& event) {
                "  (an owner may handle failures in Actor::supervise, the controller in "
                "RuntimeOptions::supervise)\n",
                event.to_string().c_str());
+  state_->remove_job_dir();
   std::fflush(stdout);
   std::fflush(stderr);
   std::_Exit(1);  // every worker dies with this process (PR_SET_PDEATHSIG)
 }
 
 Runtime::~Runtime() {
+  state_->signals.reset();  // the previous handlers are back
   detail::set_exit_probe(nullptr);
   detail::set_shutdown_hook(nullptr);
   state_->stop_groups();
   state_->proc.reset();
+  state_->spawner.reset();
   state_->watcher.reset();
   state_->output.reset();  // the workers are gone: print what they left in the pipes
-  if (state_->own_dir) {
-    std::error_code ignored;
-    std::filesystem::remove_all(state_->dir, ignored);
-  }
+  state_->remove_job_dir();
   g_runtime = nullptr;
 }
 
@@ -597,12 +943,14 @@ ProcMesh HostMesh::spawn_procs(const std::vector<std::pair<std::string, std::siz
   const ActorId owner = detail::current_owner();
   std::vector<ProcId> names;
   std::vector<pid_t> pids;
-  std::vector<char*> argv;
-  for (auto& a : st.argv) argv.push_back(a.data());
-  argv.push_back(nullptr);
   for (std::size_t r = 0; r < shape.len(); ++r) {
     const Point p = shape.point(r);
     ProcId name{mesh + "." + std::to_string(r)};
+    // `ps` says which proc this is: "baton procs0.3", then the program's own arguments.
+    std::string argv0 = "baton " + name.name;
+    std::vector<char*> argv{argv0.data()};
+    for (std::size_t i = 1; i < st.argv.size(); ++i) argv.push_back(st.argv[i].data());
+    argv.push_back(nullptr);
     std::vector<std::string> env;
     for (char** e = environ; *e != nullptr; ++e) {
       if (!is_bootstrap(*e)) env.emplace_back(*e);  // a worker's own is replaced below
@@ -640,9 +988,13 @@ ProcMesh HostMesh::spawn_procs(const std::vector<std::pair<std::string, std::siz
     ::posix_spawn_file_actions_init(&actions);
     ::posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
     ::posix_spawn_file_actions_adddup2(&actions, err[1], STDERR_FILENO);
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 34)
+    // Nothing but stdin, stdout and stderr: not even a descriptor someone opened without
+    // close-on-exec (the runtime's own all have it).
+    ::posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);
+#endif
     pid_t pid = -1;
-    const int rc =
-        ::posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, argv.data(), envp.data());
+    const int rc = st.spawner->spawn(&pid, "/proc/self/exe", &actions, argv.data(), envp.data());
     ::posix_spawn_file_actions_destroy(&actions);
     ::close(out[1]);
     ::close(err[1]);

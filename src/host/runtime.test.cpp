@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -17,7 +19,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "baton/baton.hpp"
 
@@ -28,6 +32,29 @@ namespace baton {
 namespace {
 
 using ::testing::HasSubstr;
+
+/// This process's open descriptors, as "3 -> socket:[1234]".
+std::vector<std::string> open_fds() {
+  std::vector<std::string> out;
+  DIR* d = ::opendir("/proc/self/fd");
+  if (d == nullptr) return out;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.' || std::atoi(e->d_name) == ::dirfd(d)) continue;
+    char target[256] = {};
+    const auto n =
+        ::readlink(("/proc/self/fd/" + std::string(e->d_name)).c_str(), target, sizeof target - 1);
+    out.push_back(std::string(e->d_name) + " -> " + (n > 0 ? std::string(target, n) : "?"));
+  }
+  ::closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+/// What was open when main() began, before the Runtime: in a worker, what it inherited.
+std::vector<std::string>& fds_at_start() {
+  static std::vector<std::string> fds;
+  return fds;
+}
 
 class Counter : public Actor {
  public:
@@ -44,6 +71,7 @@ class Counter : public Actor {
     return 0;
   }
   int pid() { return static_cast<int>(::getpid()); }
+  std::vector<std::string> inherited() { return fds_at_start(); }
   int hang() {
     for (;;) ::pause();  // until the test kills this process
   }
@@ -62,7 +90,7 @@ class Counter : public Actor {
   static constexpr auto endpoints =
       baton::endpoints<&Counter::incr, &Counter::value, &Counter::device, &Counter::rank,
                        &Counter::fail_on, &Counter::ask, &Counter::say, &Counter::pid,
-                       &Counter::hang, &Counter::die>();
+                       &Counter::hang, &Counter::die, &Counter::inherited>();
 
  private:
   int value_;
@@ -201,6 +229,73 @@ TEST(Mesh, SpawnCallSliceAndStopAcrossWorkerProcesses) {
   EXPECT_THROW((void)counters.call(&Counter::value), UsageError);
 }
 
+TEST(Mesh, ProcsSpawnedFromAThreadThatEndsLiveUntilStopped) {
+  std::optional<ProcMesh> procs;
+  pid_t tid = 0;
+  std::thread([&] {
+    tid = static_cast<pid_t>(::syscall(SYS_gettid));
+    procs.emplace(this_host().spawn_procs({{"gpus", 2}}));
+  }).join();
+  // Gone for good: a parent-death signal tied to that thread has been sent by now.
+  const std::string task = "/proc/self/task/" + std::to_string(tid);
+  for (int i = 0; i < 3000 && std::filesystem::exists(task); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // bounded poll on a condition
+  }
+  ASSERT_FALSE(std::filesystem::exists(task));
+  auto counters = procs->spawn<Counter>("outliving", 7);
+  EXPECT_EQ(counters.call(&Counter::value).get().values(), (std::vector<int>{7, 7}));
+  procs->stop().get();
+}
+
+TEST(Mesh, WorkersInheritNoDescriptorOfTheControllerAndSayWhoTheyAre) {
+  // The controller holds descriptors of every kind the library makes: a proc mesh's links and
+  // output pipes, a TCP listener, a link over TCP.
+  auto first = this_host().spawn_procs({{"gpus", 1}});
+  EXPECT_EQ(first.spawn<Counter>("first", 3).call_one(&Counter::value).get(), 3);
+  const Address tcp = Runtime::get().proc().serve(Address::parse("tcp://127.0.0.1:0"));
+  net::IoThread io;
+  LinkInbox inbox;
+  auto link = net::Link::connect(io, tcp, inbox.handler(), Runtime::get().link_options());
+  // Each of them is close-on-exec, so nothing the program starts inherits them either.
+  const auto& before = fds_at_start();  // stdio, and what whoever started this test left open
+  for (const auto& fd : open_fds()) {
+    if (std::find(before.begin(), before.end(), fd) != before.end()) continue;
+    const bool library_kind = fd.find("socket:") != std::string::npos ||
+                              fd.find("pipe:") != std::string::npos ||
+                              fd.find("anon_inode:") != std::string::npos;
+    if (!library_kind) continue;
+    const int flags = ::fcntl(std::atoi(fd.c_str()), F_GETFD);
+    EXPECT_TRUE(flags >= 0 && (flags & FD_CLOEXEC) != 0) << fd << " is not close-on-exec";
+  }
+
+  auto procs = this_host().spawn_procs({{"gpus", 2}});
+  auto counters = procs.spawn<Counter>("named", 0);
+  const ValueMesh<std::vector<std::string>> inherited = counters.call(&Counter::inherited).get();
+  for (const auto& [point, fds] : inherited.items()) {
+    std::vector<std::string> extra;
+    for (const auto& fd : fds) {
+      if (std::atoi(fd.c_str()) > STDERR_FILENO) extra.push_back(fd);
+    }
+    EXPECT_THAT(extra, ::testing::IsEmpty())
+        << "worker " << point.to_string() << " inherited descriptors beyond 0-2";
+  }
+  // `ps` says which proc each worker is: its command line, and its name (at most 15 bytes).
+  const ValueMesh<int> pids = counters.call(&Counter::pid).get();
+  for (std::size_t r = 0; r < procs.size(); ++r) {
+    const std::string pid = std::to_string(pids.values()[r]);
+    std::ifstream cmdline_file("/proc/" + pid + "/cmdline");
+    std::string argv0;
+    std::getline(cmdline_file, argv0, '\0');
+    EXPECT_EQ(argv0, "baton " + procs.proc(r).name);
+    std::ifstream comm_file("/proc/" + pid + "/comm");
+    std::string comm;
+    std::getline(comm_file, comm);
+    EXPECT_EQ(comm, ("baton " + procs.proc(r).name).substr(0, 15));
+  }
+  procs.stop().get();
+  first.stop().get();
+}
+
 TEST(Failure, ADeadWorkerFailsItsCallsWithAReportAndTheRestKeepsWorking) {
   auto procs = this_host().spawn_procs({{"gpus", 4}});
   auto counters = procs.spawn<Counter>("mortals", 5);
@@ -230,6 +325,7 @@ TEST(Failure, ADeadWorkerFailsItsCallsWithAReportAndTheRestKeepsWorking) {
     FAIL() << "expected SupervisionError";
   } catch (const SupervisionError& e) {
     EXPECT_THAT(e.what(), HasSubstr("was killed by signal SIGKILL"));
+    EXPECT_THAT(e.what(), ::testing::Not(HasSubstr("out-of-memory")));  // the kernel did not
   }
   std::printf(
       "kill to failed future: %.1f ms\n",
@@ -385,6 +481,7 @@ TEST(Output, WorkerLinesArriveWithTheirRankAndIdenticalOnesOnce) {
 }  // namespace baton
 
 int main(int argc, char** argv) {
+  baton::fds_at_start() = baton::open_fds();
   baton::RuntimeOptions options;
   options.output.sink = [](const baton::OutputLine& l) {
     auto& p = baton::printed();

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -19,10 +20,13 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include "baton/baton.hpp"
 
@@ -30,6 +34,7 @@ extern char** environ;
 
 namespace baton {
 [[noreturn]] void run_unsupervised_controller();
+[[noreturn]] void run_oom_controller();
 namespace {
 
 using namespace std::chrono_literals;
@@ -81,9 +86,17 @@ class Worker : public Actor {
     return value_;
   }
   void ignore_sigterm() { ::signal(SIGTERM, SIG_IGN); }
+  /// Takes memory a page at a time until the kernel's out-of-memory killer ends this process.
+  int hog() {
+    std::vector<std::unique_ptr<char[]>> held;
+    for (;;) {
+      held.emplace_back(new char[16 << 20]);
+      for (std::size_t i = 0; i < (16 << 20); i += 4096) held.back()[i] = 1;
+    }
+  }
   static constexpr auto endpoints =
       baton::endpoints<&Worker::value, &Worker::incr, &Worker::pid, &Worker::refuse, &Worker::boom,
-                       &Worker::crash, &Worker::block, &Worker::ignore_sigterm>();
+                       &Worker::crash, &Worker::block, &Worker::ignore_sigterm, &Worker::hog>();
 
  private:
   int value_ = 0;
@@ -351,6 +364,8 @@ TEST_P(ProcessDeath, IsReportedToTheOwnerAndFailsPendingAndLaterCalls) {
     FAIL() << "expected SupervisionError";
   } catch (const SupervisionError& e) {
     EXPECT_THAT(e.what(), HasSubstr(d.report));
+    // Named only when the kernel says it acted, and here it did not.
+    EXPECT_THAT(e.what(), ::testing::Not(HasSubstr("out-of-memory")));
     EXPECT_THAT(e.what(), HasSubstr("rank 1"));
     EXPECT_THAT(e.what(), HasSubstr("pid " + std::to_string(pid)));
     if (d.how >= 0) {
@@ -374,15 +389,13 @@ TEST_P(ProcessDeath, IsReportedToTheOwnerAndFailsPendingAndLaterCalls) {
   EXPECT_EQ(seen().count(), 0u);  // one event per death, none for the stop
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Ways, ProcessDeath,
-    ::testing::Values(Death{"exit", 0, "exited with status 7"},
-                      Death{"segv", 1, "was killed by signal SIGSEGV"},
-                      Death{"abort", 2, "was killed by signal SIGABRT"},
-                      Death{"sigkill", -1,
-                            "was killed by signal SIGKILL (Killed); if nobody "
-                            "sent it, the kernel's out-of-memory killer may have"}),
-    [](const auto& param_info) { return std::string(param_info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Ways, ProcessDeath,
+                         ::testing::Values(Death{"exit", 0, "exited with status 7"},
+                                           Death{"segv", 1, "was killed by signal SIGSEGV"},
+                                           Death{"abort", 2, "was killed by signal SIGABRT"},
+                                           Death{"sigkill", -1,
+                                                 "was killed by signal SIGKILL (Killed)"}),
+                         [](const auto& param_info) { return std::string(param_info.param.name); });
 
 TEST(Supervision, GetWithATimeoutOnAHungActorLeavesTheFutureUsable) {
   auto procs = this_host().spawn_procs({{"gpus", 1}});
@@ -630,6 +643,10 @@ TEST(Supervision, AnUnhandledFailureStopsTheControllerWithAReportAndStatus1) {
   std::vector<std::string> env_s;
   for (char** e = environ; *e != nullptr; ++e) env_s.emplace_back(*e);
   env_s.emplace_back("BATON_TEST_UNSUPERVISED=1");
+  std::string tmp = (std::filesystem::temp_directory_path() / "baton-unsupervised-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(tmp.data()), nullptr);
+  env_s.push_back("TMPDIR=" + tmp);  // first in the environment wins
+  std::rotate(env_s.begin(), env_s.end() - 1, env_s.end());
   std::vector<char*> envp;
   envp.reserve(env_s.size() + 1);
   for (auto& e : env_s) envp.push_back(e.data());
@@ -658,9 +675,122 @@ TEST(Supervision, AnUnhandledFailureStopsTheControllerWithAReportAndStatus1) {
   EXPECT_THAT(text, HasSubstr("Worker::boom threw with no caller to tell"));
   EXPECT_THAT(text, HasSubstr("boom on rank 1"));
   EXPECT_THAT(text, HasSubstr("RuntimeOptions::supervise"));
+  // Its job directory (the job's key among its files) went with it.
+  EXPECT_TRUE(std::filesystem::is_empty(tmp)) << "the job directory is still there";
+  std::filesystem::remove_all(tmp);
+}
+
+/// A memory cgroup of its own for a test: created under this process's, removed afterwards.
+class MemoryCgroup {
+ public:
+  /// Empty path() if this machine does not let the test make one (the reason in why()).
+  explicit MemoryCgroup(std::size_t limit) {
+    std::ifstream self("/proc/self/cgroup");
+    std::string line;
+    std::string v1;
+    std::string v2;
+    while (std::getline(self, line)) {
+      if (line.rfind("0::", 0) == 0) v2 = line.substr(3);
+      const auto at = line.find(":memory:");
+      if (at != std::string::npos) v1 = line.substr(at + 8);
+    }
+    std::filesystem::path dir;
+    std::string limit_file;
+    if (std::filesystem::exists("/sys/fs/cgroup/memory" + v1 + "/memory.limit_in_bytes")) {
+      dir = "/sys/fs/cgroup/memory" + v1 + "/baton-oom-test-" + std::to_string(::getpid());
+      limit_file = "memory.limit_in_bytes";
+    } else if (std::filesystem::exists("/sys/fs/cgroup" + v2 + "/memory.max")) {
+      dir = "/sys/fs/cgroup" + v2 + "/baton-oom-test-" + std::to_string(::getpid());
+      limit_file = "memory.max";
+    } else {
+      why_ = "no memory cgroup controller is mounted where this process's cgroup is";
+      return;
+    }
+    std::error_code ec;
+    if (!std::filesystem::create_directory(dir, ec)) {
+      why_ = "cannot create " + dir.string() + ": " + ec.message();
+      return;
+    }
+    path_ = dir;
+    std::ofstream(dir / limit_file) << limit;
+    std::ofstream(dir / "memory.swap.max") << 0;  // v2; v1 has no swap account unless asked
+    std::ifstream check(dir / limit_file);
+    std::size_t set = 0;
+    if (!(check >> set) || set > limit) {
+      why_ = "cannot set " + (dir / limit_file).string();
+      path_.clear();
+      std::filesystem::remove(dir, ec);
+    }
+  }
+  ~MemoryCgroup() {
+    if (path_.empty()) return;
+    // Its processes are gone or going: wait (bounded) until it is empty, then remove it.
+    for (int i = 0; i < 3000; ++i) {
+      std::ifstream procs(path_ / "cgroup.procs");
+      std::string any;
+      if (!(procs >> any)) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (::rmdir(path_.c_str()) != 0) {
+      std::fprintf(stderr, "cannot remove cgroup %s: %s\n", path_.c_str(), std::strerror(errno));
+    }
+  }
+  const std::filesystem::path& path() const { return path_; }
+  const std::string& why() const { return why_; }
+
+ private:
+  std::filesystem::path path_;
+  std::string why_;
+};
+
+TEST(Supervision, AWorkerTheOutOfMemoryKillerEndsIsReportedAsSuch) {
+  // A controller in a cgroup of its own with a memory limit; its worker takes memory until the
+  // kernel kills it.
+  MemoryCgroup cgroup(512u << 20);
+  if (cgroup.path().empty()) GTEST_SKIP() << "no memory cgroup for this test: " << cgroup.why();
+  int err[2];
+  ASSERT_EQ(::pipe2(err, O_CLOEXEC), 0);
+  posix_spawn_file_actions_t actions;
+  ::posix_spawn_file_actions_init(&actions);
+  ::posix_spawn_file_actions_adddup2(&actions, err[1], STDERR_FILENO);
+  std::vector<std::string> env_s;
+  for (char** e = environ; *e != nullptr; ++e) env_s.emplace_back(*e);
+  env_s.push_back("BATON_TEST_OOM_CGROUP=" + cgroup.path().string());
+  std::vector<char*> envp;
+  for (auto& e : env_s) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string self = "oom-controller";
+  char* child_argv[] = {self.data(), nullptr};
+  pid_t controller = -1;
+  ASSERT_EQ(
+      ::posix_spawn(&controller, "/proc/self/exe", &actions, nullptr, child_argv, envp.data()), 0);
+  ::posix_spawn_file_actions_destroy(&actions);
+  ::close(err[1]);
+  std::string text;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(err[0], buf, sizeof buf);
+    if (n <= 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(err[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(controller, &status, 0), controller);
+  ASSERT_TRUE(WIFEXITED(status)) << text;
+  EXPECT_EQ(WEXITSTATUS(status), 1) << text;  // it reported the failure, nobody handled it
+  EXPECT_THAT(text, HasSubstr("was killed by signal SIGKILL (Killed): the kernel's "
+                              "out-of-memory killer acted in its cgroup"));
 }
 
 }  // namespace
+
+/// The controller of AWorkerTheOutOfMemoryKiller...: its worker runs out of memory; no hook.
+[[noreturn]] void run_oom_controller() {
+  auto procs = this_host().spawn_procs({{"gpus", 1}});
+  auto workers = procs.spawn<Worker>("hogs", -1);
+  workers.broadcast(&Worker::hog);
+  for (;;) ::pause();  // the runtime ends this process
+}
 
 /// The controller of AnUnhandledFailure...: no supervise hook; one of its actors fails.
 [[noreturn]] void run_unsupervised_controller() {
@@ -673,8 +803,13 @@ TEST(Supervision, AnUnhandledFailureStopsTheControllerWithAReportAndStatus1) {
 }  // namespace baton
 
 int main(int argc, char** argv) {
+  const char* oom_cgroup = std::getenv("BATON_TEST_OOM_CGROUP");
+  if (oom_cgroup != nullptr && std::getenv("BATON_PROC") == nullptr) {
+    // Into the test's cgroup, before the runtime starts (its workers start there too).
+    std::ofstream(std::string(oom_cgroup) + "/cgroup.procs") << ::getpid() << std::endl;
+  }
   baton::RuntimeOptions options;
-  if (std::getenv("BATON_TEST_UNSUPERVISED") == nullptr) {
+  if (std::getenv("BATON_TEST_UNSUPERVISED") == nullptr && oom_cgroup == nullptr) {
     options.supervise = [](const baton::MeshFailure& f) {
       auto& s = baton::seen();
       {
@@ -687,6 +822,7 @@ int main(int argc, char** argv) {
   }
   baton::Runtime rt(argc, argv, options);  // a worker serves here and never returns
   if (std::getenv("BATON_TEST_UNSUPERVISED") != nullptr) baton::run_unsupervised_controller();
+  if (oom_cgroup != nullptr) baton::run_oom_controller();
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

@@ -1,5 +1,6 @@
 #include "baton/net/link.hpp"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -55,6 +56,11 @@ IoThread::~IoThread() {
 }
 
 namespace {
+
+/// No process this one starts inherits a link's socket (Asio opens them without SOCK_CLOEXEC).
+void close_on_exec(int fd) {
+  ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC);
+}
 
 Protocol::endpoint to_endpoint(asio::io_context& ctx, const Address& a) {
   switch (a.transport) {
@@ -625,6 +631,9 @@ class StreamLink final : public Link {
     } catch (const std::exception& e) {
       return retry_or_give_up(epoch, e.what());
     }
+    asio::error_code opened;
+    socket->open(ep.protocol(), opened);
+    if (!opened) close_on_exec(socket->native_handle());
     socket->async_connect(
         ep, asio::bind_executor(strand_, [self = shared(), socket, epoch](asio::error_code ec) {
           if (epoch != self->epoch_ || self->closed()) return;
@@ -889,6 +898,7 @@ struct AcceptCore : std::enable_shared_from_this<AcceptCore> {
   void accept() {
     acceptor.async_accept([self = shared_from_this()](asio::error_code ec, Protocol::socket s) {
       if (ec) return;  // closed
+      close_on_exec(s.native_handle());
       if (self->options.secret.empty()) {
         self->adopt(std::move(s));
       } else {
@@ -937,6 +947,7 @@ class StreamListener final : public Listener {
     }
     auto& acceptor = core_->acceptor;
     acceptor.open(ep.protocol());
+    close_on_exec(acceptor.native_handle());
     if (at.transport == Address::Transport::tcp) {
       acceptor.set_option(asio::socket_base::reuse_address(true));
     }
@@ -979,6 +990,8 @@ std::shared_ptr<Link> Link::connect(IoThread& io, const Address& to, LinkHandler
   Protocol::socket socket(ctx);
   try {
     const Protocol::endpoint ep = to_endpoint(ctx, to);
+    socket.open(ep.protocol());
+    close_on_exec(socket.native_handle());
     socket.connect(ep);
   } catch (const std::system_error& e) {
     throw std::runtime_error("cannot connect to " + to.to_string() + ": " + e.code().message() +

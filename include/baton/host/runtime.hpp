@@ -12,6 +12,12 @@
 // environment (never on the command line); it serves its proc, and exits when the controller
 // stops it or goes away. An actor in a worker may spawn procs of its own (this_host() works
 // there too): it owns them, they die with it, and their failures go to its supervise().
+//
+// In the controller, SIGINT or SIGTERM stops the job in order (as HostMesh::stop() does) and
+// exits with status 128 + the signal's number; the same signal again during that stop kills the
+// workers and exits at once. The job's directory (its sockets, CA and key) is removed on every
+// exit the controller lives to see; one left by a controller that died is removed by the next
+// controller of the same user.
 
 #include <chrono>
 #include <functional>
@@ -86,6 +92,10 @@ class Runtime {
   std::optional<std::string> exit_report(const std::string& proc_name);
   void child_exited(int pid, const std::string& what);
   void unhandled(const MeshFailure& event);
+  /// SIGINT or SIGTERM: stops every proc mesh as stop() does, then exits with 128 + sig.
+  [[noreturn]] void stop_on_signal(int sig);
+  /// The same signal again while that stop runs: kills the workers and exits at once.
+  [[noreturn]] void kill_on_signal(int sig);
   friend class HostMesh;
   std::unique_ptr<State> state_;
 };
