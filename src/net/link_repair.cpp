@@ -1,0 +1,167 @@
+// Heartbeats, and a broken connection: repaired (the dialler redials with backoff, the listener
+// waits for the peer), or closed for good.
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "net/auth.hpp"
+#include "net/link_impl.hpp"
+
+namespace baton::net::internal {
+
+void StreamLink::arm_heartbeat() {
+  timer_.expires_after(options_.heartbeat);
+  timer_.async_wait([self = shared()](asio::error_code ec) {
+    if (ec || self->closed()) return;
+    if (self->connected() && !self->parked_ &&
+        Clock::now() - self->last_recv_ > self->options_.dead_after) {
+      self->broken(self->epoch_, asio::error::timed_out);
+    } else if (self->connected()) {
+      self->send_ack();  // the heartbeat, acknowledging what arrived
+    }
+    self->arm_heartbeat();
+  });
+}
+
+bool StreamLink::connected() const {
+  std::lock_guard lock(mu_);
+  return connected_;
+}
+
+void StreamLink::broken(std::uint64_t epoch, const asio::error_code& ec) {
+  if (epoch != epoch_ || closed()) return;
+  const std::string reason =
+      ec == asio::error::timed_out
+          ? "no frame from the peer for " + std::to_string(options_.dead_after.count()) + " ms"
+          : eof_reason(ec);
+  // A unix socket has no network in between: whatever breaks it is the peer's process closing
+  // it or dying, and nothing will come back. Over TCP a reset can read as an end of stream
+  // (whichever operation takes the error first), and a peer that closes on purpose says bye
+  // first, so every other break is repaired.
+  if (unix_ || ec == asio::error::operation_aborted || session_ == 0) return shutdown(reason);
+  {
+    std::lock_guard lock(mu_);
+    ++epoch_;
+    connected_ = false;
+    writing_ = false;
+    in_flight_ = false;
+    asio::error_code ignored;
+    lowest().close(ignored);
+  }
+  if (std::getenv("BATON_DEBUG_LINKS") != nullptr) {
+    std::fprintf(stderr, "baton: link %s broken (%s); repairing\n", description_.c_str(),
+                 reason.c_str());
+  }
+  repair_deadline_ = Clock::now() + options_.reconnect_for;
+  repair_reason_ = reason;
+  if (redial_) {
+    backoff_ = std::chrono::milliseconds(5);
+    redial(epoch_);
+  } else {
+    wait_for_peer(epoch_);
+  }
+}
+
+void StreamLink::redial(std::uint64_t epoch) {
+  auto socket = std::make_shared<Protocol::socket>(ctx_);
+  Protocol::endpoint ep;
+  try {
+    ep = to_endpoint(ctx_, *redial_);
+  } catch (const std::exception& e) {
+    return retry_or_give_up(epoch, e.what());
+  }
+  socket->async_connect(
+      ep, asio::bind_executor(strand_, [self = shared(), socket, epoch](asio::error_code ec) {
+        if (epoch != self->epoch_ || self->closed()) return;
+        if (ec == asio::error::connection_refused || ec == std::errc::no_such_file_or_directory) {
+          // Nobody listens there any more: the peer's process is gone, not just the path.
+          return self->shutdown("connection lost (" + self->repair_reason_ +
+                                ") and the peer refuses new ones: " + ec.message());
+        }
+        if (ec) return self->retry_or_give_up(epoch, ec.message());
+        if (self->options_.secret.empty()) return self->resecure(std::move(*socket), epoch);
+        auth::authenticate(*socket, self->strand_, self->options_.secret, true,
+                           self->options_.dead_after,
+                           [self, socket, epoch](const std::string& error) {
+                             if (epoch != self->epoch_ || self->closed()) return;
+                             if (!error.empty()) return self->retry_or_give_up(epoch, error);
+                             self->resecure(std::move(*socket), epoch);
+                           });
+      }));
+}
+
+/// A redialled connection, authenticated: TLS over it if this link uses TLS, then resume.
+void StreamLink::resecure(Protocol::socket socket, std::uint64_t epoch) {
+  if (!tls_ctx_) return resume(std::move(socket), nullptr, 0);
+  auto tls = std::make_shared<std::unique_ptr<TlsStream>>(
+      std::make_unique<TlsStream>(std::move(socket), *tls_ctx_));
+  tls_handshake(**tls, true, epoch, [self = shared(), tls, epoch](const std::string& error) {
+    if (!error.empty()) return self->retry_or_give_up(epoch, error);
+    self->resume(Protocol::socket(self->ctx_), std::move(*tls), 0);
+  });
+}
+
+void StreamLink::retry_or_give_up(std::uint64_t epoch, const std::string& why) {
+  if (Clock::now() + backoff_ > repair_deadline_) {
+    return shutdown("connection lost (" + repair_reason_ + ") and not restored within " +
+                    std::to_string(options_.reconnect_for.count()) + " ms: " + why);
+  }
+  repair_timer_ = std::make_unique<asio::steady_timer>(strand_, backoff_);
+  backoff_ = std::min(backoff_ * 2, std::chrono::milliseconds(500));
+  repair_timer_->async_wait([self = shared(), epoch](asio::error_code ec) {
+    if (!ec && epoch == self->epoch_ && !self->closed()) self->redial(epoch);
+  });
+}
+
+void StreamLink::wait_for_peer(std::uint64_t epoch) {
+  repair_timer_ = std::make_unique<asio::steady_timer>(strand_, options_.reconnect_for);
+  repair_timer_->async_wait([self = shared(), epoch](asio::error_code ec) {
+    if (ec || epoch != self->epoch_ || self->closed()) return;
+    self->shutdown("connection lost (" + self->repair_reason_ + ") and the peer did not " +
+                   "come back within " + std::to_string(self->options_.reconnect_for.count()) +
+                   " ms");
+  });
+}
+
+/// Takes over a new connection for this link (on its strand): everything not yet
+/// acknowledged is sent again from the start; the peer drops what it already has.
+void StreamLink::resume(Protocol::socket socket, std::unique_ptr<TlsStream> tls,
+                        std::uint64_t peer_expects) {
+  if (closed()) return;
+  {
+    std::lock_guard lock(mu_);
+    asio::error_code ignored;
+    lowest().close(ignored);  // an old connection still thought alive is replaced
+    if (tls) {
+      tls_ = std::move(tls);
+    } else {
+      tls_.reset();
+      socket_ = std::move(socket);
+    }
+    ++epoch_;
+    ++connections_;
+    connected_ = true;
+    written_ = 0;
+    front_sent_ = 0;
+    ctl_.clear();
+    writing_ = false;
+    in_flight_ = false;
+    if (session_ != 0 && redial_) ctl_.push_back(control_frame(kHello, session_, next_recv_seq_));
+  }
+  trim(peer_expects);
+  last_recv_ = Clock::now();
+  read_prefix(epoch_);
+  std::lock_guard lock(mu_);
+  start_writer_locked();
+}
+
+std::string StreamLink::eof_reason(const asio::error_code& ec) {
+  if (ec == asio::error::eof || ec == asio::error::broken_pipe ||
+      ec == asio::error::connection_reset) {
+    return "peer closed the link";
+  }
+  if (ec == asio::error::operation_aborted) return "link closed";
+  return "connection failed: " + ec.message();
+}
+
+}  // namespace baton::net::internal
