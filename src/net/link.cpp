@@ -72,6 +72,11 @@ std::uint64_t new_session_id() {
   return id;
 }
 
+void log_line(const LinkOptions& options, const std::string& line) {
+  if (options.log) return options.log(line);
+  std::fprintf(stderr, "%s\n", line.c_str());
+}
+
 StreamLink::StreamLink(asio::io_context& ctx, Protocol::socket socket, std::string description,
                        const LinkOptions& options, std::shared_ptr<asio::ssl::context> tls_ctx)
     : ctx_(ctx),
@@ -257,7 +262,7 @@ void StreamLink::shutdown(const std::string& reason, bool tell_peer) {
   }
   room_.notify_all();
   if (std::getenv("BATON_DEBUG_LINKS") != nullptr) {
-    std::fprintf(stderr, "baton: link %s closed: %s\n", description_.c_str(), reason.c_str());
+    log_line(options_, "baton: link " + description_ + " closed: " + reason);
   }
   if (sessions_ && session_ != 0) {
     std::lock_guard lock(sessions_->mu);

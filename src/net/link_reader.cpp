@@ -78,8 +78,7 @@ void StreamLink::deliver(std::uint64_t epoch) {
     try {
       handler_.on_envelope(std::move(incoming_));
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "baton: link %s: envelope handler threw: %s\n", description_.c_str(),
-                   e.what());
+      log_line(options_, "baton: link " + description_ + ": envelope handler threw: " + e.what());
     }
   }
   if (epoch != epoch_) return;

@@ -49,8 +49,7 @@ void StreamLink::broken(std::uint64_t epoch, const asio::error_code& ec) {
     lowest().close(ignored);
   }
   if (std::getenv("BATON_DEBUG_LINKS") != nullptr) {
-    std::fprintf(stderr, "baton: link %s broken (%s); repairing\n", description_.c_str(),
-                 reason.c_str());
+    log_line(options_, "baton: link " + description_ + " broken (" + reason + "); repairing");
   }
   repair_deadline_ = Clock::now() + options_.reconnect_for;
   repair_reason_ = reason;

@@ -3,13 +3,15 @@
 
 #include <unistd.h>
 
-#include <cstdio>
+#include <chrono>
 #include <cstring>
 #include <future>
+#include <optional>
 
 #include "baton/net/link.hpp"
 #include "net/auth.hpp"
 #include "net/link_impl.hpp"
+#include "net/refusal_log.hpp"
 
 namespace baton::net {
 namespace {
@@ -18,6 +20,7 @@ using internal::make_tls_context;
 using internal::Sessions;
 using internal::StreamLink;
 using internal::to_endpoint;
+using Clock = std::chrono::steady_clock;
 
 // The acceptor's state lives in a shared core, so an accept handler that completes after the
 // listener is gone still finds it alive.
@@ -42,14 +45,38 @@ struct AcceptCore : std::enable_shared_from_this<AcceptCore> {
         auth::authenticate(*socket, self->ctx.get_executor(), self->options.secret, false,
                            self->options.dead_after, [self, socket](const std::string& error) {
                              if (error.empty()) return self->adopt(std::move(*socket));
-                             std::fprintf(stderr, "baton: %s refused a connection: %s\n",
-                                          self->address.to_string().c_str(), error.c_str());
+                             self->refused(error);
                              asio::error_code ignored;
                              socket->close(ignored);
                            });
       }
       self->accept();
     });
+  }
+
+  /// Starts accepting, once the address is final (a tcp port 0 is the real port by now).
+  void start() {
+    refusals.emplace(address.to_string(), options.refusal_log_lines, options.refusal_log_window,
+                     [this](const std::string& line) { internal::log_line(options, line); });
+    accept();
+  }
+
+  /// Logs a refused connection, or counts it for the line that sums up the window.
+  void refused(const std::string& error) {
+    if (!refusals->refused(error, Clock::now())) return;
+    if (!acceptor.is_open()) return refusals->flush(Clock::now());  // a handshake outlived stop()
+    refusal_timer.expires_at(refusals->window_end());
+    refusal_timer.async_wait([self = shared_from_this()](asio::error_code ec) {
+      if (!ec) self->refusals->flush(Clock::now());
+    });
+  }
+
+  /// On the I/O thread, as the listener goes: no accept after this, and nothing held back.
+  void stop() {
+    asio::error_code ignored;
+    acceptor.close(ignored);
+    refusal_timer.cancel();
+    refusals->flush(Clock::now());
   }
 
   void adopt(Protocol::socket s) {
@@ -67,6 +94,8 @@ struct AcceptCore : std::enable_shared_from_this<AcceptCore> {
   Address address;
   std::shared_ptr<Sessions> sessions = std::make_shared<Sessions>();
   std::shared_ptr<asio::ssl::context> tls;
+  std::optional<internal::RefusalLog> refusals;  // from start() on; used on the I/O thread only
+  asio::steady_timer refusal_timer{ctx};
 };
 
 class StreamListener final : public Listener {
@@ -92,14 +121,13 @@ class StreamListener final : public Listener {
       std::memcpy(tcp_ep.data(), local.data(), local.size());
       core_->address.port = tcp_ep.port();
     }
-    core_->accept();
+    core_->start();
   }
 
   ~StreamListener() override {
     std::promise<void> done;
     asio::post(core_->ctx, [core = core_, &done] {
-      asio::error_code ignored;
-      core->acceptor.close(ignored);
+      core->stop();
       done.set_value();
     });
     done.get_future().wait();

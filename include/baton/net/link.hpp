@@ -87,6 +87,14 @@ struct LinkOptions {
   /// TLS on TCP connections (after the secret's handshake, before any frame); off when empty.
   /// A peer whose certificate does not chain to ca_file is refused.
   TlsOptions tls;
+  /// Where the lines that links and listeners log go (one line a call, no newline); empty:
+  /// stderr.
+  std::function<void(const std::string& line)> log;
+  /// A listener logs at most this many refused connections per refusal_log_window; the others
+  /// are counted, and one line at the window's end says how many there were and the last
+  /// reason. Only the lines are limited: every such connection is refused all the same.
+  std::size_t refusal_log_lines = 10;
+  std::chrono::milliseconds refusal_log_window{10000};
 };
 
 /// A fresh random secret for a job (64 hex digits, from OpenSSL's generator).
