@@ -111,21 +111,74 @@ void StreamLink::start(LinkHandler handler) {
     self->last_recv_ = Clock::now();
     self->arm_heartbeat();
     const std::uint64_t epoch = self->epoch_;
-    if (self->redial_ && !self->options_.secret.empty()) {
-      auth::authenticate(
-          self->socket_, self->strand_, self->options_.secret, true, self->options_.dead_after,
-          [self, epoch](const std::string& error) {
-            if (epoch != self->epoch_ || self->closed()) return;
-            if (!error.empty()) {
-              return self->shutdown("cannot link to " + self->redial_->to_string() + ": " + error);
-            }
-            self->secure(epoch);
-          });
-      return;
-    }
-    if (self->tls_ctx_) return self->secure(epoch);
-    if (self->redial_) self->write_next(epoch);  // the hello set_dialler queued
-    self->read_prefix(epoch);
+    if (self->connect_on_strand_) return self->connect_first(epoch);
+    self->open(epoch);
+  });
+}
+
+/// On the strand, once the first connection is there: the secret's handshake (dialler), TLS,
+/// then frames.
+void StreamLink::open(std::uint64_t epoch) {
+  if (redial_ && !options_.secret.empty()) {
+    auth::authenticate(
+        socket_, strand_, options_.secret, true, options_.dead_after,
+        [self = shared(), epoch](const std::string& error) {
+          if (epoch != self->epoch_ || self->closed()) return;
+          if (!error.empty()) {
+            return self->shutdown("cannot link to " + self->redial_->to_string() + ": " + error);
+          }
+          self->secure(epoch);
+        });
+    return;
+  }
+  if (tls_ctx_) return secure(epoch);
+  if (redial_) write_next(epoch);  // the hello set_dialler queued
+  read_prefix(epoch);
+}
+
+void StreamLink::connect_on_strand() {
+  connect_on_strand_ = true;
+  unix_ = redial_->transport == Address::Transport::unix_socket;
+  std::lock_guard lock(mu_);
+  connected_ = false;  // what is sent meanwhile waits for the connection
+}
+
+/// On the strand: resolves and connects the first connection without blocking, bounded by
+/// dead_after; a failure closes the link with the reason Link::connect would have thrown.
+void StreamLink::connect_first(std::uint64_t epoch) {
+  const std::string to = redial_->to_string();
+  auto cannot = [to](const std::string& why) {
+    return "cannot connect to " + to + ": " + why + " (is the peer running and listening there?)";
+  };
+  resolve(*redial_, [self = shared(), epoch, cannot](const std::string& error,
+                                                     const Protocol::endpoint& ep) {
+    if (epoch != self->epoch_ || self->closed()) return;
+    if (!error.empty()) return self->shutdown(cannot(error));
+    auto timed_out = std::make_shared<bool>(false);
+    self->repair_timer_ =
+        std::make_unique<asio::steady_timer>(self->strand_, self->options_.dead_after);
+    self->repair_timer_->async_wait([self, epoch, timed_out](asio::error_code ec) {
+      if (ec || epoch != self->epoch_) return;
+      *timed_out = true;
+      asio::error_code ignored;
+      self->socket_.close(ignored);
+    });
+    self->socket_.async_connect(
+        ep,
+        asio::bind_executor(self->strand_, [self, epoch, cannot, timed_out](asio::error_code ec) {
+          if (epoch != self->epoch_ || self->closed()) return;
+          self->repair_timer_->cancel();
+          if (*timed_out) {
+            return self->shutdown(cannot(
+                "no answer within " + std::to_string(self->options_.dead_after.count()) + " ms"));
+          }
+          if (ec) return self->shutdown(cannot(ec.message()));
+          if (self->options_.secret.empty() && !self->tls_ctx_) {
+            std::lock_guard lock(self->mu_);
+            self->connected_ = true;  // no handshake to wait for
+          }
+          self->open(epoch);
+        }));
   });
 }
 
@@ -302,9 +355,16 @@ std::shared_ptr<Link> Link::connect(IoThread& io, const Address& to, LinkHandler
                                     const LinkOptions& options) {
   auto& ctx = io.impl().ctx;
   Protocol::socket socket(ctx);
+  // An I/O thread (a link's handler dialling a peer) must not wait for a connect or a DNS
+  // look-up: the link connects on its strand, and a failure closes it with the reason.
+  const bool on_io_thread = internal::t_io_thread;
   try {
-    const Protocol::endpoint ep = internal::to_endpoint(ctx, to);
-    socket.connect(ep);
+    if (on_io_thread) {
+      if (to.transport != Address::Transport::tcp) (void)internal::to_endpoint(ctx, to);  // checks
+    } else {
+      const Protocol::endpoint ep = internal::to_endpoint(ctx, to);
+      socket.connect(ep);
+    }
   } catch (const std::system_error& e) {
     throw std::runtime_error("cannot connect to " + to.to_string() + ": " + e.code().message() +
                              " (is the peer running and listening there?)");
@@ -316,6 +376,7 @@ std::shared_ptr<Link> Link::connect(IoThread& io, const Address& to, LinkHandler
   auto link =
       std::make_shared<StreamLink>(ctx, std::move(socket), "-> " + to.to_string(), options, tls);
   link->set_dialler(to);
+  if (on_io_thread) link->connect_on_strand();
   link->start(std::move(handler));
   return link;
 }

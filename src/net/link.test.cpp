@@ -458,5 +458,60 @@ TEST(Link, ConnectingToNothingSaysWhere) {
   }
 }
 
+TEST(Link, ALinkDialledFromAnIoThreadConnectsOnItsStrandAndReportsAFailureAsItsClose) {
+  // A link's handler runs on the I/O thread, where nothing may wait for a connect: a link
+  // dialled there connects later, on its strand, and a failure comes as its close (with what
+  // was sent on it handed back), not as an exception.
+  Inbox target_in;
+  Inbox dialled_in;
+  Inbox failed_in;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool dialled = false;
+  std::string thrown;
+  std::vector<Envelope> unsent;
+  std::shared_ptr<Link> good;
+  IoThread io;
+  auto target = Listener::listen(io, Address::parse("unix://" + unix_path("io-target")),
+                                 [&](const std::shared_ptr<Link>&) { return target_in.handler(); });
+  const Address nobody = Address::parse("unix://" + unix_path("io-nobody"));
+  auto trigger = Listener::listen(
+      io, Address::parse("unix://" + unix_path("io-trigger")), [&](const std::shared_ptr<Link>&) {
+        std::lock_guard lock(mu);
+        try {
+          good = Link::connect(io, target->address(), dialled_in.handler());
+          EXPECT_TRUE(good->send(make(1)));  // waits for the connection, on the strand
+          LinkHandler failing = failed_in.handler();
+          failing.on_unsent = [&](std::vector<Envelope> envs) {
+            std::lock_guard inner(mu);
+            unsent = std::move(envs);
+          };
+          auto bad = Link::connect(io, nobody, failing);
+          EXPECT_TRUE(bad->send(make(2)));  // the handler is still running: not failed yet
+        } catch (const std::exception& e) {
+          thrown = e.what();
+        }
+        dialled = true;
+        cv.notify_all();
+        return LinkHandler{};
+      });
+  auto client = Link::connect(io, trigger->address(), {});
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, kDeadline, [&] { return dialled; }));
+    ASSERT_EQ(thrown, "");
+  }
+  ASSERT_TRUE(target_in.wait_envelopes(1));
+  EXPECT_THAT(failed_in.wait_closed(),
+              HasSubstr("cannot connect to " + nobody.to_string() + ": No such file"));
+  {
+    std::lock_guard lock(mu);
+    ASSERT_EQ(unsent.size(), 1u);
+    EXPECT_EQ(unsent[0].dest.port, 2u);
+  }
+  good->close_and_wait("done");
+  client->close_and_wait("done");
+}
+
 }  // namespace
 }  // namespace baton::net

@@ -81,6 +81,9 @@ class StreamLink final : public Link {
   StreamLink(asio::io_context& ctx, Protocol::socket socket, std::string description,
              const LinkOptions& options, std::shared_ptr<asio::ssl::context> tls_ctx = nullptr);
   void set_dialler(Address to);
+  /// The dialler on an I/O thread: the first connection is opened on the strand (see
+  /// connect_first()), not by the caller.
+  void connect_on_strand();
   /// The accepting side: a hello on a new connection may hand it to an existing link.
   void set_sessions(std::shared_ptr<Sessions> sessions) { sessions_ = std::move(sessions); }
   void start(LinkHandler handler);
@@ -156,11 +159,18 @@ class StreamLink final : public Link {
   void arm_heartbeat();
   bool connected() const;
   void broken(std::uint64_t epoch, const asio::error_code& ec);
+  void resolve(const Address& to,
+               std::function<void(const std::string& error, const Protocol::endpoint& ep)> then);
   void redial(std::uint64_t epoch);
+  void reconnect(const Protocol::endpoint& ep, std::uint64_t epoch);
   void resecure(Protocol::socket socket, std::uint64_t epoch);
   void retry_or_give_up(std::uint64_t epoch, const std::string& why);
   void wait_for_peer(std::uint64_t epoch);
   static std::string eof_reason(const asio::error_code& ec);
+
+  // --- opening (link.cpp) -------------------------------------------------------------------
+  void open(std::uint64_t epoch);
+  void connect_first(std::uint64_t epoch);
 
   // --- closing (link.cpp) ----------------------------------------------------------------------
   void shutdown(const std::string& reason, bool tell_peer = false);
@@ -177,6 +187,7 @@ class StreamLink final : public Link {
   std::optional<Address> redial_;       // set on the dialling side
   std::uint64_t session_ = 0;           // 0: none (a peer that sent no hello)
   std::shared_ptr<Sessions> sessions_;  // set on the accepting side
+  bool connect_on_strand_ = false;      // the first connection is opened by connect_first()
 
   // Touched only on the strand (epoch_ is also changed under mu_, and read there).
   std::atomic<std::uint64_t> epoch_{0};  // the connection handlers belong to

@@ -62,13 +62,16 @@ void StreamLink::broken(std::uint64_t epoch, const asio::error_code& ec) {
 }
 
 void StreamLink::redial(std::uint64_t epoch) {
+  resolve(*redial_,
+          [self = shared(), epoch](const std::string& error, const Protocol::endpoint& ep) {
+            if (epoch != self->epoch_ || self->closed()) return;
+            if (!error.empty()) return self->retry_or_give_up(epoch, error);
+            self->reconnect(ep, epoch);
+          });
+}
+
+void StreamLink::reconnect(const Protocol::endpoint& ep, std::uint64_t epoch) {
   auto socket = std::make_shared<Protocol::socket>(ctx_);
-  Protocol::endpoint ep;
-  try {
-    ep = to_endpoint(ctx_, *redial_);
-  } catch (const std::exception& e) {
-    return retry_or_give_up(epoch, e.what());
-  }
   socket->async_connect(
       ep, asio::bind_executor(strand_, [self = shared(), socket, epoch](asio::error_code ec) {
         if (epoch != self->epoch_ || self->closed()) return;
@@ -87,6 +90,34 @@ void StreamLink::redial(std::uint64_t epoch) {
                              self->resecure(std::move(*socket), epoch);
                            });
       }));
+}
+
+/// Finds where `to` is without blocking the I/O thread (a unix path needs no look-up, and a host
+/// name is looked up by asio's resolver off this thread); `then(error, endpoint)` runs on the
+/// strand, with `error` empty on success.
+void StreamLink::resolve(
+    const Address& to,
+    std::function<void(const std::string& error, const Protocol::endpoint& ep)> then) {
+  if (to.transport != Address::Transport::tcp) {
+    Protocol::endpoint ep;
+    try {
+      ep = to_endpoint(ctx_, to);
+    } catch (const std::exception& e) {
+      return then(e.what(), ep);
+    }
+    return then({}, ep);
+  }
+  auto resolver = std::make_shared<asio::ip::tcp::resolver>(ctx_);
+  resolver->async_resolve(
+      to.host, std::to_string(to.port),
+      asio::bind_executor(
+          strand_, [resolver, host = to.host, then = std::move(then)](
+                       asio::error_code ec, const asio::ip::tcp::resolver::results_type& results) {
+            if (!ec && results.empty()) ec = asio::error::host_not_found;
+            if (ec)
+              return then("cannot resolve " + host + ": " + ec.message(), Protocol::endpoint());
+            then({}, Protocol::endpoint(results.begin()->endpoint()));
+          }));
 }
 
 /// A redialled connection, authenticated: TLS over it if this link uses TLS, then resume.
