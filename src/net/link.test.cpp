@@ -136,26 +136,24 @@ INSTANTIATE_TEST_SUITE_P(Transports, LinkTest, ::testing::Values("unix", "tcp"))
 using testing::RawClient;
 
 struct HostileFixture : ::testing::Test {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::unique_ptr<Inbox>> inboxes;
   IoThread io;
   std::string path = unix_path("hostile");
-  std::mutex mu;
-  std::vector<std::unique_ptr<Inbox>> inboxes;
   std::unique_ptr<Listener> listener =
       Listener::listen(io, Address::parse("unix://" + path), [this](const std::shared_ptr<Link>&) {
         std::lock_guard lock(mu);
         inboxes.push_back(std::make_unique<Inbox>());
+        cv.notify_all();
         return inboxes.back()->handler();
       });
   Inbox& accepted(std::size_t i) {
-    for (auto until = std::chrono::steady_clock::now() + kDeadline;
-         std::chrono::steady_clock::now() < until;) {
-      {
-        std::lock_guard lock(mu);
-        if (inboxes.size() > i) return *inboxes[i];
-      }
-      std::this_thread::yield();
+    std::unique_lock lock(mu);
+    if (!cv.wait_for(lock, kDeadline, [&] { return inboxes.size() > i; })) {
+      throw std::runtime_error("no accepted link");
     }
-    throw std::runtime_error("no accepted link");
+    return *inboxes[i];
   }
 };
 
@@ -332,10 +330,11 @@ struct RepairFixture : ::testing::Test {
   Inbox client_in;  // first, so it outlives the I/O thread and every link's handler
   LinkOptions options{
       .heartbeat = 20ms, .dead_after = 300ms, .reconnect_for = 10s, .ack_every = 16};
-  IoThread io;
   std::mutex mu;
+  std::condition_variable cv;
   std::vector<std::unique_ptr<Inbox>> inboxes;
   std::vector<std::shared_ptr<Link>> accepted_links;
+  IoThread io;
   std::unique_ptr<Listener> listener;
   std::unique_ptr<Proxy> proxy;
 
@@ -346,6 +345,7 @@ struct RepairFixture : ::testing::Test {
           std::lock_guard lock(mu);
           inboxes.push_back(std::make_unique<Inbox>());
           accepted_links.push_back(l);
+          cv.notify_all();
           return inboxes.back()->handler();
         },
         options);
@@ -353,15 +353,11 @@ struct RepairFixture : ::testing::Test {
   }
 
   std::pair<Inbox*, std::shared_ptr<Link>> first_accepted() {
-    for (auto until = std::chrono::steady_clock::now() + kDeadline;
-         std::chrono::steady_clock::now() < until;) {
-      {
-        std::lock_guard lock(mu);
-        if (!inboxes.empty()) return {inboxes[0].get(), accepted_links[0]};
-      }
-      std::this_thread::yield();
+    std::unique_lock lock(mu);
+    if (!cv.wait_for(lock, kDeadline, [&] { return !inboxes.empty(); })) {
+      throw std::runtime_error("nothing accepted");
     }
-    throw std::runtime_error("nothing accepted");
+    return {inboxes[0].get(), accepted_links[0]};
   }
 };
 
