@@ -125,6 +125,9 @@ class LinkFullError : public std::runtime_error {
 class Link : public std::enable_shared_from_this<Link> {
  public:
   /// Connects to a unix or tcp address; throws std::runtime_error naming the address and why.
+  /// On an I/O thread (in a link's handler) it never waits: the link connects on its own, what
+  /// is sent meanwhile waits for it, and a failure closes the link (on_unsent, then on_closed
+  /// with "cannot connect to ..."), bounded by LinkOptions::dead_after.
   static std::shared_ptr<Link> connect(IoThread& io, const Address& to, LinkHandler handler,
                                        const LinkOptions& options = {});
   virtual ~Link() = default;
