@@ -330,11 +330,11 @@ struct RepairFixture : ::testing::Test {
   Inbox client_in;  // first, so it outlives the I/O thread and every link's handler
   LinkOptions options{
       .heartbeat = 20ms, .dead_after = 300ms, .reconnect_for = 10s, .ack_every = 16};
+  IoThread io;
   std::mutex mu;
   std::condition_variable cv;
   std::vector<std::unique_ptr<Inbox>> inboxes;
   std::vector<std::shared_ptr<Link>> accepted_links;
-  IoThread io;
   std::unique_ptr<Listener> listener;
   std::unique_ptr<Proxy> proxy;
 
@@ -466,8 +466,8 @@ TEST(Link, ALinkDialledFromAnIoThreadConnectsOnItsStrandAndReportsAFailureAsItsC
   bool dialled = false;
   std::string thrown;
   std::vector<Envelope> unsent;
-  std::shared_ptr<Link> good;
   IoThread io;
+  std::shared_ptr<Link> good;  // after the I/O thread: no link may outlive it
   auto target = Listener::listen(io, Address::parse("unix://" + unix_path("io-target")),
                                  [&](const std::shared_ptr<Link>&) { return target_in.handler(); });
   const Address nobody = Address::parse("unix://" + unix_path("io-nobody"));
