@@ -15,11 +15,13 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <random>
 
 #include "baton/net/link.hpp"
 #include "net/inbox.test.hpp"
+#include "net/refusal_log.hpp"
 
 namespace baton::net {
 namespace {
@@ -60,9 +62,9 @@ std::string unix_path(const std::string& tag) {
 
 /// A listener holding `secret` that counts and records every link it accepts.
 struct Server {
-  explicit Server(IoThread& io, std::string secret_in, const std::string& tag)
+  explicit Server(IoThread& io, std::string secret_in, const std::string& tag,
+                  LinkOptions options = {})
       : secret(std::move(secret_in)), path(unix_path(tag)) {
-    LinkOptions options;
     options.secret = secret;
     listener = Listener::listen(
         io, Address::parse("unix://" + path),
@@ -276,6 +278,89 @@ TEST(Auth, MalformedFramesAfterAGoodHandshakeCloseOnlyThatLink) {
   ASSERT_TRUE(healthy_server.wait_envelopes(1));
   EXPECT_FALSE(healthy->closed());
   healthy->close_and_wait("done");
+}
+
+/// Lines a listener logged, collected from the I/O thread.
+struct LogLines {
+  std::mutex mu;
+  std::vector<std::string> lines;
+  std::function<void(const std::string&)> sink() {
+    return [this](const std::string& line) {
+      std::lock_guard lock(mu);
+      lines.push_back(line);
+    };
+  }
+  std::vector<std::string> snapshot() {
+    std::lock_guard lock(mu);
+    return lines;
+  }
+};
+
+TEST(Auth, RefusalLinesAreLimitedPerWindowAndTheRestSummedUp) {
+  std::vector<std::string> lines;
+  internal::RefusalLog log("unix:///x", 2, 1000ms,
+                           [&](const std::string& line) { lines.push_back(line); });
+  const auto t0 = internal::RefusalLog::Clock::time_point{} + 1h;
+  EXPECT_FALSE(log.refused("a", t0));
+  EXPECT_FALSE(log.refused("b", t0 + 10ms));
+  EXPECT_TRUE(log.refused("c", t0 + 20ms));  // the first held back: its owner arms a flush
+  EXPECT_FALSE(log.refused("d", t0 + 30ms));
+  EXPECT_EQ(log.window_end(), t0 + 1000ms);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0], "baton: unix:///x refused a connection: a");
+  EXPECT_EQ(lines[1], "baton: unix:///x refused a connection: b");
+  // The first refusal after the window: the window's summary, then a line of its own.
+  EXPECT_FALSE(log.refused("e", t0 + 1500ms));
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[2],
+            "baton: unix:///x refused 2 more connections in the last 1.5 s (last reason: d)");
+  EXPECT_EQ(lines[3], "baton: unix:///x refused a connection: e");
+  EXPECT_FALSE(log.refused("f", t0 + 1600ms));
+  EXPECT_TRUE(log.refused("g", t0 + 1700ms));
+  log.flush(t0 + 2500ms);  // the window's end, as its owner's timer calls it
+  ASSERT_EQ(lines.size(), 6u);
+  EXPECT_EQ(lines[5],
+            "baton: unix:///x refused 1 more connection in the last 1.0 s (last reason: g)");
+  log.flush(t0 + 2600ms);  // nothing held back: no line
+  EXPECT_EQ(lines.size(), 6u);
+}
+
+TEST(Auth, AFloodOfRefusedConnectionsLogsAFewLinesAndOneSummaryAndTheListenerGoesOn) {
+  LogLines log;  // before the I/O thread: a listener's handshakes may log until it stops
+  IoThread io;
+  LinkOptions options;
+  options.log = log.sink();
+  options.refusal_log_lines = 5;
+  options.refusal_log_window = std::chrono::hours(1);  // one window for the whole flood: no timing
+  auto server = std::make_unique<Server>(io, new_job_secret(), "flood", options);
+  constexpr int kGarbage = 500;
+  for (int i = 0; i < kGarbage; ++i) {
+    RawClient raw(server->path);
+    ASSERT_EQ(raw.read(kChallenge).size(), kChallenge) << i;
+    if (i % 2 == 0) {
+      raw.shutdown_writes();  // no answer at all
+    } else {
+      raw.write(std::string(64, 'x'));  // an answer of the right size that proves nothing
+    }
+    ASSERT_TRUE(raw.closed_by_server()) << i;  // refused, and logged or counted, by now
+  }
+  auto lines = log.snapshot();
+  ASSERT_EQ(lines.size(), 5u);
+  for (const auto& line : lines) EXPECT_THAT(line, HasSubstr("refused a connection: "));
+  EXPECT_EQ(server->accepted(), 0u);
+  // The listener still serves an honest peer.
+  Inbox client_in;
+  auto link = Link::connect(io, Address::parse("unix://" + server->path), client_in.handler(),
+                            with_secret(server->secret));
+  ASSERT_TRUE(link->send(make(1)));
+  ASSERT_TRUE(server->wait_accepted(0).wait_envelopes(1));
+  link->close_and_wait("done");
+  server.reset();  // the listener goes: what it held back is summed up
+  lines = log.snapshot();
+  ASSERT_EQ(lines.size(), 6u);
+  EXPECT_THAT(lines[5], HasSubstr("refused " + std::to_string(kGarbage - 5) +
+                                  " more connections in the last "));
+  EXPECT_THAT(lines[5], HasSubstr("(last reason: the peer failed authentication"));
 }
 
 }  // namespace

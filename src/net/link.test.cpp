@@ -136,26 +136,24 @@ INSTANTIATE_TEST_SUITE_P(Transports, LinkTest, ::testing::Values("unix", "tcp"))
 using testing::RawClient;
 
 struct HostileFixture : ::testing::Test {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::unique_ptr<Inbox>> inboxes;
   IoThread io;
   std::string path = unix_path("hostile");
-  std::mutex mu;
-  std::vector<std::unique_ptr<Inbox>> inboxes;
   std::unique_ptr<Listener> listener =
       Listener::listen(io, Address::parse("unix://" + path), [this](const std::shared_ptr<Link>&) {
         std::lock_guard lock(mu);
         inboxes.push_back(std::make_unique<Inbox>());
+        cv.notify_all();
         return inboxes.back()->handler();
       });
   Inbox& accepted(std::size_t i) {
-    for (auto until = std::chrono::steady_clock::now() + kDeadline;
-         std::chrono::steady_clock::now() < until;) {
-      {
-        std::lock_guard lock(mu);
-        if (inboxes.size() > i) return *inboxes[i];
-      }
-      std::this_thread::yield();
+    std::unique_lock lock(mu);
+    if (!cv.wait_for(lock, kDeadline, [&] { return inboxes.size() > i; })) {
+      throw std::runtime_error("no accepted link");
     }
-    throw std::runtime_error("no accepted link");
+    return *inboxes[i];
   }
 };
 
@@ -334,6 +332,7 @@ struct RepairFixture : ::testing::Test {
       .heartbeat = 20ms, .dead_after = 300ms, .reconnect_for = 10s, .ack_every = 16};
   IoThread io;
   std::mutex mu;
+  std::condition_variable cv;
   std::vector<std::unique_ptr<Inbox>> inboxes;
   std::vector<std::shared_ptr<Link>> accepted_links;
   std::unique_ptr<Listener> listener;
@@ -346,6 +345,7 @@ struct RepairFixture : ::testing::Test {
           std::lock_guard lock(mu);
           inboxes.push_back(std::make_unique<Inbox>());
           accepted_links.push_back(l);
+          cv.notify_all();
           return inboxes.back()->handler();
         },
         options);
@@ -353,15 +353,11 @@ struct RepairFixture : ::testing::Test {
   }
 
   std::pair<Inbox*, std::shared_ptr<Link>> first_accepted() {
-    for (auto until = std::chrono::steady_clock::now() + kDeadline;
-         std::chrono::steady_clock::now() < until;) {
-      {
-        std::lock_guard lock(mu);
-        if (!inboxes.empty()) return {inboxes[0].get(), accepted_links[0]};
-      }
-      std::this_thread::yield();
+    std::unique_lock lock(mu);
+    if (!cv.wait_for(lock, kDeadline, [&] { return !inboxes.empty(); })) {
+      throw std::runtime_error("nothing accepted");
     }
-    throw std::runtime_error("nothing accepted");
+    return {inboxes[0].get(), accepted_links[0]};
   }
 };
 
@@ -456,6 +452,61 @@ TEST(Link, ConnectingToNothingSaysWhere) {
   } catch (const std::runtime_error& e) {
     EXPECT_THAT(e.what(), HasSubstr("cannot connect to unix:///tmp/baton-test-nobody"));
   }
+}
+
+TEST(Link, ALinkDialledFromAnIoThreadConnectsOnItsStrandAndReportsAFailureAsItsClose) {
+  // A link's handler runs on the I/O thread, where nothing may wait for a connect: a link
+  // dialled there connects later, on its strand, and a failure comes as its close (with what
+  // was sent on it handed back), not as an exception.
+  Inbox target_in;
+  Inbox dialled_in;
+  Inbox failed_in;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool dialled = false;
+  std::string thrown;
+  std::vector<Envelope> unsent;
+  IoThread io;
+  std::shared_ptr<Link> good;  // after the I/O thread: no link may outlive it
+  auto target = Listener::listen(io, Address::parse("unix://" + unix_path("io-target")),
+                                 [&](const std::shared_ptr<Link>&) { return target_in.handler(); });
+  const Address nobody = Address::parse("unix://" + unix_path("io-nobody"));
+  auto trigger = Listener::listen(
+      io, Address::parse("unix://" + unix_path("io-trigger")), [&](const std::shared_ptr<Link>&) {
+        std::lock_guard lock(mu);
+        try {
+          good = Link::connect(io, target->address(), dialled_in.handler());
+          EXPECT_TRUE(good->send(make(1)));  // waits for the connection, on the strand
+          LinkHandler failing = failed_in.handler();
+          failing.on_unsent = [&](std::vector<Envelope> envs) {
+            std::lock_guard inner(mu);
+            unsent = std::move(envs);
+          };
+          auto bad = Link::connect(io, nobody, failing);
+          EXPECT_TRUE(bad->send(make(2)));  // the handler is still running: not failed yet
+        } catch (const std::exception& e) {
+          thrown = e.what();
+        }
+        dialled = true;
+        cv.notify_all();
+        return LinkHandler{};
+      });
+  auto client = Link::connect(io, trigger->address(), {});
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, kDeadline, [&] { return dialled; }));
+    ASSERT_EQ(thrown, "");
+  }
+  ASSERT_TRUE(target_in.wait_envelopes(1));
+  EXPECT_THAT(failed_in.wait_closed(),
+              HasSubstr("cannot connect to " + nobody.to_string() + ": No such file"));
+  {
+    std::lock_guard lock(mu);
+    ASSERT_EQ(unsent.size(), 1u);
+    EXPECT_EQ(unsent[0].dest.port, 2u);
+  }
+  good->close_and_wait("done");
+  client->close_and_wait("done");
 }
 
 }  // namespace

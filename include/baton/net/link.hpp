@@ -87,6 +87,14 @@ struct LinkOptions {
   /// TLS on TCP connections (after the secret's handshake, before any frame); off when empty.
   /// A peer whose certificate does not chain to ca_file is refused.
   TlsOptions tls;
+  /// Where the lines that links and listeners log go (one line a call, no newline); empty:
+  /// stderr.
+  std::function<void(const std::string& line)> log;
+  /// A listener logs at most this many refused connections per refusal_log_window; the others
+  /// are counted, and one line at the window's end says how many there were and the last
+  /// reason. Only the lines are limited: every such connection is refused all the same.
+  std::size_t refusal_log_lines = 10;
+  std::chrono::milliseconds refusal_log_window{10000};
 };
 
 /// A fresh random secret for a job (64 hex digits, from OpenSSL's generator).
@@ -117,6 +125,9 @@ class LinkFullError : public std::runtime_error {
 class Link : public std::enable_shared_from_this<Link> {
  public:
   /// Connects to a unix or tcp address; throws std::runtime_error naming the address and why.
+  /// On an I/O thread (in a link's handler) it never waits: the link connects on its own, what
+  /// is sent meanwhile waits for it, and a failure closes the link (on_unsent, then on_closed
+  /// with "cannot connect to ..."), bounded by LinkOptions::dead_after.
   static std::shared_ptr<Link> connect(IoThread& io, const Address& to, LinkHandler handler,
                                        const LinkOptions& options = {});
   virtual ~Link() = default;

@@ -1,0 +1,233 @@
+#pragma once
+
+// Internal: what the files of a link share. A StreamLink is one link over a unix or TCP
+// socket (optionally under TLS); its parts live in files of their own:
+//   link.cpp         the I/O thread, opening a link (hello, secret, TLS), send, close
+//   link_reader.cpp  the frame reader: prefix, header, parts; control frames and sessions
+//   link_writer.cpp  the frame writer: one frame at a time, control frames between them
+//   link_repair.cpp  heartbeats, and repairing a broken connection (redial, or wait)
+//   listener.cpp     the listener: accepting, authenticating and adopting connections
+//   tls.cpp          the job's certificates and the TLS context
+
+#include <sys/socket.h>
+
+#include <asio.hpp>
+#include <asio/ssl.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "baton/net/link.hpp"
+
+namespace baton::net {
+
+using Protocol = asio::generic::stream_protocol;
+using TlsStream = asio::ssl::stream<Protocol::socket>;
+
+struct IoThread::Impl {
+  asio::io_context ctx;
+  asio::executor_work_guard<asio::io_context::executor_type> guard{ctx.get_executor()};
+  std::thread thread;
+};
+
+namespace internal {
+
+extern thread_local bool t_io_thread;  // this thread runs an IoThread's event loop
+
+Protocol::endpoint to_endpoint(asio::io_context& ctx, const Address& a);
+/// No process this one starts inherits a link's socket (Asio opens them without SOCK_CLOEXEC).
+void close_on_exec(int fd);
+
+// Link control frames carry this header; they have no sequence number of their own.
+constexpr std::string_view kControl = "baton.link";
+constexpr std::string_view kHello = "hello";  // body: session, next seq expected from the peer
+constexpr std::string_view kAck = "ack";      // body: next seq expected from the peer
+constexpr std::string_view kBye = "bye";      // the peer closes the link on purpose
+
+Frame control_frame(std::string_view kind, std::uint64_t a, std::uint64_t b = 0);
+
+std::uint64_t new_session_id();
+
+/// Logs `line` where `options` say (stderr by default).
+void log_line(const LinkOptions& options, const std::string& line);
+
+/// The TLS context of links with `tls`: mutual, TLS 1.2 or later, peers checked against the CA.
+std::shared_ptr<asio::ssl::context> make_tls_context(const TlsOptions& tls);
+
+class StreamLink;
+
+/// The links a listener accepted, by session, so a reconnecting dialler finds its link again.
+struct Sessions {
+  std::mutex mu;
+  std::unordered_map<std::uint64_t, std::weak_ptr<StreamLink>> by_id;
+};
+
+class StreamLink final : public Link {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // link.cpp: opening, sending, closing.
+  StreamLink(asio::io_context& ctx, Protocol::socket socket, std::string description,
+             const LinkOptions& options, std::shared_ptr<asio::ssl::context> tls_ctx = nullptr);
+  void set_dialler(Address to);
+  /// The dialler on an I/O thread: the first connection is opened on the strand (see
+  /// connect_first()), not by the caller.
+  void connect_on_strand();
+  /// The accepting side: a hello on a new connection may hand it to an existing link.
+  void set_sessions(std::shared_ptr<Sessions> sessions) { sessions_ = std::move(sessions); }
+  void start(LinkHandler handler);
+  bool send(Envelope env) override;
+  void close(const std::string& reason) override;
+  void close_and_wait(const std::string& reason) override;
+  bool closed() const override;
+  std::string describe() const override { return description_; }
+  std::uint64_t connections() const override;
+  void secure(std::uint64_t epoch);
+  void tls_handshake(TlsStream& stream, bool client, std::uint64_t epoch,
+                     std::function<void(const std::string&)> done);
+  void authenticated(std::uint64_t epoch);
+
+  // link_repair.cpp
+  void resume(Protocol::socket socket, std::unique_ptr<TlsStream> tls, std::uint64_t peer_expects);
+
+  // link_reader.cpp
+  void pause_reading() override { pause_requested_.store(true, std::memory_order_release); }
+  void resume_reading() override;
+
+  // link_writer.cpp
+  std::size_t queued_bytes() const override;
+
+ private:
+  std::shared_ptr<StreamLink> shared() {
+    return std::static_pointer_cast<StreamLink>(shared_from_this());
+  }
+
+  // --- reading (link_reader.cpp) ---------------------------------------------------------------
+  void read_then(asio::mutable_buffer buffer, std::uint64_t epoch,
+                 void (StreamLink::*next)(std::uint64_t));
+  void read_prefix(std::uint64_t epoch);
+  void on_prefix(std::uint64_t epoch);
+  void on_header(std::uint64_t epoch);
+  void read_part(std::uint64_t epoch, std::size_t i);
+  void deliver(std::uint64_t epoch);
+  void on_control(std::uint64_t epoch, const std::string& kind);
+  bool adopt_session(std::uint64_t session, std::uint64_t peer_expects);
+  std::pair<Protocol::socket, std::unique_ptr<TlsStream>> take_socket();
+
+  /// The transport under TLS, or the plain socket.
+  Protocol::socket& lowest() { return tls_ ? tls_->next_layer() : socket_; }
+
+  template <class Buffers, class Handler>
+  void async_read_all(const Buffers& buffers, Handler&& handler) {
+    if (tls_) {
+      asio::async_read(*tls_, buffers, std::forward<Handler>(handler));
+    } else {
+      asio::async_read(socket_, buffers, std::forward<Handler>(handler));
+    }
+  }
+  template <class Buffers, class Handler>
+  void async_write_all(const Buffers& buffers, Handler&& handler) {
+    if (tls_) {
+      asio::async_write(*tls_, buffers, std::forward<Handler>(handler));
+    } else {
+      asio::async_write(socket_, buffers, std::forward<Handler>(handler));
+    }
+  }
+
+  // --- acknowledgements and writing (link_writer.cpp) ------------------------------------------
+  void trim(std::uint64_t next);
+  void drop_written_locked();
+  void pop_front_locked();
+  void send_ack();
+  void queue_control(Frame frame);
+  void start_writer_locked();
+  void write_next(std::uint64_t epoch);
+  std::size_t write_now(const Frame& frame);
+
+  // --- heartbeats and repair (link_repair.cpp) -------------------------------------------------
+  void arm_heartbeat();
+  bool connected() const;
+  void broken(std::uint64_t epoch, const asio::error_code& ec);
+  void resolve(const Address& to,
+               std::function<void(const std::string& error, const Protocol::endpoint& ep)> then);
+  void redial(std::uint64_t epoch);
+  void reconnect(const Protocol::endpoint& ep, std::uint64_t epoch);
+  void resecure(Protocol::socket socket, std::uint64_t epoch);
+  void retry_or_give_up(std::uint64_t epoch, const std::string& why);
+  void wait_for_peer(std::uint64_t epoch);
+  static std::string eof_reason(const asio::error_code& ec);
+
+  // --- opening (link.cpp) -------------------------------------------------------------------
+  void open(std::uint64_t epoch);
+  void connect_first(std::uint64_t epoch);
+
+  // --- closing (link.cpp) ----------------------------------------------------------------------
+  void shutdown(const std::string& reason, bool tell_peer = false);
+
+  asio::io_context& ctx_;
+  asio::strand<asio::io_context::executor_type> strand_;
+  asio::steady_timer timer_;
+  Protocol::socket socket_;                      // the connection, unless TLS holds it
+  std::shared_ptr<asio::ssl::context> tls_ctx_;  // set when this link runs TLS
+  std::unique_ptr<TlsStream> tls_;               // the connection, under TLS
+  std::string description_;
+  LinkOptions options_;
+  LinkHandler handler_;
+  std::optional<Address> redial_;       // set on the dialling side
+  std::uint64_t session_ = 0;           // 0: none (a peer that sent no hello)
+  std::shared_ptr<Sessions> sessions_;  // set on the accepting side
+  bool connect_on_strand_ = false;      // the first connection is opened by connect_first()
+
+  // Touched only on the strand (epoch_ is also changed under mu_, and read there).
+  std::atomic<std::uint64_t> epoch_{0};  // the connection handlers belong to
+  std::byte prefix_[4] = {};
+  std::string header_;
+  Envelope incoming_;
+  std::vector<std::uint64_t> part_lengths_;
+  std::uint64_t next_recv_seq_ = 0;
+  std::uint64_t frames_in_ = 0;
+  std::size_t unacked_in_ = 0;
+  Clock::time_point last_recv_ = Clock::now();
+  std::atomic<bool> pause_requested_{false};
+  std::optional<std::uint64_t> parked_;  // reading stopped after a frame of this epoch (strand)
+  Clock::time_point repair_deadline_;
+  std::string repair_reason_;
+  std::chrono::milliseconds backoff_{5};
+  std::unique_ptr<asio::steady_timer> repair_timer_;
+
+  // Writing state, under mu_. out_ holds every data frame not yet acknowledged, from seq
+  // out_base_seq_ on; the first written_ of them are on the wire.
+  mutable std::mutex mu_;
+  std::condition_variable room_;  // send() waits here while the link is full
+  std::size_t out_bytes_ = 0;     // bytes in out_
+  std::deque<Frame> out_;
+  std::deque<Frame> ctl_;
+  std::uint64_t out_base_seq_ = 0;
+  std::size_t written_ = 0;
+  std::vector<asio::const_buffer> buffers_;
+  std::uint64_t next_send_seq_ = 0;
+  std::size_t front_sent_ = 0;  // bytes of out_[written_] already written
+  std::uint64_t connections_ = 1;
+  bool unix_ = false;       // a unix-domain socket: an end of stream is final
+  bool in_flight_ = false;  // an asynchronous write is on the current connection (strand)
+  std::optional<std::string> close_after_write_;  // close() waits for the write in flight
+  bool writing_ = false;
+  bool connected_ = true;
+  bool closed_ = false;
+};
+
+}  // namespace internal
+}  // namespace baton::net

@@ -1,0 +1,171 @@
+// The frame reader of a link: prefix, header, then each part into its own buffer; link control
+// frames (hello, ack, bye), and a hello that hands a connection to its session's link.
+
+#include <cstdio>
+#include <tuple>
+
+#include "net/link_impl.hpp"
+
+namespace baton::net::internal {
+
+/// Reads exactly `buffer`, then runs `next` on the strand; a failed read breaks the
+/// connection of epoch `epoch` (a handler of an older connection is ignored).
+void StreamLink::read_then(asio::mutable_buffer buffer, std::uint64_t epoch,
+                           void (StreamLink::*next)(std::uint64_t)) {
+  async_read_all(buffer, asio::bind_executor(strand_, [self = shared(), next, epoch](
+                                                          asio::error_code ec, std::size_t) {
+                   if (epoch != self->epoch_) return;
+                   if (ec) return self->broken(epoch, ec);
+                   ((*self).*next)(epoch);
+                 }));
+}
+
+void StreamLink::read_prefix(std::uint64_t epoch) {
+  read_then(asio::buffer(prefix_), epoch, &StreamLink::on_prefix);
+}
+
+void StreamLink::on_prefix(std::uint64_t epoch) {
+  std::size_t len = 0;
+  try {
+    len = decode_header_length(prefix_, options_.limits);
+  } catch (const DecodeError& e) {
+    return shutdown(e.what());
+  }
+  header_.assign(len, '\0');
+  read_then(asio::buffer(header_), epoch, &StreamLink::on_header);
+}
+
+void StreamLink::on_header(std::uint64_t epoch) {
+  incoming_ = Envelope{};
+  try {
+    part_lengths_ = decode_header(Bytes::adopt(std::move(header_)), incoming_, options_.limits);
+  } catch (const DecodeError& e) {
+    return shutdown(e.what());
+  }
+  incoming_.body.parts.reserve(part_lengths_.size());
+  read_part(epoch, 0);
+}
+
+void StreamLink::read_part(std::uint64_t epoch, std::size_t i) {
+  if (i == part_lengths_.size()) return deliver(epoch);
+  auto buf = std::make_shared<std::vector<std::byte>>(static_cast<std::size_t>(part_lengths_[i]));
+  async_read_all(asio::buffer(*buf),
+                 asio::bind_executor(
+                     strand_, [self = shared(), buf, i, epoch](asio::error_code ec, std::size_t) {
+                       if (epoch != self->epoch_) return;
+                       if (ec) return self->broken(epoch, ec);
+                       self->incoming_.body.parts.push_back(Bytes::adopt(std::move(*buf)));
+                       self->read_part(epoch, i + 1);
+                     }));
+}
+
+void StreamLink::deliver(std::uint64_t epoch) {
+  last_recv_ = Clock::now();
+  if (const std::string* kind = incoming_.header(kControl)) return on_control(epoch, *kind);
+  ++frames_in_;
+  const std::uint64_t seq = incoming_.seq;
+  if (seq < next_recv_seq_) {
+    read_prefix(epoch);  // a duplicate of a frame already delivered (resent after a repair)
+    return;
+  }
+  if (seq > next_recv_seq_) {
+    return shutdown("frame sequence gap: expected " + std::to_string(next_recv_seq_) + ", got " +
+                    std::to_string(seq));
+  }
+  ++next_recv_seq_;
+  if (!unix_ && ++unacked_in_ >= options_.ack_every) send_ack();
+  if (handler_.on_envelope) {
+    try {
+      handler_.on_envelope(std::move(incoming_));
+    } catch (const std::exception& e) {
+      log_line(options_, "baton: link " + description_ + ": envelope handler threw: " + e.what());
+    }
+  }
+  if (epoch != epoch_) return;
+  if (pause_requested_.load(std::memory_order_acquire)) {
+    parked_ = epoch;  // resume_reading() picks up from here
+    return;
+  }
+  read_prefix(epoch);
+}
+
+void StreamLink::resume_reading() {
+  asio::post(strand_, [self = shared()] {
+    self->pause_requested_.store(false, std::memory_order_release);
+    if (!self->parked_) return;
+    const std::uint64_t epoch = *self->parked_;
+    self->parked_.reset();
+    self->last_recv_ = Clock::now();  // the silence was ours, not the peer's
+    if (epoch == self->epoch_ && !self->closed()) self->read_prefix(epoch);
+  });
+}
+
+void StreamLink::on_control(std::uint64_t epoch, const std::string& kind) {
+  std::uint64_t a = 0;
+  std::uint64_t b = 0;
+  try {
+    std::tie(a, b) = decode<std::tuple<std::uint64_t, std::uint64_t>>(incoming_.body);
+  } catch (const DecodeError& e) {
+    return shutdown(std::string("malformed link control frame: ") + e.what());
+  }
+  if (kind == kAck) {
+    trim(a);
+  } else if (kind == kBye) {
+    return shutdown("peer closed the link");
+  } else if (kind == kHello) {
+    if (a == 0) return shutdown("a hello with no session");
+    if (redial_) {
+      trim(b);  // the listener's answer on a repaired connection
+    } else if (!adopt_session(a, b)) {
+      return;  // the connection went to the link it belongs to
+    }
+  } else {
+    return shutdown("unknown link control frame '" + detail::printable(kind) + "'");
+  }
+  read_prefix(epoch);
+}
+
+/// On the accepting side: the first hello of a connection names its session. A new session
+/// is this link's; a known one takes the connection over, and this link ends quietly.
+bool StreamLink::adopt_session(std::uint64_t session, std::uint64_t peer_expects) {
+  if (session_ == session) {
+    trim(peer_expects);
+    return true;
+  }
+  if (session_ != 0 || frames_in_ != 0 || !sessions_) {
+    shutdown("a hello in the middle of a link");
+    return false;
+  }
+  std::shared_ptr<StreamLink> owner;
+  {
+    std::lock_guard lock(sessions_->mu);
+    auto& slot = sessions_->by_id[session];
+    owner = slot.lock();
+    if (!owner || owner->closed()) {
+      slot = shared();
+      owner = nullptr;
+    }
+  }
+  if (!owner) {
+    session_ = session;
+    trim(peer_expects);
+    queue_control(control_frame(kHello, session_, next_recv_seq_));
+    return true;
+  }
+  auto taken =
+      std::make_shared<std::pair<Protocol::socket, std::unique_ptr<TlsStream>>>(take_socket());
+  shutdown("connection resumed by its session's link");
+  asio::post(owner->strand_, [owner, peer_expects, taken]() mutable {
+    owner->resume(std::move(taken->first), std::move(taken->second), peer_expects);
+    owner->queue_control(control_frame(kHello, owner->session_, owner->next_recv_seq_));
+  });
+  return false;
+}
+
+std::pair<Protocol::socket, std::unique_ptr<TlsStream>> StreamLink::take_socket() {
+  std::lock_guard lock(mu_);
+  ++epoch_;
+  return {std::move(socket_), std::move(tls_)};
+}
+
+}  // namespace baton::net::internal

@@ -1,0 +1,200 @@
+// Heartbeats, and a broken connection: repaired (the dialler redials with backoff, the listener
+// waits for the peer), or closed for good.
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "net/auth.hpp"
+#include "net/link_impl.hpp"
+
+namespace baton::net::internal {
+
+void StreamLink::arm_heartbeat() {
+  timer_.expires_after(options_.heartbeat);
+  timer_.async_wait([self = shared()](asio::error_code ec) {
+    if (ec || self->closed()) return;
+    if (self->connected() && !self->parked_ &&
+        Clock::now() - self->last_recv_ > self->options_.dead_after) {
+      self->broken(self->epoch_, asio::error::timed_out);
+    } else if (self->connected()) {
+      self->send_ack();  // the heartbeat, acknowledging what arrived
+    }
+    self->arm_heartbeat();
+  });
+}
+
+bool StreamLink::connected() const {
+  std::lock_guard lock(mu_);
+  return connected_;
+}
+
+void StreamLink::broken(std::uint64_t epoch, const asio::error_code& ec) {
+  if (epoch != epoch_ || closed()) return;
+  const std::string reason =
+      ec == asio::error::timed_out
+          ? "no frame from the peer for " + std::to_string(options_.dead_after.count()) + " ms"
+          : eof_reason(ec);
+  // A unix socket has no network in between: whatever breaks it is the peer's process closing
+  // it or dying, and nothing will come back. Over TCP a reset can read as an end of stream
+  // (whichever operation takes the error first), and a peer that closes on purpose says bye
+  // first, so every other break is repaired.
+  if (unix_ || ec == asio::error::operation_aborted || session_ == 0) return shutdown(reason);
+  {
+    std::lock_guard lock(mu_);
+    ++epoch_;
+    connected_ = false;
+    writing_ = false;
+    in_flight_ = false;
+    asio::error_code ignored;
+    lowest().close(ignored);
+  }
+  if (std::getenv("BATON_DEBUG_LINKS") != nullptr) {
+    log_line(options_, "baton: link " + description_ + " broken (" + reason + "); repairing");
+  }
+  repair_deadline_ = Clock::now() + options_.reconnect_for;
+  repair_reason_ = reason;
+  if (redial_) {
+    backoff_ = std::chrono::milliseconds(5);
+    redial(epoch_);
+  } else {
+    wait_for_peer(epoch_);
+  }
+}
+
+void StreamLink::redial(std::uint64_t epoch) {
+  resolve(*redial_,
+          [self = shared(), epoch](const std::string& error, const Protocol::endpoint& ep) {
+            if (epoch != self->epoch_ || self->closed()) return;
+            if (!error.empty()) return self->retry_or_give_up(epoch, error);
+            self->reconnect(ep, epoch);
+          });
+}
+
+void StreamLink::reconnect(const Protocol::endpoint& ep, std::uint64_t epoch) {
+  auto socket = std::make_shared<Protocol::socket>(ctx_);
+  asio::error_code opened;
+  socket->open(ep.protocol(), opened);
+  if (!opened) internal::close_on_exec(socket->native_handle());
+  socket->async_connect(
+      ep, asio::bind_executor(strand_, [self = shared(), socket, epoch](asio::error_code ec) {
+        if (epoch != self->epoch_ || self->closed()) return;
+        if (ec == asio::error::connection_refused || ec == std::errc::no_such_file_or_directory) {
+          // Nobody listens there any more: the peer's process is gone, not just the path.
+          return self->shutdown("connection lost (" + self->repair_reason_ +
+                                ") and the peer refuses new ones: " + ec.message());
+        }
+        if (ec) return self->retry_or_give_up(epoch, ec.message());
+        if (self->options_.secret.empty()) return self->resecure(std::move(*socket), epoch);
+        auth::authenticate(*socket, self->strand_, self->options_.secret, true,
+                           self->options_.dead_after,
+                           [self, socket, epoch](const std::string& error) {
+                             if (epoch != self->epoch_ || self->closed()) return;
+                             if (!error.empty()) return self->retry_or_give_up(epoch, error);
+                             self->resecure(std::move(*socket), epoch);
+                           });
+      }));
+}
+
+/// Finds where `to` is without blocking the I/O thread (a unix path needs no look-up, and a host
+/// name is looked up by asio's resolver off this thread); `then(error, endpoint)` runs on the
+/// strand, with `error` empty on success.
+void StreamLink::resolve(
+    const Address& to,
+    std::function<void(const std::string& error, const Protocol::endpoint& ep)> then) {
+  if (to.transport != Address::Transport::tcp) {
+    Protocol::endpoint ep;
+    try {
+      ep = to_endpoint(ctx_, to);
+    } catch (const std::exception& e) {
+      return then(e.what(), ep);
+    }
+    return then({}, ep);
+  }
+  auto resolver = std::make_shared<asio::ip::tcp::resolver>(ctx_);
+  resolver->async_resolve(
+      to.host, std::to_string(to.port),
+      asio::bind_executor(
+          strand_, [resolver, host = to.host, then = std::move(then)](
+                       asio::error_code ec, const asio::ip::tcp::resolver::results_type& results) {
+            if (!ec && results.empty()) ec = asio::error::host_not_found;
+            if (ec)
+              return then("cannot resolve " + host + ": " + ec.message(), Protocol::endpoint());
+            then({}, Protocol::endpoint(results.begin()->endpoint()));
+          }));
+}
+
+/// A redialled connection, authenticated: TLS over it if this link uses TLS, then resume.
+void StreamLink::resecure(Protocol::socket socket, std::uint64_t epoch) {
+  if (!tls_ctx_) return resume(std::move(socket), nullptr, 0);
+  auto tls = std::make_shared<std::unique_ptr<TlsStream>>(
+      std::make_unique<TlsStream>(std::move(socket), *tls_ctx_));
+  tls_handshake(**tls, true, epoch, [self = shared(), tls, epoch](const std::string& error) {
+    if (!error.empty()) return self->retry_or_give_up(epoch, error);
+    self->resume(Protocol::socket(self->ctx_), std::move(*tls), 0);
+  });
+}
+
+void StreamLink::retry_or_give_up(std::uint64_t epoch, const std::string& why) {
+  if (Clock::now() + backoff_ > repair_deadline_) {
+    return shutdown("connection lost (" + repair_reason_ + ") and not restored within " +
+                    std::to_string(options_.reconnect_for.count()) + " ms: " + why);
+  }
+  repair_timer_ = std::make_unique<asio::steady_timer>(strand_, backoff_);
+  backoff_ = std::min(backoff_ * 2, std::chrono::milliseconds(500));
+  repair_timer_->async_wait([self = shared(), epoch](asio::error_code ec) {
+    if (!ec && epoch == self->epoch_ && !self->closed()) self->redial(epoch);
+  });
+}
+
+void StreamLink::wait_for_peer(std::uint64_t epoch) {
+  repair_timer_ = std::make_unique<asio::steady_timer>(strand_, options_.reconnect_for);
+  repair_timer_->async_wait([self = shared(), epoch](asio::error_code ec) {
+    if (ec || epoch != self->epoch_ || self->closed()) return;
+    self->shutdown("connection lost (" + self->repair_reason_ + ") and the peer did not " +
+                   "come back within " + std::to_string(self->options_.reconnect_for.count()) +
+                   " ms");
+  });
+}
+
+/// Takes over a new connection for this link (on its strand): everything not yet
+/// acknowledged is sent again from the start; the peer drops what it already has.
+void StreamLink::resume(Protocol::socket socket, std::unique_ptr<TlsStream> tls,
+                        std::uint64_t peer_expects) {
+  if (closed()) return;
+  {
+    std::lock_guard lock(mu_);
+    asio::error_code ignored;
+    lowest().close(ignored);  // an old connection still thought alive is replaced
+    if (tls) {
+      tls_ = std::move(tls);
+    } else {
+      tls_.reset();
+      socket_ = std::move(socket);
+    }
+    ++epoch_;
+    ++connections_;
+    connected_ = true;
+    written_ = 0;
+    front_sent_ = 0;
+    ctl_.clear();
+    writing_ = false;
+    in_flight_ = false;
+    if (session_ != 0 && redial_) ctl_.push_back(control_frame(kHello, session_, next_recv_seq_));
+  }
+  trim(peer_expects);
+  last_recv_ = Clock::now();
+  read_prefix(epoch_);
+  std::lock_guard lock(mu_);
+  start_writer_locked();
+}
+
+std::string StreamLink::eof_reason(const asio::error_code& ec) {
+  if (ec == asio::error::eof || ec == asio::error::broken_pipe ||
+      ec == asio::error::connection_reset) {
+    return "peer closed the link";
+  }
+  if (ec == asio::error::operation_aborted) return "link closed";
+  return "connection failed: " + ec.message();
+}
+
+}  // namespace baton::net::internal

@@ -1,0 +1,133 @@
+// The frame writer of a link: one frame at a time, control frames between data frames; and what
+// the peer acknowledged, dropped from what is kept for resending.
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "net/link_impl.hpp"
+
+namespace baton::net::internal {
+
+std::size_t StreamLink::queued_bytes() const {
+  std::lock_guard lock(mu_);
+  return out_bytes_;
+}
+
+/// Drops the frames the peer acknowledged: those with seq < `next`.
+void StreamLink::trim(std::uint64_t next) {
+  std::lock_guard lock(mu_);
+  while (!out_.empty() && written_ > 0 && out_base_seq_ < next) {
+    pop_front_locked();
+    --written_;
+  }
+}
+
+/// A unix socket is never repaired (see broken()), so what is written needs no keeping.
+void StreamLink::drop_written_locked() {
+  if (!unix_) return;
+  while (written_ > 0) {
+    pop_front_locked();
+    --written_;
+  }
+}
+
+void StreamLink::pop_front_locked() {
+  out_bytes_ -= out_.front().size();
+  out_.pop_front();
+  ++out_base_seq_;
+  if (out_bytes_ <= options_.max_queued_bytes / 2) room_.notify_all();
+}
+
+void StreamLink::send_ack() {
+  unacked_in_ = 0;
+  queue_control(control_frame(kAck, next_recv_seq_));
+}
+
+void StreamLink::queue_control(Frame frame) {
+  std::lock_guard lock(mu_);
+  if (closed_) return;
+  ctl_.push_back(std::move(frame));
+  if (connected_) start_writer_locked();
+}
+
+void StreamLink::start_writer_locked() {
+  if (writing_ || !connected_) return;
+  writing_ = true;
+  asio::post(strand_, [self = shared(), epoch = epoch_.load()] { self->write_next(epoch); });
+}
+
+void StreamLink::write_next(std::uint64_t epoch) {
+  Frame* frame = nullptr;
+  bool control = false;
+  std::size_t skip = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (epoch != epoch_) return;
+    if (closed_ || !connected_) {
+      writing_ = false;
+      return;
+    }
+    if (front_sent_ == 0 && !ctl_.empty()) {
+      frame = &ctl_.front();
+      control = true;
+    } else if (written_ < out_.size()) {
+      frame = &out_[written_];
+      skip = front_sent_;  // bytes a direct write already sent
+    } else {
+      writing_ = false;
+      return;
+    }
+  }
+  buffers_.clear();
+  auto add = [&](const void* data, std::size_t size) {
+    if (skip >= size) {
+      skip -= size;
+      return;
+    }
+    buffers_.emplace_back(static_cast<const char*>(data) + skip, size - skip);
+    skip = 0;
+  };
+  add(frame->header.data(), frame->header.size());
+  for (const Bytes& p : frame->parts) add(p.data(), p.size());
+  in_flight_ = true;
+  async_write_all(buffers_, asio::bind_executor(strand_, [self = shared(), control, epoch](
+                                                             asio::error_code ec, std::size_t) {
+                    if (epoch != self->epoch_) return;
+                    self->in_flight_ = false;
+                    if (ec) return self->broken(epoch, ec);
+                    if (self->close_after_write_)
+                      return self->shutdown(*self->close_after_write_, true);
+                    {
+                      std::lock_guard lock(self->mu_);
+                      if (control) {
+                        self->ctl_.pop_front();
+                      } else {
+                        ++self->written_;
+                        self->front_sent_ = 0;
+                        self->drop_written_locked();
+                      }
+                    }
+                    self->write_next(epoch);
+                  }));
+}
+
+/// One non-blocking gather write of a whole frame; returns the bytes the socket took.
+std::size_t StreamLink::write_now(const Frame& frame) {
+  if (tls_ || tls_ctx_) return 0;  // TLS records are written by the asynchronous path
+  std::vector<iovec> iov;
+  iov.reserve(1 + frame.parts.size());
+  iov.push_back({const_cast<char*>(frame.header.data()), frame.header.size()});
+  for (const Bytes& p : frame.parts) {
+    if (p.size() > 0) iov.push_back({const_cast<std::byte*>(p.data()), p.size()});
+  }
+  msghdr msg{};
+  msg.msg_iov = iov.data();
+  msg.msg_iovlen = std::min<std::size_t>(iov.size(), IOV_MAX);
+  const ssize_t n = ::sendmsg(socket_.native_handle(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+  return n > 0 ? static_cast<std::size_t>(n) : 0;  // errors surface on the async path
+}
+
+}  // namespace baton::net::internal

@@ -1,0 +1,190 @@
+// The owner's side of RdmaBuffer: settings, registration, and what a handle says of its memory.
+
+#include <unistd.h>
+
+#include <array>
+#include <cstring>
+#include <fstream>
+
+#include "baton/actor/errors.hpp"
+#include "baton/host/runtime.hpp"
+#include "rdma/registry.hpp"
+#include "rdma/transfer.hpp"
+
+namespace baton::rdma_detail {
+RdmaBackend backend_from_env() {
+  const char* v = std::getenv("BATON_RDMA_BACKEND");
+  if (v == nullptr || *v == 0 || std::string_view(v) == "auto") return RdmaBackend::automatic;
+  for (RdmaBackend b : {RdmaBackend::gpu_ipc, RdmaBackend::ucx, RdmaBackend::messages}) {
+    if (to_string(b) == v) return b;
+  }
+  throw RdmaError(std::string("BATON_RDMA_BACKEND='") + v +
+                  "' is not one of auto, ucx, gpu_ipc, messages");
+}
+
+std::chrono::milliseconds timeout_from_env() {
+  const char* v = std::getenv("BATON_RDMA_TIMEOUT_MS");
+  return std::chrono::milliseconds(v != nullptr ? std::strtoll(v, nullptr, 10) : 30000);
+}
+
+namespace {
+
+RdmaBuffer::Descriptor base_descriptor(std::size_t size) {
+  RdmaBuffer::Descriptor d;
+  d.id = Registry::get().next_id();
+  d.size = size;
+  d.host = host_identity();
+  d.pid = ::getpid();
+  return d;
+}
+
+/// Registers `r` under `d`'s id and fills in what the descriptor says of it.
+std::shared_ptr<const RdmaBuffer::Descriptor> publish(std::shared_ptr<RdmaBuffer::Descriptor> d,
+                                                      RegionPtr r) {
+  r->id = d->id;
+  r->size = d->size;
+  d->device = r->device;
+  d->address = reinterpret_cast<std::uint64_t>(r->data);
+  if (r->ucx.memh != nullptr) {
+    d->ucx_worker = rdma_detail::Ucx::get()->address();
+    d->rkey = r->ucx.rkey;
+  }
+  Registry::get().add(std::move(r));
+  return d;
+}
+
+}  // namespace
+
+Settings& settings() {
+  static Settings s;
+  return s;
+}
+
+const std::string& host_identity() {
+  static const std::string id = [] {
+    std::array<char, 256> name{};
+    ::gethostname(name.data(), name.size() - 1);
+    std::string boot;
+    std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+    return std::string(name.data()) + "/" + boot;
+  }();
+  return id;
+}
+
+bool on_device(const void* p) {
+  const gpu::DeviceApi& g = gpu::api();
+  return g.available() && g.pointer_info(p).device;
+}
+
+/// Copies between any two memories of this process.
+void copy_any(void* dst, const void* src, std::size_t n, bool device) {
+  if (device) {
+    gpu::api().copy(dst, src, n);
+  } else {
+    std::memcpy(dst, src, n);
+  }
+}
+
+ActorRef<RdmaAgent> agent() {
+  static std::mutex mu;
+  static ActorRef<RdmaAgent> ref;
+  std::lock_guard lock(mu);
+  if (ref.id().proc.name.empty()) {
+    Proc& proc = Runtime::get().proc();
+    detail::add_stop_hook(proc, [] { Registry::get().close(); });
+    ref = proc.spawn<RdmaAgent>("rdma");
+  }
+  return ref;
+}
+
+}  // namespace baton::rdma_detail
+
+namespace baton {
+
+using rdma_detail::agent;
+using rdma_detail::base_descriptor;
+using rdma_detail::forget_cached;
+using rdma_detail::host_identity;
+using rdma_detail::on_device;
+using rdma_detail::publish;
+using rdma_detail::RdmaAgent;
+using rdma_detail::Region;
+using rdma_detail::RegionPtr;
+using rdma_detail::Registry;
+using rdma_detail::Transfer;
+using rdma_detail::when_done;
+
+RdmaBuffer RdmaBuffer::register_memory(void* data, std::size_t size) {
+  if (data == nullptr && size > 0) throw RdmaError("register_memory: null memory");
+  auto d = std::make_shared<Descriptor>(base_descriptor(size));
+  auto r = std::make_shared<Region>();
+  r->data = static_cast<std::byte*>(data);
+  r->device = on_device(data);
+  if (r->device) {
+    d->ipc = gpu::api().export_handle(data);
+  } else if (auto* u = rdma_detail::Ucx::get(); u != nullptr && size > 0) {
+    r->ucx = u->map(data, size);
+  }
+  RdmaBuffer b;
+  b.owner_ = agent();
+  b.desc_ = publish(std::move(d), std::move(r));
+  return b;
+}
+
+RdmaBuffer RdmaBuffer::allocate(std::size_t size) {
+  if (size == 0) throw RdmaError("allocate: a buffer needs at least one byte");
+  auto d = std::make_shared<Descriptor>(base_descriptor(size));
+  auto r = std::make_shared<Region>();
+  if (auto* u = rdma_detail::Ucx::get()) {
+    r->ucx = u->map(nullptr, size);
+    r->data = static_cast<std::byte*>(r->ucx.address);
+  } else {
+    constexpr std::size_t kPage = 4096;
+    r->data =
+        static_cast<std::byte*>(std::aligned_alloc(kPage, (size + kPage - 1) / kPage * kPage));
+    if (r->data == nullptr) throw RdmaError("allocate: out of memory for " + std::to_string(size));
+    r->owned = true;
+  }
+  RdmaBuffer b;
+  b.owner_ = agent();
+  b.desc_ = publish(std::move(d), std::move(r));
+  return b;
+}
+
+const RdmaBuffer::Descriptor& RdmaBuffer::descriptor() const {
+  if (desc_ == nullptr) throw UsageError("use of an empty RdmaBuffer");
+  return *desc_;
+}
+std::size_t RdmaBuffer::size() const {
+  return descriptor().size;
+}
+bool RdmaBuffer::device() const {
+  return descriptor().device;
+}
+
+void* RdmaBuffer::data() const {
+  const auto& d = descriptor();
+  if (d.pid != ::getpid() || d.host != host_identity()) return nullptr;
+  RegionPtr r = Registry::get().find(d.id);
+  return r != nullptr ? r->data : nullptr;
+}
+
+Future<void> RdmaBuffer::drop() const {
+  const auto& d = descriptor();
+  auto op = std::make_shared<Transfer>("drop of RdmaBuffer #" + std::to_string(d.id));
+  op->add(true);
+  if (d.pid == ::getpid() && d.host == host_identity()) {
+    // The owner's own process: at once, also while its proc stops and its rdma actor is gone.
+    const bool was = Registry::get().remove(d.id);
+    op->done(true,
+             was ? std::string() : "RdmaBuffer #" + std::to_string(d.id) + " was already dropped");
+    return op->future();
+  }
+  when_done(owner_.call(&RdmaAgent::drop, d.id), *this, [op, d](const std::string& error) {
+    forget_cached(d);
+    op->done(true, error);
+  });
+  return op->future();
+}
+
+}  // namespace baton
