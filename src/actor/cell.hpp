@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -184,6 +185,9 @@ class Cell final : public Runnable,
 class ProcState : public std::enable_shared_from_this<ProcState> {
  public:
   ProcState(Proc::Options options, Executor* executor, std::unique_ptr<ThreadPool> pool);
+  ProcState(const ProcState&) = delete;
+  ProcState& operator=(const ProcState&) = delete;
+  ~ProcState() { stop_background(); }
 
   Proc::Options options;
   ProcId id;
@@ -208,6 +212,20 @@ class ProcState : public std::enable_shared_from_this<ProcState> {
   std::unique_ptr<net::IoThread> io;
   std::vector<std::unique_ptr<net::Listener>> listeners;  // one per serve()
   std::atomic<std::uint64_t> envelopes_sent{0};           // over links, by this proc
+
+ private:
+  std::mutex background_mu_;
+  std::condition_variable background_cv_;
+  std::vector<std::function<void()>> background_;
+  std::thread background_thread_;
+  bool background_stopping_ = false;
+
+ public:
+  /// Runs `f` on this proc's background thread (started on first use, joined when the proc
+  /// goes): for work that may wait a little and must hold neither an I/O thread nor an actor's.
+  void post_background(std::function<void()> f);
+  /// Runs what is queued for the background thread, then joins it.
+  void stop_background();
 
   /// Runs the stop hooks, the first time only.
   void run_stop_hooks();
@@ -270,6 +288,9 @@ std::optional<std::string> proc_failure(const ProcId& id);
 /// Like proc_failure, but if nothing is known yet and `id` is a child of this process, waits a
 /// little for it to be seen exiting (see set_exit_probe). May block: not for I/O threads.
 std::optional<std::string> await_proc_failure(const ProcId& id);
+/// True if a status-tagged reply says its member failed or could not be reached (its proc died,
+/// its link was lost), as opposed to a value or an endpoint's own throw.
+bool reply_is_member_lost(const Body& reply);
 /// True if a status-tagged reply says its message was lost with a link.
 bool reply_is_link_lost(const Body& reply);
 /// A failure as a status-tagged body.

@@ -252,6 +252,48 @@ const ActorId& intern_id(const ActorId& id) {
   return *ids->insert(id).first;
 }
 
+void ProcState::post_background(std::function<void()> f) {
+  std::unique_lock lock(background_mu_);
+  if (background_stopping_) {
+    lock.unlock();
+    f();  // the proc is going: nobody else will run it
+    return;
+  }
+  background_.push_back(std::move(f));
+  if (!background_thread_.joinable()) {
+    background_thread_ = std::thread([this] {
+      std::unique_lock l(background_mu_);
+      for (;;) {
+        background_cv_.wait(l, [&] { return background_stopping_ || !background_.empty(); });
+        if (background_.empty()) return;
+        auto work = std::move(background_);
+        background_.clear();
+        l.unlock();
+        for (auto& w : work) w();
+        l.lock();
+      }
+    });
+  }
+  background_cv_.notify_one();
+}
+
+void ProcState::stop_background() {
+  std::thread t;
+  {
+    std::lock_guard lock(background_mu_);
+    background_stopping_ = true;
+    t = std::move(background_thread_);
+  }
+  background_cv_.notify_one();
+  if (!t.joinable()) return;
+  if (t.get_id() == std::this_thread::get_id()) {
+    // Its own work dropped the last reference: it ends right after, touching nothing more.
+    t.detach();
+    return;
+  }
+  t.join();
+}
+
 void ProcState::cell_finished() {
   std::lock_guard lock(mu);
   --live;
@@ -316,6 +358,7 @@ Proc::Proc(Options options, Executor& executor) {
 Proc::~Proc() {
   stop();
   detail::close_links(*state_);
+  state_->stop_background();
   state_->pool.reset();  // joins the workers
   state_->closed.store(true, std::memory_order_release);
   {

@@ -471,6 +471,12 @@ std::optional<std::string> await_proc_failure(const ProcId& id) {
   return died;
 }
 
+bool reply_is_member_lost(const Body& reply) {
+  if (reply.head.empty()) return false;
+  const auto status = static_cast<ReplyStatus>(reply.head[0]);
+  return status == ReplyStatus::supervision || status == ReplyStatus::undeliverable;
+}
+
 bool reply_is_link_lost(const Body& reply) {
   return reply.head.size() >= 2 &&
          static_cast<ReplyStatus>(reply.head[0]) == ReplyStatus::undeliverable &&

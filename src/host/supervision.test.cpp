@@ -435,6 +435,31 @@ TEST(Supervision, TwentyKillsDuringABroadcastNeverHangAndLeaveNoProcess) {
   }
 }
 
+TEST(Supervision, AGatherReportsADeadMemberWithoutWaitingForTheSlowestLiveOne) {  // CA-1
+  // 12 members: rank 2 is reached through rank 1, rank 0 directly; every live member stays
+  // blocked (a long training step) until after the gather and the reduce have failed.
+  auto procs = this_host().spawn_procs({{"gpus", 12}});
+  auto workers = procs.spawn<Worker>("slow", -1);
+  auto releasers = procs.spawn<Releaser>("releasers");
+  const int pid = workers.slice("gpus", 2).call_one(&Worker::pid).get();
+  Future<ValueMesh<int>> all = workers.call(&Worker::block);
+  Future<int> total = workers.reduce(sum, &Worker::block);
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  for (Future<void> f :
+       {std::move(all).then([](const ValueMesh<int>&) {}), std::move(total).then([](int) {})}) {
+    try {
+      f.get(kBound);  // before CA-1 this waited for the blocked members: a TimeoutError
+      ADD_FAILURE() << "expected SupervisionError";
+    } catch (const SupervisionError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("SIGKILL"));
+    }
+  }
+  EXPECT_EQ(seen().next().rank, 2);
+  releasers.slice("gpus", 0, 2).broadcast(&Releaser::release);  // sticky: frees both waits
+  releasers.slice("gpus", 3, 12).broadcast(&Releaser::release);
+  procs.stop().get();
+}
+
 TEST(Supervision, AMemberLostBehindAForwarderIsReportedWithHowItsProcDied) {
   // 12 members: the controller sends to 8 heads; rank 2 is reached through rank 1.
   auto procs = this_host().spawn_procs({{"gpus", 12}});

@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <mutex>
-#include <thread>
 #include <unordered_map>
 #include <utility>
 
@@ -151,6 +150,12 @@ std::vector<CastItem> fold(std::uint64_t reducer, std::vector<CastItem> items) {
 }
 
 /// What one node waits for: its own member's reply and one result per child.
+///
+/// CA-1: a gather or reduce that includes a member found failed or unreachable (its proc died,
+/// its link was lost) reports at once, with what it has, instead of waiting for the slowest
+/// live member: the result fails anyway, and it must fail within the detection bound. Later
+/// results are dropped. An endpoint's own throw waits like a value, so the lowest-ranked throw
+/// still wins.
 class Gather {
  public:
   Gather(std::size_t expected, CastMode mode, std::uint64_t reducer, Done done)
@@ -158,8 +163,18 @@ class Gather {
 
   void add(std::vector<CastItem> more) {
     std::unique_lock lock(mu_);
-    for (auto& it : more) items_.push_back(std::move(it));
-    if (left_ == 0 || --left_ != 0) return;
+    if (left_ == 0) return;  // reported already (CA-1)
+    bool lost = false;
+    for (auto& it : more) {
+      lost = lost || reply_is_member_lost(it.reply);
+      items_.push_back(std::move(it));
+    }
+    const bool early = lost && mode_ != CastMode::stream;
+    if (early) {
+      left_ = 0;
+    } else if (--left_ != 0) {
+      return;
+    }
     auto items = std::move(items_);
     lock.unlock();
     if (mode_ == CastMode::reduce) items = fold(reducer_, std::move(items));
@@ -404,8 +419,8 @@ void cast(CastRequest request) {
     // A forwarder can only say that a member behind it was lost with its link; the process
     // that started the member's proc knows whether it died, and how.
     auto rank_of = std::make_shared<const std::vector<std::int64_t>>(std::move(request.rank_of));
-    done = [done = std::move(done), base = request.base,
-            rank_of = std::move(rank_of)](std::vector<CastItem> items) {
+    done = [done = std::move(done), base = request.base, rank_of = std::move(rank_of),
+            root = std::weak_ptr<ProcState>(local)](std::vector<CastItem> items) {
       std::vector<std::size_t> lost;
       for (std::size_t i = 0; i < items.size(); ++i) {
         if (reply_is_link_lost(items[i].reply)) lost.push_back(i);
@@ -414,12 +429,18 @@ void cast(CastRequest request) {
         done(std::move(items));
         return;
       }
-      // Waiting for an exit may take a moment: not on the I/O thread that brought the result.
-      std::thread([done, base, rank_of, items = std::move(items),
+      // Waiting for an exit may take a moment: not on the I/O thread that brought the result,
+      // but on the root proc's one background thread.
+      auto work = [done, base, rank_of, items = std::move(items),
                    lost = std::move(lost)]() mutable {
         attribute_lost(*base, items, lost, *rank_of);
         done(std::move(items));
-      }).detach();
+      };
+      if (auto proc = root.lock()) {
+        proc->post_background(std::move(work));
+      } else {
+        work();
+      }
     };
   }
   run_hop(local, sender, std::move(hop), request.args, false, std::move(done));
