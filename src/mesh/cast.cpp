@@ -32,6 +32,7 @@ struct HopMember {
 struct Hop {
   CastMode mode = CastMode::none;
   std::uint64_t reducer = 0;
+  std::string reducer_state;  // CA-2
   std::uint64_t endpoint = 0;
   std::uint32_t fanout = kCastFanOut;
   std::optional<PortId> reply_to;   // the parent's port for this node's result
@@ -40,7 +41,7 @@ struct Hop {
 
   template <class Ar>
   void serialize(Ar& ar) {
-    ar(mode, reducer, endpoint, fanout, reply_to, stream_to, members);
+    ar(mode, reducer, reducer_state, endpoint, fanout, reply_to, stream_to, members);
   }
 };
 
@@ -112,7 +113,8 @@ void attribute_lost(const std::vector<CastMember>& base, std::vector<CastItem>& 
 }
 
 /// Folds reduce-mode items: the lowest-ranked failure wins, else the values in rank order.
-std::vector<CastItem> fold(std::uint64_t reducer, std::vector<CastItem> items) {
+std::vector<CastItem> fold(std::uint64_t reducer, const std::string& state,
+                           std::vector<CastItem> items) {
   if (items.size() <= 1) return items;
   std::sort(items.begin(), items.end(),
             [](const CastItem& a, const CastItem& b) { return a.rank < b.rank; });
@@ -137,8 +139,10 @@ std::vector<CastItem> fold(std::uint64_t reducer, std::vector<CastItem> items) {
       b.parts = it.reply.parts;
       return b;
     };
-    Body acc = value_of(items[0]);
-    for (std::size_t i = 1; i < items.size(); ++i) acc = fn(acc, value_of(items[i]));
+    std::vector<Body> values;
+    values.reserve(items.size());
+    for (const auto& it : items) values.push_back(value_of(it));
+    Body acc = fn(state, values);
     Body out;
     out.head.push_back(0);
     out.head += acc.head;
@@ -158,8 +162,13 @@ std::vector<CastItem> fold(std::uint64_t reducer, std::vector<CastItem> items) {
 /// still wins.
 class Gather {
  public:
-  Gather(std::size_t expected, CastMode mode, std::uint64_t reducer, Done done)
-      : left_(expected), mode_(mode), reducer_(reducer), done_(std::move(done)) {}
+  Gather(std::size_t expected, CastMode mode, std::uint64_t reducer, std::string reducer_state,
+         Done done)
+      : left_(expected),
+        mode_(mode),
+        reducer_(reducer),
+        reducer_state_(std::move(reducer_state)),
+        done_(std::move(done)) {}
 
   void add(std::vector<CastItem> more) {
     std::unique_lock lock(mu_);
@@ -177,7 +186,7 @@ class Gather {
     }
     auto items = std::move(items_);
     lock.unlock();
-    if (mode_ == CastMode::reduce) items = fold(reducer_, std::move(items));
+    if (mode_ == CastMode::reduce) items = fold(reducer_, reducer_state_, std::move(items));
     if (done_) done_(std::move(items));
   }
 
@@ -186,6 +195,7 @@ class Gather {
   std::size_t left_;
   CastMode mode_;
   std::uint64_t reducer_;
+  std::string reducer_state_;
   Done done_;
   std::vector<CastItem> items_;
 };
@@ -244,6 +254,7 @@ void send_chunk(const std::shared_ptr<ProcState>& local, const ActorId& sender, 
   Hop hop;
   hop.mode = parent.mode;
   hop.reducer = parent.reducer;
+  hop.reducer_state = parent.reducer_state;
   hop.endpoint = parent.endpoint;
   hop.fanout = parent.fanout;
   hop.stream_to = parent.stream_to;
@@ -313,7 +324,7 @@ void run_hop(const std::shared_ptr<ProcState>& local, const ActorId& sender, Hop
   std::shared_ptr<Gather> gather;
   if (hop.mode != CastMode::none) {
     gather = std::make_shared<Gather>(chunks.size() + (self ? 1 : 0), hop.mode, hop.reducer,
-                                      std::move(done));
+                                      hop.reducer_state, std::move(done));
   }
   // Our own member first: what the sender sent earlier to it is already queued in this order.
   if (self) {
@@ -406,6 +417,7 @@ void cast(CastRequest request) {
   Hop hop;
   hop.mode = request.mode;
   hop.reducer = request.reducer;
+  hop.reducer_state = std::move(request.reducer_state);
   hop.endpoint = request.endpoint;
   hop.fanout = kCastFanOut;
   hop.stream_to = request.stream_to;

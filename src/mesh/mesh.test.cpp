@@ -87,6 +87,16 @@ class Whereabouts : public Actor {
   std::size_t seen_in_constructor_;
 };
 
+/// A reducer with a member: every node of the tree must fold with the caller's `mod`.
+struct SumMod {
+  int mod = 1000;
+  int operator()(int a, int b) const { return (a + b) % mod; }
+  template <class Ar>
+  void serialize(Ar& ar) {
+    ar(mod);
+  }
+};
+
 struct Concat {
   std::string operator()(const std::string& a, const std::string& b) const { return a + "," + b; }
 };
@@ -329,6 +339,20 @@ TEST(Mesh, MeshesSliceOnSeveralDimensionsFlattenAndRename) {
   EXPECT_EQ(some.call(&Counter::rank).get().values(), (std::vector<int>{0, 1}));
   EXPECT_THROW(counters.slice({{"gpus", 0}, {"gpus", 1}}), SliceError);
   EXPECT_THROW(counters.slice({{"racks", 0}}), SliceError);
+  procs.stop().get();
+}
+
+TEST(Mesh, ReducersFoldWithTheirMembersInEveryProc) {  // CA-2
+  // 20 members: the controller reaches 8 heads, which fold their subtrees before it does.
+  auto procs = this_host().spawn_procs({{"gpus", 20}});
+  auto counters = procs.spawn<Counter>("counters", 0);
+  EXPECT_EQ(counters.reduce(sum, &Counter::rank).get(), 190);
+  EXPECT_EQ(counters.reduce(SumMod{7}, &Counter::rank).get(), 190 % 7);
+  const int cap = 50;
+  EXPECT_EQ(
+      counters.reduce([cap](int a, int b) { return std::min(cap, a + b); }, &Counter::rank).get(),
+      50);
+  EXPECT_EQ(counters.slice("gpus", 10, 20).reduce(SumMod{11}, &Counter::rank).get(), 145 % 11);
   procs.stop().get();
 }
 

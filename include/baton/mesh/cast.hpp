@@ -12,16 +12,20 @@
 // gathers (or folds, for reducers) its subtree's replies and sends one message to its parent, so
 // the sender handles at most kCastFanOut messages whatever the mesh size.
 
+#include <array>
+#include <bit>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "baton/actor/future.hpp"
@@ -74,6 +78,7 @@ struct CastRequest {
   Body args;
   CastMode mode = CastMode::none;
   std::uint64_t reducer = 0;
+  std::string reducer_state;  // the reducer object's members, for every node that folds
   std::optional<PortId> stream_to;
   /// For gather, reduce and stream: called once with the replies (reduce: at most one item;
   /// stream: only members that could not be reached), on whichever thread completes the cast.
@@ -93,14 +98,56 @@ void install_cast();
 void complete_item(StateBase& state, const CastItem& item, std::string_view endpoint,
                    const Shape* shape = nullptr);
 
-/// Folds two encoded values of one type into one; registered by id in every process.
-using ReduceFn = Body (*)(const Body& a, const Body& b);
+/// Folds encoded values of one type, in order, into one, with a reducer rebuilt from `state`;
+/// registered by id in every process.
+using ReduceFn = Body (*)(const std::string& state, const std::vector<Body>& values);
 std::uint64_t register_reducer(std::string_view key, ReduceFn fn);
+
+/// A reducer's members as bytes (CA-2: every node folds with the sender's reducer, members and
+/// all): nothing for an empty one, its serialize() if it has one, else its bytes if it is
+/// trivially copyable (a lambda capturing numbers, say; every proc runs the same binary).
+template <class Red>
+std::string save_reducer(const Red& red) {
+  if constexpr (std::is_empty_v<Red>) {
+    (void)red;
+    return {};
+  } else if constexpr (cereal::traits::is_output_serializable<Red, OutputArchive>::value) {
+    return encode(red).head;
+  } else {
+    static_assert(std::is_trivially_copyable_v<Red>,
+                  "a reducer with members needs a serialize(Ar&) member, or must be trivially "
+                  "copyable, so that every proc can fold with them");
+    std::string s(sizeof(Red), '\0');
+    std::memcpy(s.data(), &red, sizeof(Red));
+    return s;
+  }
+}
+template <class Red>
+Red load_reducer(const std::string& state) {
+  if constexpr (std::is_empty_v<Red>) {
+    (void)state;
+    return Red{};
+  } else if constexpr (cereal::traits::is_output_serializable<Red, OutputArchive>::value) {
+    Body b;
+    b.head = state;
+    return decode<Red>(b);
+  } else {
+    if (state.size() != sizeof(Red)) throw DecodeError("a reducer's state has the wrong size");
+    std::array<std::byte, sizeof(Red)> raw;
+    std::memcpy(raw.data(), state.data(), sizeof(Red));
+    return std::bit_cast<Red>(raw);
+  }
+}
 
 template <class Red, class R>
 struct ReducerRegistration {
-  static Body fold(const Body& a, const Body& b) {
-    return encode(static_cast<R>(Red{}(decode<R>(a), decode<R>(b))));
+  static Body fold(const std::string& state, const std::vector<Body>& values) {
+    Red red = load_reducer<Red>(state);
+    R acc = decode<R>(values.at(0));
+    for (std::size_t i = 1; i < values.size(); ++i) {
+      acc = static_cast<R>(red(std::move(acc), decode<R>(values[i])));
+    }
+    return encode(acc);
   }
   static std::string_view key() { return __PRETTY_FUNCTION__; }
   static inline const std::uint64_t id = register_reducer(key(), &fold);
@@ -126,7 +173,9 @@ void close_stream_port(const PortId& id);
 
 }  // namespace detail
 
-/// Reducers for ActorMesh::reduce; any default-constructible callable (a, b) -> value works.
+/// Reducers for ActorMesh::reduce. Any callable (a, b) -> value works: an empty one, one with a
+/// serialize(Ar&) member, or a trivially copyable one (a lambda capturing numbers); every node
+/// of the cast tree folds with a copy of the caller's object (CA-2).
 struct Sum {
   template <class T>
   T operator()(const T& a, const T& b) const {

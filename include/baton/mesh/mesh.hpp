@@ -363,10 +363,10 @@ class ActorMesh {
                          detail::CastMode::none, rank_of()));
   }
   /// Calls every member and folds the replies with `reducer` along the tree, in rank order:
-  /// reduce(baton::sum, &A::f, ...). The lowest-ranked failure fails the future.
+  /// reduce(baton::sum, &A::f, ...). Every node folds with a copy of `reducer`, members and all
+  /// (CA-2). The lowest-ranked failure fails the future.
   template <class Red, class F, class... Args>
   Future<detail::reply_t<F>> reduce(Red reducer, F f, Args&&... args) const {
-    (void)reducer;
     using R = detail::reply_t<F>;
     static_assert(!std::is_void_v<R>, "reduce() needs an endpoint that returns a value");
     const auto& ep = detail::endpoint_for<A>(f);
@@ -375,6 +375,7 @@ class ActorMesh {
     auto req = request(ep, detail::encode_call_args<F>(std::forward<Args>(args)...),
                        detail::CastMode::reduce, rank_of());
     req.reducer = detail::ReducerRegistration<std::decay_t<Red>, R>::id;
+    req.reducer_state = detail::save_reducer(reducer);
     req.done = [state, name = ep.name](std::vector<detail::CastItem> items) {
       complete_one(*state, name, items);
     };
