@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <typeindex>
 #include <unordered_map>
 #include <vector>
 
@@ -214,6 +215,8 @@ class ProcState : public std::enable_shared_from_this<ProcState> {
   std::atomic<std::uint64_t> envelopes_sent{0};           // over links, by this proc
 
  private:
+  std::mutex extensions_mu_;
+  std::unordered_map<std::type_index, std::shared_ptr<void>> extensions_;
   std::mutex background_mu_;
   std::condition_variable background_cv_;
   std::vector<std::function<void()>> background_;
@@ -226,6 +229,16 @@ class ProcState : public std::enable_shared_from_this<ProcState> {
   void post_background(std::function<void()> f);
   /// Runs what is queued for the background thread, then joins it.
   void stop_background();
+
+  /// State an upper layer keeps for this proc (the mesh layer's cast nodes), made on first use
+  /// and gone with the proc.
+  template <class T>
+  std::shared_ptr<T> extension() {
+    std::lock_guard lock(extensions_mu_);
+    auto& slot = extensions_[std::type_index(typeid(T))];
+    if (!slot) slot = std::make_shared<T>();
+    return std::static_pointer_cast<T>(slot);
+  }
 
   /// Runs the stop hooks, the first time only.
   void run_stop_hooks();

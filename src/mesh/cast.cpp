@@ -7,9 +7,13 @@
 
 #include "baton/mesh/cast.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <mutex>
+#include <random>
 #include <unordered_map>
 #include <utility>
 
@@ -19,16 +23,6 @@
 namespace baton::detail {
 namespace {
 
-struct HopMember {
-  CastMember member;
-  std::int64_t rank = -1;
-
-  template <class Ar>
-  void serialize(Ar& ar) {
-    ar(member, rank);
-  }
-};
-
 struct Hop {
   CastMode mode = CastMode::none;
   std::uint64_t reducer = 0;
@@ -37,11 +31,14 @@ struct Hop {
   std::uint32_t fanout = kCastFanOut;
   std::optional<PortId> reply_to;   // the parent's port for this node's result
   std::optional<PortId> stream_to;  // stream mode: where each reply goes
-  std::vector<HopMember> members;   // members[0] is this node
+  std::uint64_t key = 0;            // the mesh's tree (CA-3)
+  Slice view;                       // the locations cast to
+  std::uint32_t loc = 0;            // the node this hop is for, and its subtree's end
+  std::uint32_t end = 0;
 
   template <class Ar>
   void serialize(Ar& ar) {
-    ar(mode, reducer, reducer_state, endpoint, fanout, reply_to, stream_to, members);
+    ar(mode, reducer, reducer_state, endpoint, fanout, reply_to, stream_to, key, view, loc, end);
   }
 };
 
@@ -56,58 +53,78 @@ Reducers& reducers() {
   return r;
 }
 
+/// The view's locations in order, and their ranks, shared by a hop's children.
+struct ViewIndex {
+  explicit ViewIndex(const Slice& view) {
+    const std::size_t n = view.len();
+    by_loc.reserve(n);
+    for (std::size_t r = 0; r < n; ++r) by_loc.emplace_back(view.location_of_rank(r), r);
+    std::sort(by_loc.begin(), by_loc.end());
+  }
+  /// The (location, rank) pairs with location in [b, e).
+  template <class F>
+  void each_in(std::size_t b, std::size_t e, F f) const {
+    auto it = std::lower_bound(by_loc.begin(), by_loc.end(), std::make_pair(b, std::size_t{0}));
+    for (; it != by_loc.end() && it->first < e; ++it) f(it->first, it->second);
+  }
+  bool any_in(std::size_t b, std::size_t e) const {
+    auto it = std::lower_bound(by_loc.begin(), by_loc.end(), std::make_pair(b, std::size_t{0}));
+    return it != by_loc.end() && it->first < e;
+  }
+  std::vector<std::pair<std::size_t, std::size_t>> by_loc;
+};
+
+/// [first, end) in at most `fanout` contiguous chunks; each chunk's first location is its head.
+std::vector<std::pair<std::uint32_t, std::uint32_t>> split(std::size_t first, std::size_t end,
+                                                           std::size_t fanout) {
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> out;
+  const std::size_t rest = end - first;
+  const std::size_t k = std::min(fanout, rest);
+  for (std::size_t i = 0; i < k; ++i) {
+    out.emplace_back(static_cast<std::uint32_t>(first + i * rest / k),
+                     static_cast<std::uint32_t>(first + (i + 1) * rest / k));
+  }
+  return out;
+}
+
 Body undeliverable_reply(const std::string& why) {
   return failure_reply(
       std::make_exception_ptr(UndeliverableError(UndeliverableError::Reason::link_lost, why)));
 }
 
-/// The members of a chunk whose head's proc died: the head failed with its report, and the
-/// members behind it were lost with it.
-std::vector<CastItem> head_died(const std::vector<HopMember>& members, const std::string& report) {
+/// The members of `child`'s subtree in the view, lost: its head's proc died (`died` says how;
+/// the head fails with that report, the members behind it are lost with it) or could not be
+/// reached (`why`).
+std::vector<CastItem> failures(const ViewIndex& view, const CastChild& child,
+                               const std::string& why, std::optional<std::string> died = {}) {
+  if (!died) died = proc_failure(child.head.actor.proc);
   std::vector<CastItem> out;
-  for (std::size_t i = 0; i < members.size(); ++i) {
-    const auto& m = members[i];
-    if (m.rank < 0) continue;
-    out.push_back({static_cast<std::uint32_t>(m.rank),
-                   i == 0 ? failure_reply(std::make_exception_ptr(SupervisionError(report)))
-                          : undeliverable_reply("cast to " + m.member.actor.to_string() +
-                                                " lost with its forwarder: " + report)});
-  }
-  return out;
-}
-
-/// Every addressed member of `members` as lost: the head's proc died (see head_died) or could
-/// not be reached.
-std::vector<CastItem> failures(const std::vector<HopMember>& members, const std::string& why) {
-  if (!members.empty()) {
-    if (auto died = proc_failure(members.front().member.actor.proc)) {
-      return head_died(members, *died);
+  view.each_in(child.loc, child.end, [&](std::size_t loc, std::size_t rank) {
+    Body reply;
+    if (died && loc == child.loc) {
+      reply = failure_reply(std::make_exception_ptr(SupervisionError(*died)));
+    } else if (died) {
+      reply = undeliverable_reply("cast lost with its forwarder " + child.head.actor.to_string() +
+                                  ": " + *died);
+    } else {
+      reply = undeliverable_reply("cast to the member at location " + std::to_string(loc) +
+                                  " lost: " + why);
     }
-  }
-  std::vector<CastItem> out;
-  for (const auto& m : members) {
-    if (m.rank >= 0) {
-      out.push_back(
-          {static_cast<std::uint32_t>(m.rank),
-           undeliverable_reply("cast to " + m.member.actor.to_string() + " lost: " + why)});
-    }
-  }
+    out.push_back({static_cast<std::uint32_t>(rank), std::move(reply)});
+  });
   return out;
 }
 
 /// Turns items lost with a forwarder's link into the SupervisionError of their member's proc,
-/// where that proc is known (or seen, waiting a little) to have died. `base` is by location;
-/// an item's rank is matched to its member through the cast's rank_of, kept by the caller.
-void attribute_lost(const std::vector<CastMember>& base, std::vector<CastItem>& items,
-                    const std::vector<std::size_t>& lost,
-                    const std::vector<std::int64_t>& rank_of) {
+/// where that proc is known (or seen, waiting a little) to have died.
+void attribute_lost(const std::vector<CastMember>& base, const Slice& view,
+                    std::vector<CastItem>& items, const std::vector<std::size_t>& lost) {
   for (std::size_t i : lost) {
-    for (std::size_t loc = 0; loc < base.size(); ++loc) {
-      if (rank_of[loc] != static_cast<std::int64_t>(items[i].rank)) continue;
-      if (auto died = await_proc_failure(base[loc].actor.proc)) {
-        items[i].reply = failure_reply(std::make_exception_ptr(SupervisionError(*died)));
-      }
-      break;
+    if (items[i].rank >= view.len()) continue;
+    const std::size_t loc = view.location_of_rank(items[i].rank);
+    if (loc >= base.size()) continue;
+    if (auto died = await_proc_failure(base[loc].actor.proc)) {
+      items[i].reply = failure_reply(std::make_exception_ptr(SupervisionError(*died)));
     }
   }
 }
@@ -203,26 +220,27 @@ class Gather {
 /// A child's result, arriving over a link (or its failure if the link goes first).
 class ChildResult final : public ReplySinkBase {
  public:
-  ChildResult(std::shared_ptr<Gather> gather, std::vector<HopMember> members)
-      : gather_(std::move(gather)), members_(std::move(members)) {}
+  ChildResult(std::shared_ptr<Gather> gather, std::shared_ptr<const ViewIndex> view,
+              CastChild child)
+      : gather_(std::move(gather)), view_(std::move(view)), child_(std::move(child)) {}
 
   bool deliver(const Body& body) override {
     std::vector<CastItem> items;
     try {
       items = decode<std::vector<CastItem>>(body);
       for (const auto& it : items) {
-        const bool ours = std::any_of(members_.begin(), members_.end(), [&](const HopMember& m) {
-          return m.rank == static_cast<std::int64_t>(it.rank);
-        });
+        bool ours = false;
+        view_->each_in(child_.loc, child_.end,
+                       [&](std::size_t, std::size_t rank) { ours = ours || rank == it.rank; });
         if (!ours) throw DecodeError("a cast result names a rank outside its subtree");
       }
     } catch (const std::exception& e) {
-      items = failures(members_, std::string("malformed result: ") + e.what());
+      items = failures(*view_, child_, std::string("malformed result: ") + e.what());
     }
     finish(std::move(items));
     return true;
   }
-  void link_lost(const std::string& why) override { finish(failures(members_, why)); }
+  void link_lost(const std::string& why) override { finish(failures(*view_, child_, why)); }
   void peer_failed(const std::exception_ptr& error) override {
     std::string report = "its proc failed";
     try {
@@ -230,7 +248,7 @@ class ChildResult final : public ReplySinkBase {
     } catch (const std::exception& e) {
       report = e.what();
     }
-    finish(head_died(members_, report));
+    finish(failures(*view_, child_, report, report));
   }
 
  private:
@@ -239,18 +257,17 @@ class ChildResult final : public ReplySinkBase {
     gather_->add(std::move(items));
   }
   std::shared_ptr<Gather> gather_;
-  std::vector<HopMember> members_;
+  std::shared_ptr<const ViewIndex> view_;
+  CastChild child_;
   std::atomic<bool> done_{false};
 };
 
-void run_hop(const std::shared_ptr<ProcState>& local, const ActorId& sender, Hop hop,
-             const Body& args, bool has_self, Done done,
-             const std::shared_ptr<net::Link>& from = nullptr);
+void run_node(const std::shared_ptr<ProcState>& local, const ActorId& sender, const Hop& hop,
+              const std::shared_ptr<const ViewIndex>& view, const Body& args, Done done,
+              const std::shared_ptr<net::Link>& from = nullptr);
 
-/// Sends `chunk` (its head first) to the head's proc: inline if it lives in this process.
-void send_chunk(const std::shared_ptr<ProcState>& local, const ActorId& sender, const Hop& parent,
-                std::vector<HopMember> chunk, const Body& args,
-                const std::shared_ptr<Gather>& gather) {
+/// The hop for `child`, as `parent` forwards it.
+Hop child_hop(const Hop& parent, const CastChild& child) {
   Hop hop;
   hop.mode = parent.mode;
   hop.reducer = parent.reducer;
@@ -258,32 +275,37 @@ void send_chunk(const std::shared_ptr<ProcState>& local, const ActorId& sender, 
   hop.endpoint = parent.endpoint;
   hop.fanout = parent.fanout;
   hop.stream_to = parent.stream_to;
-  const ProcId head = chunk.front().member.actor.proc;
+  hop.key = parent.key;
+  hop.view = parent.view;
+  hop.loc = child.loc;
+  hop.end = child.end;
+  return hop;
+}
+
+/// Sends the hop for `child` to its head's proc: inline if it lives in this process.
+void send_child(const std::shared_ptr<ProcState>& local, const ActorId& sender, const Hop& parent,
+                const CastChild& child, const std::shared_ptr<const ViewIndex>& view,
+                const Body& args, const std::shared_ptr<Gather>& gather) {
+  Hop hop = child_hop(parent, child);
+  const ProcId& head = child.head.actor.proc;
   Done child_done;
   if (gather) child_done = [gather](std::vector<CastItem> items) { gather->add(std::move(items)); };
   if (auto there = find_proc(head)) {
-    hop.members = std::move(chunk);
-    run_hop(there, sender, std::move(hop), args, true, std::move(child_done));
+    run_node(there, sender, hop, view, args, std::move(child_done));
     return;
   }
-  if (!local) {
-    if (gather) gather->add(failures(chunk, "no proc in this process can link to " + head.name));
-    return;
-  }
-  if (proc_failure(head)) {
-    if (gather) gather->add(failures(chunk, "its proc failed"));
-    return;
-  }
-  remember_address(head, chunk.front().member.address);
+  const auto lost = [&](const std::string& why) {
+    if (gather) gather->add(failures(*view, child, why));
+  };
+  if (!local) return lost("no proc in this process can link to " + head.name);
+  if (proc_failure(head)) return lost("its proc failed");
+  remember_address(head, child.head.address);
   auto [link, owner] = route_to(head);
-  if (!link || !owner) {
-    if (gather) gather->add(failures(chunk, "proc " + head.name + " cannot be reached"));
-    return;
-  }
+  if (!link || !owner) return lost("proc " + head.name + " cannot be reached");
   if (gather) {
-    hop.reply_to = open_reply_port(*owner, head, std::make_shared<ChildResult>(gather, chunk));
+    hop.reply_to =
+        open_reply_port(*owner, head, std::make_shared<ChildResult>(gather, view, child));
   }
-  hop.members = std::move(chunk);
   Envelope env;
   env.sender = sender;
   env.dest = PortId{ActorId{head, "proc", 0}, kCastPort};
@@ -302,41 +324,32 @@ void send_chunk(const std::shared_ptr<ProcState>& local, const ActorId& sender, 
   }
 }
 
-/// One node: deliver to its own member (if it has one), then forward the rest in chunks.
-void run_hop(const std::shared_ptr<ProcState>& local, const ActorId& sender, Hop hop,
-             const Body& args, bool has_self, Done done, const std::shared_ptr<net::Link>& from) {
-  const std::size_t first = has_self ? 1 : 0;
-  const std::size_t rest = hop.members.size() - first;
-  const std::size_t k = std::min<std::size_t>(hop.fanout, rest);
-  std::vector<std::vector<HopMember>> chunks;
-  for (std::size_t i = 0; i < k; ++i) {
-    const std::size_t b = first + i * rest / k;
-    const std::size_t e = first + (i + 1) * rest / k;
-    const bool addressed = std::any_of(hop.members.begin() + static_cast<std::ptrdiff_t>(b),
-                                       hop.members.begin() + static_cast<std::ptrdiff_t>(e),
-                                       [](const HopMember& m) { return m.rank >= 0; });
-    if (addressed) {
-      chunks.emplace_back(hop.members.begin() + static_cast<std::ptrdiff_t>(b),
-                          hop.members.begin() + static_cast<std::ptrdiff_t>(e));
-    }
+/// Forwards to `children` (those with members in the view) and, if `self` is addressed,
+/// delivers to this node's own member first.
+void fan_out(const std::shared_ptr<ProcState>& local, const ActorId& sender, const Hop& hop,
+             const std::shared_ptr<const ViewIndex>& view, const Body& args, const CastMember* self,
+             const std::vector<CastChild>& children, Done done,
+             const std::shared_ptr<net::Link>& from) {
+  std::vector<const CastChild*> addressed;
+  for (const auto& c : children) {
+    if (view->any_in(c.loc, c.end)) addressed.push_back(&c);
   }
-  const bool self = has_self && hop.members[0].rank >= 0;
+  const std::optional<std::size_t> my_rank =
+      self != nullptr ? hop.view.rank_of_location(hop.loc) : std::nullopt;
   std::shared_ptr<Gather> gather;
   if (hop.mode != CastMode::none) {
-    gather = std::make_shared<Gather>(chunks.size() + (self ? 1 : 0), hop.mode, hop.reducer,
+    gather = std::make_shared<Gather>(addressed.size() + (my_rank ? 1 : 0), hop.mode, hop.reducer,
                                       hop.reducer_state, std::move(done));
   }
   // Our own member first: what the sender sent earlier to it is already queued in this order.
-  if (self) {
-    const HopMember& me = hop.members[0];
-    const auto rank = static_cast<std::uint32_t>(me.rank);
+  if (my_rank) {
+    const auto rank = static_cast<std::uint32_t>(*my_rank);
     std::shared_ptr<StateBase> reply;
     if (hop.mode == CastMode::stream) {
-      reply =
-          make_status_reply([to = *hop.stream_to, rank, gather, from = me.member.actor](Body b) {
-            route_remote_port_or_local(to, encode(CastItem{rank, std::move(b)}), from);
-            gather->add({});
-          });
+      reply = make_status_reply([to = *hop.stream_to, rank, gather, from = self->actor](Body b) {
+        route_remote_port_or_local(to, encode(CastItem{rank, std::move(b)}), from);
+        gather->add({});
+      });
     } else if (gather) {
       reply = make_status_reply([rank, gather](Body b) {
         gather->add({CastItem{rank, std::move(b)}});
@@ -345,11 +358,44 @@ void run_hop(const std::shared_ptr<ProcState>& local, const ActorId& sender, Hop
     Body mine;
     mine.head = args.head;
     mine.parts = args.parts;
-    deliver_local_call(*local, me.member.actor, hop.endpoint, sender, std::move(mine),
-                       std::move(reply), from);
+    deliver_local_call(*local, self->actor, hop.endpoint, sender, std::move(mine), std::move(reply),
+                       from);
   }
-  for (auto& chunk : chunks) send_chunk(local, sender, hop, std::move(chunk), args, gather);
-  if (gather && chunks.empty() && !self) gather->add({});  // nothing addressed below
+  for (const CastChild* c : addressed) send_child(local, sender, hop, *c, view, args, gather);
+  if (gather && addressed.empty() && !my_rank) gather->add({});  // nothing addressed below
+}
+
+/// The layouts a proc learned at spawn: its node of each mesh's tree, by key.
+struct NodeTable {
+  std::mutex mu;
+  std::unordered_map<std::uint64_t, CastNode> by_key;
+};
+
+/// One node: deliver to its own member (if addressed), then forward to its children.
+void run_node(const std::shared_ptr<ProcState>& local, const ActorId& sender, const Hop& hop,
+              const std::shared_ptr<const ViewIndex>& view, const Body& args, Done done,
+              const std::shared_ptr<net::Link>& from) {
+  std::optional<CastNode> node;
+  {
+    auto table = local->extension<NodeTable>();
+    std::lock_guard lock(table->mu);
+    auto it = table->by_key.find(hop.key);
+    if (it != table->by_key.end()) node = it->second;
+  }
+  if (!node || node->loc != hop.loc || node->end != hop.end) {
+    // Every member of the mesh stopped (the nodes went with them), or the cast is not for
+    // this proc.
+    const std::string why = "proc " + local->id.name + " has no member of this mesh at location " +
+                            std::to_string(hop.loc) + " (the mesh was stopped)";
+    if (done) {
+      done(failures(*view, CastChild{hop.loc, hop.end, CastMember{}}, why));
+    } else {
+      deliver_undeliverable(sender, Undeliverable{PortId{ActorId{local->id, "cast", hop.loc}, 0},
+                                                  UndeliverableError::Reason::actor_stopped, why});
+    }
+    return;
+  }
+  fan_out(local, sender, hop, view, args, &node->self, node->children, std::move(done), from);
 }
 
 void on_cast(const std::shared_ptr<ProcState>& local, const std::shared_ptr<net::Link>& link,
@@ -361,16 +407,8 @@ void on_cast(const std::shared_ptr<ProcState>& local, const std::shared_ptr<net:
     ar(hop);
     if (hop.mode > CastMode::stream) throw DecodeError("bad cast mode");
     if (hop.fanout < 2 || hop.fanout > 64) throw DecodeError("cast fan-out out of range");
-    if (hop.members.empty()) throw DecodeError("a cast with no members");
-    if (hop.members[0].member.actor.proc != local->id) {
-      throw DecodeError("a cast for proc " + hop.members[0].member.actor.proc.name +
-                        " arrived at " + local->id.name);
-    }
+    if (hop.loc >= hop.end) throw DecodeError("a cast with an empty subtree");
     if (hop.mode == CastMode::stream && !hop.stream_to) throw DecodeError("stream with no port");
-    for (const auto& m : hop.members) {
-      if (m.rank < -1) throw DecodeError("bad rank in a cast");
-      remember_address(m.member.actor.proc, m.member.address);
-    }
     args.head = env.body.head.substr(ar.position());
     args.parts = std::move(env.body.parts);
   } catch (const std::exception& e) {
@@ -383,7 +421,8 @@ void on_cast(const std::shared_ptr<ProcState>& local, const std::shared_ptr<net:
       route_remote_port_or_local(to, encode(items), from);
     };
   }
-  run_hop(local, env.sender, std::move(hop), args, true, std::move(done), link);
+  auto view = std::make_shared<const ViewIndex>(hop.view);
+  run_node(local, env.sender, hop, view, args, std::move(done), link);
 }
 
 /// The proc a cast starts from: the calling actor's, else the one that links this process.
@@ -396,18 +435,85 @@ std::shared_ptr<ProcState> root_proc(const std::vector<CastMember>& base) {
   return nullptr;
 }
 
+/// The root's children: the heads of the chunks of the whole base.
+std::vector<CastChild> root_children(const std::vector<CastMember>& base) {
+  std::vector<CastChild> out;
+  for (auto [b, e] : split(0, base.size(), kCastFanOut)) out.push_back({b, e, base[b]});
+  return out;
+}
+
 }  // namespace
+
+std::vector<CastNode> cast_tree(const std::vector<CastMember>& base) {
+  std::vector<CastNode> nodes(base.size());
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> todo = split(0, base.size(), kCastFanOut);
+  while (!todo.empty()) {
+    auto [loc, end] = todo.back();
+    todo.pop_back();
+    CastNode& n = nodes[loc];
+    n.loc = loc;
+    n.end = end;
+    n.self = base[loc];
+    for (auto [b, e] : split(loc + 1, end, kCastFanOut)) {
+      n.children.push_back({b, e, base[b]});
+      todo.emplace_back(b, e);
+    }
+  }
+  return nodes;
+}
+
+void learn_cast_node(Proc& proc, std::uint64_t key, CastNode node) {
+  auto table = proc.state().extension<NodeTable>();
+  std::lock_guard lock(table->mu);
+  table->by_key[key] = std::move(node);
+}
+
+void forget_cast_node(Proc& proc, std::uint64_t key) {
+  auto table = proc.state().extension<NodeTable>();
+  std::lock_guard lock(table->mu);
+  table->by_key.erase(key);
+}
+
+std::size_t cast_nodes_known(Proc& proc) {
+  auto table = proc.state().extension<NodeTable>();
+  std::lock_guard lock(table->mu);
+  return table->by_key.size();
+}
+
+std::uint64_t new_mesh_key() {
+  static std::atomic<std::uint64_t> next{0};
+  // Unique in this process; the process id and a random seed keep keys from different
+  // spawners (the controller, actors in workers) apart.
+  static const std::uint64_t seed = std::random_device{}() ^ (std::uint64_t(::getpid()) << 32);
+  return (seed * 0x9E3779B97F4A7C15ULL) ^ next.fetch_add(1, std::memory_order_relaxed);
+}
 
 void install_cast() {
   set_cast_handler(&on_cast);
 }
 
 bool cast_direct(std::size_t loc, std::size_t n) {
-  const std::size_t k = std::min<std::size_t>(kCastFanOut, n);
-  for (std::size_t i = 0; i < k; ++i) {
-    if (i * n / k == loc) return true;
+  for (auto [b, e] : split(0, n, kCastFanOut)) {
+    if (b == loc) return true;
   }
   return false;
+}
+
+std::size_t cast_hop_bytes(const CastRequest& request, std::size_t child_loc,
+                           const PortId& reply_to) {
+  Hop root;
+  root.mode = request.mode;
+  root.reducer = request.reducer;
+  root.reducer_state = request.reducer_state;
+  root.endpoint = request.endpoint;
+  root.stream_to = request.stream_to;
+  root.key = request.key;
+  root.view = request.view;
+  const auto nodes = cast_tree(*request.base);
+  const auto& node = nodes.at(child_loc);
+  Hop hop = child_hop(root, CastChild{node.loc, node.end, node.self});
+  hop.reply_to = reply_to;
+  return encode(hop).head.size();
 }
 
 void cast(CastRequest request) {
@@ -421,17 +527,14 @@ void cast(CastRequest request) {
   hop.endpoint = request.endpoint;
   hop.fanout = kCastFanOut;
   hop.stream_to = request.stream_to;
-  hop.members.reserve(base.size());
-  for (std::size_t loc = 0; loc < base.size(); ++loc) {
-    hop.members.push_back({base[loc], request.rank_of[loc]});
-  }
+  hop.key = request.key;
+  hop.view = request.view;
   const ActorId sender = current_sender(local.get());
   Done done = std::move(request.done);
   if (done) {
     // A forwarder can only say that a member behind it was lost with its link; the process
     // that started the member's proc knows whether it died, and how.
-    auto rank_of = std::make_shared<const std::vector<std::int64_t>>(std::move(request.rank_of));
-    done = [done = std::move(done), base = request.base, rank_of = std::move(rank_of),
+    done = [done = std::move(done), base = request.base, view = request.view,
             root = std::weak_ptr<ProcState>(local)](std::vector<CastItem> items) {
       std::vector<std::size_t> lost;
       for (std::size_t i = 0; i < items.size(); ++i) {
@@ -443,9 +546,8 @@ void cast(CastRequest request) {
       }
       // Waiting for an exit may take a moment: not on the I/O thread that brought the result,
       // but on the root proc's one background thread.
-      auto work = [done, base, rank_of, items = std::move(items),
-                   lost = std::move(lost)]() mutable {
-        attribute_lost(*base, items, lost, *rank_of);
+      auto work = [done, base, view, items = std::move(items), lost = std::move(lost)]() mutable {
+        attribute_lost(*base, view, items, lost);
         done(std::move(items));
       };
       if (auto proc = root.lock()) {
@@ -455,7 +557,9 @@ void cast(CastRequest request) {
       }
     };
   }
-  run_hop(local, sender, std::move(hop), request.args, false, std::move(done));
+  auto view = std::make_shared<const ViewIndex>(hop.view);
+  fan_out(local, sender, hop, view, request.args, nullptr, root_children(base), std::move(done),
+          nullptr);
 }
 
 void complete_item(StateBase& state, const CastItem& item, std::string_view endpoint,

@@ -35,11 +35,13 @@ class Counter : public Actor {
     if (my_rank() == rank) throw std::runtime_error("rank " + std::to_string(rank) + " refuses");
     return my_rank();
   }
+  /// How many meshes' tree nodes this member's proc knows (CA-3).
+  std::size_t nodes_known() { return detail::cast_nodes_known(proc()); }
   /// Sends this member's rank to a port that another process opened.
   void report(const Port<int>& to) { to.send(my_rank() * 10 + value_); }
   static constexpr auto endpoints =
       baton::endpoints<&Counter::incr, &Counter::value, &Counter::rank, &Counter::name,
-                       &Counter::fail_on, &Counter::report>();
+                       &Counter::fail_on, &Counter::report, &Counter::nodes_known>();
 
  private:
   int value_;
@@ -353,6 +355,21 @@ TEST(Mesh, ReducersFoldWithTheirMembersInEveryProc) {  // CA-2
       counters.reduce([cap](int a, int b) { return std::min(cap, a + b); }, &Counter::rank).get(),
       50);
   EXPECT_EQ(counters.slice("gpus", 10, 20).reduce(SumMod{11}, &Counter::rank).get(), 145 % 11);
+  procs.stop().get();
+}
+
+TEST(Mesh, ProcsForgetTheTreesOfStoppedMeshes) {  // CA-3
+  auto procs = this_host().spawn_procs({{"gpus", 2}});
+  auto keeper = procs.spawn<Counter>("keeper", 0);
+  const ValueMesh<std::size_t> before = keeper.call(&Counter::nodes_known).get();
+  for (int i = 0; i < 200; ++i) {
+    auto m = procs.spawn<Counter>("m" + std::to_string(i), i);
+    EXPECT_EQ(m.reduce(sum, &Counter::value).get(), 2 * i);
+    m.slice("gpus", 0).stop().get();  // one member: the other's node stays
+    m.slice("gpus", 1).stop().get();  // the last: every proc drops the mesh's node
+  }
+  EXPECT_EQ(keeper.call(&Counter::nodes_known).get().values(), before.values());
+  EXPECT_EQ(before.values(), (std::vector<std::size_t>{1, 1}));  // the keeper's own
   procs.stop().get();
 }
 

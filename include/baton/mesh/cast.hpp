@@ -2,6 +2,11 @@
 
 // The cast tree: how one message reaches every member of a (sliced) actor mesh.
 //
+// CA-3: a cast names its destination compactly, by the mesh's key and the Slice of its view,
+// so the bytes it puts on the wire, at the root and at every node, do not grow with the mesh.
+// Each member's proc learns its node of the fixed tree (its subtree's range and its children's
+// heads) once, at spawn, and derives the rest from it.
+//
 // The members of a mesh's base, in location order, form a fixed tree: the sender splits them into
 // at most kCastFanOut contiguous chunks and sends each chunk to its first member's proc; that proc
 // delivers to its own member and splits the rest of its chunk the same way. A slice prunes the
@@ -36,6 +41,8 @@
 
 namespace baton {
 
+class Proc;
+
 /// The most messages a node of the cast tree (the sender included) sends for one cast.
 inline constexpr std::size_t kCastFanOut = 8;
 
@@ -51,6 +58,39 @@ struct CastMember {
     ar(actor, address);
   }
 };
+
+/// A member's node of a mesh's fixed cast tree: what its proc learns at spawn (CA-3).
+struct CastChild {
+  std::uint32_t loc = 0;  // the child's head: its member's location
+  std::uint32_t end = 0;  // one past the last location of its subtree
+  CastMember head;
+
+  template <class Ar>
+  void serialize(Ar& ar) {
+    ar(loc, end, head);
+  }
+};
+struct CastNode {
+  std::uint32_t loc = 0;  // this member's location; its subtree is [loc, end)
+  std::uint32_t end = 0;
+  CastMember self;
+  std::vector<CastChild> children;  // at most kCastFanOut
+
+  template <class Ar>
+  void serialize(Ar& ar) {
+    ar(loc, end, self, children);
+  }
+};
+/// The node at every location of a base of members (by location).
+std::vector<CastNode> cast_tree(const std::vector<CastMember>& base);
+/// Installs `node` of the mesh `key` in `proc`, the member's proc; forget_cast_node() drops
+/// it once every member of the mesh stopped.
+void learn_cast_node(Proc& proc, std::uint64_t key, CastNode node);
+void forget_cast_node(Proc& proc, std::uint64_t key);
+/// How many cast nodes `proc` knows (for tests: the table shrinks when meshes stop).
+std::size_t cast_nodes_known(Proc& proc);
+/// A fresh key for a mesh's tree.
+std::uint64_t new_mesh_key();
 
 /// One reply of a cast: the member's rank in the cast's slice and its status-tagged body.
 struct CastItem {
@@ -72,8 +112,9 @@ enum class CastMode : std::uint8_t {
 
 /// A cast as the sender describes it.
 struct CastRequest {
+  std::uint64_t key = 0;                                // the mesh's tree (CA-3)
   std::shared_ptr<const std::vector<CastMember>> base;  // by location
-  std::vector<std::int64_t> rank_of;                    // by location: rank, or -1 if excluded
+  Slice view;  // the locations cast to; a member's rank is its rank in the view
   std::uint64_t endpoint = 0;
   Body args;
   CastMode mode = CastMode::none;
@@ -87,6 +128,11 @@ struct CastRequest {
 
 /// Sends a cast down the tree rooted at the calling proc.
 void cast(CastRequest request);
+/// The bytes of the hop a cast sends to the member at `child_loc` (a child of the root or of
+/// any node) whose parent takes its result at `reply_to`, arguments left out: they do not
+/// depend on the mesh's size (CA-3).
+std::size_t cast_hop_bytes(const CastRequest& request, std::size_t child_loc,
+                           const PortId& reply_to);
 /// True if location `loc` of a base of `n` members is one the sender sends to directly, so a
 /// plain call to it takes the same path as a cast.
 bool cast_direct(std::size_t loc, std::size_t n);

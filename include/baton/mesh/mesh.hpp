@@ -155,13 +155,20 @@ Future<ValueMesh<mesh_value_t<R>>> gather(const Shape& shape, std::vector<Future
 class MeshLife {
  public:
   MeshLife(std::string name, std::size_t n)
-      : name_(std::move(name)), stopped_(new std::atomic<bool>[n]()) {}
+      : name_(std::move(name)), n_(n), stopped_(new std::atomic<bool>[n]()) {}
   const std::string& name() const { return name_; }
   void stop(std::size_t loc) { stopped_[loc].store(true, std::memory_order_release); }
   bool stopped(std::size_t loc) const { return stopped_[loc].load(std::memory_order_acquire); }
+  bool all_stopped() const {
+    for (std::size_t i = 0; i < n_; ++i) {
+      if (!stopped(i)) return false;
+    }
+    return true;
+  }
 
  private:
   std::string name_;
+  std::size_t n_;
   std::unique_ptr<std::atomic<bool>[]> stopped_;
 };
 
@@ -275,11 +282,21 @@ class ProcAgent : public Actor {
     args.parts = parts;
     return proc().spawn_from(place.mesh, factory, std::move(args), place);
   }
+  /// Learns this proc's node of the tree of the mesh `key` (CA-3).
+  int learn(std::uint64_t key, const detail::CastNode& node) {
+    detail::learn_cast_node(proc(), key, node);
+    return 0;
+  }
   int ping() { return 1; }
   Task<int> stop_actor(ActorId id) {
     if (id.proc != proc().id()) throw UsageError("stop_actor: " + id.to_string() + " is not here");
     co_await detail::stop_actor(id, nullptr);
     co_return 0;
+  }
+  /// Drops this proc's node of the tree of the mesh `key`: every member of it stopped.
+  int forget(std::uint64_t key) {
+    detail::forget_cast_node(proc(), key);
+    return 0;
   }
   /// Orderly stop of the whole proc: the proc meshes it owns stop first, then every actor
   /// after the messages already queued for it, running its on_stop hook.
@@ -289,8 +306,8 @@ class ProcAgent : public Actor {
     co_return 0;
   }
   static constexpr auto endpoints =
-      baton::endpoints<&ProcAgent::spawn, &ProcAgent::ping, &ProcAgent::stop_actor,
-                       &ProcAgent::shutdown>();
+      baton::endpoints<&ProcAgent::spawn, &ProcAgent::learn, &ProcAgent::ping,
+                       &ProcAgent::stop_actor, &ProcAgent::forget, &ProcAgent::shutdown>();
 };
 
 /// One actor of type A per member of a shape. Copies and slices are views of the same actors.
@@ -300,9 +317,11 @@ template <class A>
 class ActorMesh {
  public:
   ActorMesh() = default;
-  ActorMesh(Shape shape, std::vector<ActorRef<A>> by_location, std::string name = "mesh",
+  /// Over members whose procs learned the mesh's tree under `key` (see ProcMesh::spawn).
+  ActorMesh(Shape shape, std::vector<ActorRef<A>> by_location, std::string name, std::uint64_t key,
             const std::shared_ptr<const std::atomic<bool>>& procs_stopped = nullptr)
       : shape_(std::move(shape)), base_(std::make_shared<Base>()) {
+    base_->key = key;
     base_->life = std::make_shared<detail::MeshLife>(std::move(name), by_location.size());
     base_->procs_stopped = procs_stopped;
     auto members = std::make_shared<std::vector<detail::CastMember>>();
@@ -328,7 +347,7 @@ class ActorMesh {
     Promise<ValueMesh<mesh_value_t<R>>> promise;
     auto result = promise.get_future();
     auto req = request(ep, detail::encode_call_args<F>(std::forward<Args>(args)...),
-                       detail::CastMode::gather, rank_of());
+                       detail::CastMode::gather, cast_view());
     req.done = [shape = shape_, name = ep.name, promise](std::vector<detail::CastItem> items) {
       detail::finish_gather<R>(shape, name, std::move(items), promise);
     };
@@ -360,7 +379,7 @@ class ActorMesh {
   void broadcast(F f, Args&&... args) const {
     const auto& ep = detail::endpoint_for<A>(f);
     detail::cast(request(ep, detail::encode_call_args<F>(std::forward<Args>(args)...),
-                         detail::CastMode::none, rank_of()));
+                         detail::CastMode::none, cast_view()));
   }
   /// Calls every member and folds the replies with `reducer` along the tree, in rank order:
   /// reduce(baton::sum, &A::f, ...). Every node folds with a copy of `reducer`, members and all
@@ -373,7 +392,7 @@ class ActorMesh {
     if (size() == 0) throw UsageError("reduce() on an empty mesh " + shape_.to_string());
     auto state = std::make_shared<detail::State<R>>();
     auto req = request(ep, detail::encode_call_args<F>(std::forward<Args>(args)...),
-                       detail::CastMode::reduce, rank_of());
+                       detail::CastMode::reduce, cast_view());
     req.reducer = detail::ReducerRegistration<std::decay_t<Red>, R>::id;
     req.reducer_state = detail::save_reducer(reducer);
     req.done = [state, name = ep.name](std::vector<detail::CastItem> items) {
@@ -389,7 +408,7 @@ class ActorMesh {
     auto q = std::make_shared<detail::StreamQueue>();
     const PortId port = detail::open_stream_port(*base().members, q);
     auto req = request(ep, detail::encode_call_args<F>(std::forward<Args>(args)...),
-                       detail::CastMode::stream, rank_of());
+                       detail::CastMode::stream, cast_view());
     req.stream_to = port;
     // The tree reports members it could not reach; put them in the stream as failures.
     req.done = [q](const std::vector<detail::CastItem>& failed) {
@@ -429,29 +448,40 @@ class ActorMesh {
       parts.push_back(ActorRef<ProcAgent>(agent, detail::resolve_actor(agent))
                           .call(&ProcAgent::stop_actor, id));
     }
+    if (!parts.empty() && base().life->all_stopped()) {
+      // The last members went: every proc of the mesh drops its node of the tree. (A node
+      // whose own member stopped still forwards to live members behind it until then.)
+      for (const auto& ref : base().refs) {
+        ActorId agent{ref.id().proc, "agent", 0};
+        parts.push_back(ActorRef<ProcAgent>(agent, detail::resolve_actor(agent))
+                            .call(&ProcAgent::forget, base().key));
+      }
+    }
     return when_all(std::move(parts));
   }
 
   template <class Ar>
   void save(Ar& ar) const {
-    ar(shape_, base().life->name(), base().refs);
+    ar(shape_, base().life->name(), base().key, base().refs);
   }
   template <class Ar>
   void load(Ar& ar) {
     Shape shape;
     std::string name;
+    std::uint64_t key = 0;
     std::vector<ActorRef<A>> refs;
-    ar(shape, name, refs);
+    ar(shape, name, key, refs);
     if (shape.len() > 0 && refs.size() <= shape.location(shape.len() - 1)) {
       throw DecodeError("an actor mesh whose shape reaches past its members");
     }
-    *this = ActorMesh(Shape{}, std::move(refs), std::move(name));
+    *this = ActorMesh(Shape{}, std::move(refs), std::move(name), key);
     shape_ = std::move(shape);
   }
 
  private:
   struct Base {
     std::vector<ActorRef<A>> refs;  // by location
+    std::uint64_t key = 0;          // its tree's, in every member's proc (CA-3)
     std::shared_ptr<const std::vector<detail::CastMember>> members;
     std::shared_ptr<detail::MeshLife> life;
     std::shared_ptr<const std::atomic<bool>> procs_stopped;
@@ -490,16 +520,10 @@ class ActorMesh {
     detail::complete_item(state, items[0], endpoint);
   }
 
-  /// The cast's rank for every location of the base (-1: not in this view); throws if any
-  /// member of the view was stopped.
-  std::vector<std::int64_t> rank_of() const {
-    std::vector<std::int64_t> out(base().refs.size(), -1);
-    for (std::size_t r = 0; r < size(); ++r) {
-      const std::size_t loc = shape_.location(r);
-      check_live(loc);
-      out[loc] = static_cast<std::int64_t>(r);
-    }
-    return out;
+  /// The locations this view casts to; throws if any of its members was stopped.
+  Slice cast_view() const {
+    for (std::size_t r = 0; r < size(); ++r) check_live(shape_.location(r));
+    return shape_.slice();
   }
   void check_live(std::size_t loc) const {
     if (base().procs_stopped && base().procs_stopped->load(std::memory_order_acquire)) {
@@ -512,10 +536,11 @@ class ActorMesh {
     }
   }
   detail::CastRequest request(const detail::EndpointInfo& ep, Body body, detail::CastMode mode,
-                              std::vector<std::int64_t> ranks) const {
+                              Slice view) const {
     detail::CastRequest req;
+    req.key = base().key;
     req.base = base().members;
-    req.rank_of = std::move(ranks);
+    req.view = std::move(view);
     req.endpoint = ep.id;
     req.args = std::move(body);
     req.mode = mode;
@@ -531,11 +556,9 @@ class ActorMesh {
       return base().refs[loc].call(f, std::forward<Args>(args)...);
     }
     const auto& ep = detail::endpoint_for<A>(f);
-    std::vector<std::int64_t> ranks(base().refs.size(), -1);
-    ranks[loc] = 0;
     auto state = std::make_shared<detail::State<R>>();
     auto req = request(ep, detail::encode_call_args<F>(std::forward<Args>(args)...),
-                       detail::CastMode::gather, std::move(ranks));
+                       detail::CastMode::gather, Slice(loc, {1}, {1}));
     req.done = [state, name = ep.name](std::vector<detail::CastItem> items) {
       complete_one(*state, name, items);
     };
@@ -620,12 +643,26 @@ class ProcMesh {
     // The actor mesh is dense over this (possibly sliced) proc mesh's members, in rank order.
     std::vector<ActorRef<A>> refs;
     refs.reserve(size());
+    std::vector<detail::CastMember> members;
+    members.reserve(size());
     for (std::size_t r = 0; r < size(); ++r) {
       ActorId id = detail::block_on(ids[r]);
+      members.push_back({id, detail::address_text(id.proc)});
       auto cell = detail::resolve_actor(id);
       refs.emplace_back(std::move(id), std::move(cell));
     }
-    return ActorMesh<A>(mesh_shape, std::move(refs), name, stopped_);
+    // CA-3: every member's proc learns its node of the mesh's tree before anyone can cast.
+    const std::uint64_t key = detail::new_mesh_key();
+    std::vector<detail::CastNode> nodes = detail::cast_tree(members);
+    std::vector<Future<int>> learned;
+    learned.reserve(size());
+    for (std::size_t r = 0; r < size(); ++r) {
+      ActorRef<ProcAgent> agent(ActorId{proc(r), "agent", 0},
+                                detail::resolve_actor(ActorId{proc(r), "agent", 0}));
+      learned.push_back(agent.call(&ProcAgent::learn, key, nodes[r]));
+    }
+    for (auto& f : learned) detail::block_on(f);
+    return ActorMesh<A>(mesh_shape, std::move(refs), name, key, stopped_);
   }
 
   /// The procs with `dim` in [begin, end): a view.

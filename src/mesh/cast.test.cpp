@@ -1,0 +1,83 @@
+// The cast tree on its own, without processes: its shape, and the size of what it sends (CA-3).
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "baton/mesh/cast.hpp"
+
+namespace baton::detail {
+namespace {
+
+std::vector<CastMember> base_of(std::size_t n) {
+  std::vector<CastMember> base;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::string proc = "procs0." + std::to_string(i);
+    base.push_back({ActorId{ProcId{proc}, "trainers", 0}, "unix:///tmp/job/" + proc + ".sock"});
+  }
+  return base;
+}
+
+CastRequest request_for(std::size_t n, const Slice& view) {
+  CastRequest req;
+  req.key = 0x1234567890abcdefULL;
+  req.base = std::make_shared<const std::vector<CastMember>>(base_of(n));
+  req.view = view;
+  req.mode = CastMode::gather;
+  req.endpoint = 42;
+  return req;
+}
+
+TEST(CastTree, EveryMemberIsOneNodeWithAtMostTheFanOutChildrenAndLogDepth) {
+  for (std::size_t n : {1U, 4U, 9U, 100U, 4096U}) {
+    const auto nodes = cast_tree(base_of(n));
+    ASSERT_EQ(nodes.size(), n);
+    std::set<std::size_t> reached;
+    std::vector<std::size_t> depth(n, 1);
+    for (std::size_t loc = 0; loc < n; ++loc) {
+      const CastNode& node = nodes[loc];
+      EXPECT_EQ(node.loc, loc);
+      EXPECT_LE(node.children.size(), kCastFanOut);
+      EXPECT_EQ(node.self.actor.proc.name, "procs0." + std::to_string(loc));
+      for (const auto& c : node.children) {
+        EXPECT_TRUE(reached.insert(c.loc).second) << "location " << c.loc << " reached twice";
+        EXPECT_GT(c.loc, loc);
+        EXPECT_LE(c.end, node.end);
+        depth[c.loc] = depth[loc] + 1;  // parents come before their children (c.loc > loc)
+      }
+    }
+    std::size_t roots = 0;
+    for (std::size_t loc = 0; loc < n; ++loc) roots += cast_direct(loc, n) ? 1 : 0;
+    EXPECT_EQ(reached.size() + roots, n);  // every member is a root's child or a node's child
+    EXPECT_LE(roots, kCastFanOut);
+    std::size_t deepest = 0;
+    for (std::size_t d : depth) deepest = std::max(deepest, d);
+    std::size_t bound = 1;
+    for (std::size_t reach = kCastFanOut; reach < n; reach *= kCastFanOut) ++bound;
+    EXPECT_LE(deepest, bound + 1) << "n = " << n;
+  }
+}
+
+// Where a parent takes a child's result: a port of the parent's proc.
+const PortId kParent{ActorId{ProcId{"controller"}, "client", 0}, 7};
+
+TEST(CastTree, ACastsBytesDoNotGrowWithTheMesh) {  // CA-3
+  const Slice small(0, {4}, {1});
+  const Slice large(0, {4096}, {1});
+  const std::size_t at_root_small = cast_hop_bytes(request_for(4, small), 0, kParent);
+  const std::size_t at_root_large = cast_hop_bytes(request_for(4096, large), 0, kParent);
+  EXPECT_EQ(at_root_small, at_root_large);
+  // Every node of the large tree forwards hops of the same size.
+  const auto req = request_for(4096, large);
+  for (std::size_t loc : {1U, 7U, 512U, 513U, 4000U, 4095U}) {
+    EXPECT_EQ(cast_hop_bytes(req, loc, kParent), at_root_small) << "at location " << loc;
+  }
+  // A slice of the large mesh (half its members, strided) costs the same.
+  EXPECT_EQ(cast_hop_bytes(request_for(4096, Slice(1, {2048}, {2})), 3, kParent), at_root_small);
+  // And the hop is small: no member's id or address travels.
+  EXPECT_LT(at_root_small, 200U);
+}
+
+}  // namespace
+}  // namespace baton::detail
