@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -91,27 +94,54 @@ TEST(ThreadPool, ConcurrentCoroutineChainsAllComplete) {
   for (auto& s : sums) EXPECT_EQ(s.get(), std::int64_t{kCalls} * (kCalls - 1) / 2);
 }
 
-std::atomic<bool> g_flag_set{false};
+/// A flag one actor sets and another waits for, sleeping on a condition; reset by each test
+/// that uses it, so a repeated run starts from a clear flag.
+class Flag {
+ public:
+  void reset() {
+    std::lock_guard lock(mu_);
+    set_ = false;
+  }
+  void set() {
+    {
+      std::lock_guard lock(mu_);
+      set_ = true;
+    }
+    cv_.notify_all();
+  }
+  /// True once set; false if `bound` passed first.
+  bool wait_for(std::chrono::seconds bound) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, bound, [&] { return set_; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool set_ = false;
+};
+Flag g_flag;
 
 class FlagSetter : public Actor {
  public:
-  void set() { g_flag_set.store(true); }
+  void set() { g_flag.set(); }
   static constexpr auto endpoints = baton::endpoints<&FlagSetter::set>();
 };
 
 class LongHandler : public Actor {
  public:
-  // Wakes the setter (it lands in this worker's "next" slot), then keeps this worker busy
-  // until the setter has run: only another worker stealing the slot can end the wait.
+  // Wakes the setter (it lands in this worker's "next" slot), then keeps this worker blocked
+  // until the setter has run: only another worker stealing the slot can end the wait, and if
+  // none does the bound ends it with false.
   bool wake_and_wait(const ActorRef<FlagSetter>& setter) {
     setter.send(&FlagSetter::set);
-    while (!g_flag_set.load()) std::this_thread::yield();
-    return true;
+    return g_flag.wait_for(std::chrono::seconds(60));
   }
   static constexpr auto endpoints = baton::endpoints<&LongHandler::wake_and_wait>();
 };
 
 TEST(ThreadPool, ALongHandlerDoesNotHoldUpTheStrandItWoke) {
+  g_flag.reset();
   Proc proc(ProcOptions{.name = "pool6", .threads = 2});
   auto setter = proc.spawn<FlagSetter>("setter");
   auto waiter = proc.spawn<LongHandler>("waiter");

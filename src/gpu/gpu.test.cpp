@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "baton/gpu/gpu.hpp"
@@ -15,6 +16,29 @@ namespace baton::gpu {
 namespace {
 
 using ::testing::HasSubstr;
+
+/// Sets an environment variable for a scope and puts back what it was (or unsets it) whatever
+/// happens, so no test sees another's.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* was = std::getenv(name)) was_ = was;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (was_) {
+      ::setenv(name_.c_str(), was_->c_str(), 1);
+    } else {
+      ::unsetenv(name_.c_str());
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> was_;
+};
 
 void expect_probe_is_truthful(const Probe& p, const char* call) {
   if (!p.loaded) {
@@ -49,9 +73,8 @@ TEST(GpuLoader, HipRuntimeLoadsOrSaysWhatWasTried) {
 }
 
 TEST(GpuLoader, AMissingLibraryIsReportedNotFatal) {
-  ::setenv("BATON_HIPRT", "libamdhip64-does-not-exist.so", 1);
+  ScopedEnv missing("BATON_HIPRT", "libamdhip64-does-not-exist.so");
   Probe p = probe(Vendor::hip);
-  ::unsetenv("BATON_HIPRT");
   EXPECT_FALSE(p.loaded);
   EXPECT_THAT(p.error, HasSubstr("libamdhip64-does-not-exist.so"));
 }

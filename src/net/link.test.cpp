@@ -4,6 +4,7 @@
 #include "baton/net/link.hpp"
 #include "net/inbox.test.hpp"
 
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -204,7 +205,7 @@ TEST_F(HostileFixture, DuplicatesAreDroppedAndAGapClosesTheLink) {
 /// A TCP proxy between a dialler and a listener, to break connections for real: reset() cuts
 /// every live connection with a TCP reset both ways; blackhole() makes the live ones swallow
 /// bytes without closing; stop_accepting() refuses new connections. One thread per connection
-/// polls both sockets (a 5 ms poll tick lets it see the flags; nothing waits on it).
+/// waits on both sockets and on a pipe that reset() writes to, so it sees a reset at once.
 class Proxy {
  public:
   explicit Proxy(std::uint16_t upstream) : upstream_(upstream) {
@@ -231,7 +232,11 @@ class Proxy {
   Address address() const { return Address::parse("tcp://127.0.0.1:" + std::to_string(port_)); }
   void reset() {
     std::lock_guard lock(mu_);
-    for (auto& c : conns_) c->reset = true;
+    for (auto& c : conns_) {
+      c->reset = true;
+      const char wake = 1;
+      (void)!::write(c->wake[1], &wake, 1);
+    }
   }
   void blackhole() {
     std::lock_guard lock(mu_);
@@ -252,8 +257,18 @@ class Proxy {
   struct Conn {
     int down;
     int up;
+    int wake[2] = {-1, -1};  // a pipe: reset() writes, the pump wakes; closed with the Conn
     std::atomic<bool> reset{false};
     std::atomic<bool> blackhole{false};
+    Conn() {
+      if (::pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0) throw std::runtime_error("proxy: no pipe");
+    }
+    ~Conn() {
+      ::close(wake[0]);
+      ::close(wake[1]);
+    }
+    Conn(const Conn&) = delete;
+    Conn& operator=(const Conn&) = delete;
   };
 
   void accept_loop() {
@@ -291,8 +306,8 @@ class Proxy {
         ::close(c.up);
         return;
       }
-      pollfd fds[2] = {{c.down, POLLIN, 0}, {c.up, POLLIN, 0}};
-      if (::poll(fds, 2, 5) <= 0) continue;
+      pollfd fds[3] = {{c.down, POLLIN, 0}, {c.up, POLLIN, 0}, {c.wake[0], POLLIN, 0}};
+      if (::poll(fds, 3, -1) <= 0 || (fds[2].revents & POLLIN) != 0) continue;
       for (int i = 0; i < 2; ++i) {
         if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
         const ssize_t n = ::read(fds[i].fd, buf, sizeof(buf));

@@ -36,7 +36,7 @@ void Pump::issue() {
 /// A chunk's end: the next one starts, or the transfer fails.
 void Pump::finished(const std::string& error) {
   if (!error.empty()) return op->done(true, error);
-  ++settings().chunks;
+  settings().chunk_landed();
   op->done(true);
   issue();
 }

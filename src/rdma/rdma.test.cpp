@@ -9,18 +9,24 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <thread>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "baton/baton.hpp"
+#include "rdma/settings.test.hpp"
 
 namespace baton {
 namespace {
 
+using rdma_testing::ScopedRdmaSettings;
 using ::testing::HasSubstr;
+using namespace std::chrono_literals;
 
 #if defined(__SANITIZE_THREAD__)
 // A ThreadSanitizer build has no UCX (see CMakeLists.txt): host memory moves through messages.
@@ -93,7 +99,12 @@ class Holder : public Actor {
     return static_cast<int>(rdma_backend(b, v.data()));
   }
   int pid() { return static_cast<int>(::getpid()); }
-  void force(int backend) { set_rdma_backend(static_cast<RdmaBackend>(backend)); }
+  /// Forces a backend in this process; returns the one forced before.
+  int force(int backend) {
+    const RdmaBackend was = rdma_detail::settings().backend.load();
+    set_rdma_backend(static_cast<RdmaBackend>(backend));
+    return static_cast<int>(was);
+  }
   static constexpr auto endpoints =
       baton::endpoints<&Holder::expose, &Holder::checksum_of_own, &Holder::drop_own, &Holder::pull,
                        &Holder::backend_for, &Holder::pid, &Holder::force>();
@@ -102,6 +113,28 @@ class Holder : public Actor {
   std::vector<std::byte> mem_;
   void* dev_ = nullptr;
   RdmaBuffer buf_;
+};
+
+/// Forces a backend in a worker for a scope, and puts back the one it had whatever happens, so
+/// that a failed ASSERT leaves no worker of the shared mesh changed for the next test.
+class ScopedWorkerBackend {
+ public:
+  ScopedWorkerBackend(ActorMesh<Holder> worker, RdmaBackend backend)
+      : worker_(std::move(worker)),
+        was_(worker_.call_one(&Holder::force, static_cast<int>(backend)).get(60s)) {}
+  ~ScopedWorkerBackend() {
+    try {
+      worker_.call_one(&Holder::force, was_).get(60s);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "could not restore a worker's rdma backend: " << e.what();
+    }
+  }
+  ScopedWorkerBackend(const ScopedWorkerBackend&) = delete;
+  ScopedWorkerBackend& operator=(const ScopedWorkerBackend&) = delete;
+
+ private:
+  ActorMesh<Holder> worker_;
+  int was_;
 };
 
 class Rdma : public ::testing::Test {
@@ -115,11 +148,8 @@ class Rdma : public ::testing::Test {
     delete holders_;
     delete procs_;
   }
-  void TearDown() override {
-    set_rdma_backend(RdmaBackend::automatic);
-    set_rdma_timeout(std::chrono::seconds(30));
-  }
   static ActorMesh<Holder> holder(std::size_t rank) { return holders_->slice("gpus", rank); }
+  ScopedRdmaSettings settings_;  // whatever a test changes is restored after it
   static ProcMesh* procs_;
   static ActorMesh<Holder>* holders_;
 };
@@ -146,7 +176,7 @@ class RdmaBackends : public Rdma, public ::testing::WithParamInterface<Case> {};
 
 TEST_P(RdmaBackends, ReadAndWriteAnotherProcsMemory) {
   const Case& c = GetParam();
-  set_rdma_backend(c.forced);
+  settings_.backend(c.forced);
   constexpr std::size_t n = (std::size_t{24} << 20) + 13;  // not a multiple of any chunk
   RdmaBuffer b = holder(0).call_one(&Holder::expose, n, 5, c.kind).get();
   EXPECT_EQ(b.size(), n);
@@ -184,7 +214,7 @@ TEST_P(RdmaBackends, ReadAndWriteAnotherProcsMemory) {
 
 TEST_P(RdmaBackends, ADroppedBufferFailsClearly) {
   const Case& c = GetParam();
-  set_rdma_backend(c.forced);
+  settings_.backend(c.forced);
   RdmaBuffer b = holder(0).call_one(&Holder::expose, 4096, 1, c.kind).get();
   std::vector<std::byte> local(4096);
   finish(b.read_into(local.data(), local.size()));
@@ -196,16 +226,17 @@ TEST_P(RdmaBackends, ADroppedBufferFailsClearly) {
 
 TEST_P(RdmaBackends, ProcToProcAndBackToTheController) {
   const Case& c = GetParam();
-  set_rdma_backend(c.forced);
+  settings_.backend(c.forced);
   constexpr std::size_t n = std::size_t{3} << 20;
-  // Worker 1 reads worker 0's memory, with the same backend forced there.
-  holder(1).call_one(&Holder::force, static_cast<int>(c.forced)).get();
-  RdmaBuffer b = holder(0).call_one(&Holder::expose, n, 7, c.kind).get();
-  EXPECT_EQ(holder(1).call_one(&Holder::pull, b).get(), expected(n, 7));
-  EXPECT_EQ(static_cast<RdmaBackend>(holder(1).call_one(&Holder::backend_for, b).get()),
-            c.expected);
-  holder(1).call_one(&Holder::force, static_cast<int>(RdmaBackend::automatic)).get();
-  b.drop().get();
+  {
+    // Worker 1 reads worker 0's memory, with the same backend forced there.
+    ScopedWorkerBackend forced(holder(1), c.forced);
+    RdmaBuffer b = holder(0).call_one(&Holder::expose, n, 7, c.kind).get();
+    EXPECT_EQ(holder(1).call_one(&Holder::pull, b).get(), expected(n, 7));
+    EXPECT_EQ(static_cast<RdmaBackend>(holder(1).call_one(&Holder::backend_for, b).get()),
+              c.expected);
+    b.drop().get();
+  }
   // A worker reads the controller's memory.
   std::vector<std::byte> mine(n);
   fill(mine.data(), n, 8);
@@ -275,90 +306,96 @@ TEST_F(Rdma, ABatchCompletesWhenAllHave) {
 TEST_F(Rdma, AForcedBackendThatCannotServeSaysWhy) {
   RdmaBuffer b = holder(0).call_one(&Holder::expose, 64, 1, Holder::user_memory).get();
   std::vector<std::byte> local(64);
-  set_rdma_backend(RdmaBackend::gpu_ipc);
+  settings_.backend(RdmaBackend::gpu_ipc);
   EXPECT_THAT(error_of(b.read_into(local.data(), 64)), HasSubstr("gpu_ipc backend is forced"));
   b.drop().get();
 }
 
-// A stopped owner answers nothing: the transfer times out, with the bound in the message. A
-// mesh of its own, so that nothing else waits on the stopped process.
 /// Tests with meshes of their own (they stop or kill their workers); settings are restored
 /// whatever happens.
 class RdmaOwner : public ::testing::Test {
  protected:
-  void TearDown() override {
-    set_rdma_backend(RdmaBackend::automatic);
-    set_rdma_timeout(std::chrono::seconds(30));
-  }
+  ScopedRdmaSettings settings_;
 };
 
-/// Stops a child process and returns once every thread of it has stopped: a SIGSTOP takes hold
-/// only when a thread of the target next runs, and on a loaded machine its other threads may go
-/// on serving for a while. The stop stays reported (WNOWAIT) for whoever else waits.
-void stop_and_wait(int pid) {
-  ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+/// Stops a child process and returns once every thread of it has stopped (false if it could
+/// not): a SIGSTOP takes hold only when a thread of the target next runs, and on a loaded
+/// machine its other threads may go on serving for a while. The stop stays reported (WNOWAIT)
+/// for whoever else waits.
+bool stop_and_wait(int pid) {
+  if (::kill(pid, SIGSTOP) != 0) return false;
   siginfo_t info{};
-  ASSERT_EQ(::waitid(P_PID, static_cast<id_t>(pid), &info, WSTOPPED | WNOWAIT), 0);
-  ASSERT_EQ(info.si_code, CLD_STOPPED);
+  return ::waitid(P_PID, static_cast<id_t>(pid), &info, WSTOPPED | WNOWAIT) == 0 &&
+         info.si_code == CLD_STOPPED;
 }
 
+// A stopped owner answers nothing: the transfer times out, with the bound in the message. A
+// mesh of its own, so that nothing else waits on the stopped process.
 TEST_F(RdmaOwner, AnUnansweredTransferTimesOut) {
   for (RdmaBackend forced : {RdmaBackend::automatic, RdmaBackend::messages}) {
-    set_rdma_backend(forced);
+    settings_.backend(forced);
     auto procs = this_host().spawn_procs({{"gpus", 1}});
     auto h = procs.spawn<Holder>("stopped");
     RdmaBuffer b = h.call_one(&Holder::expose, 1 << 20, 1, Holder::user_memory).get();
     int pid = h.call_one(&Holder::pid).get();
-    set_rdma_timeout(std::chrono::milliseconds(300));
-    stop_and_wait(pid);
-    std::vector<std::byte> local(1 << 20);
-    std::string error = error_of(b.read_into(local.data(), local.size()));
-    ASSERT_EQ(::kill(pid, SIGCONT), 0);
+    std::string error;
+    {
+      ScopedRdmaSettings timed;
+      timed.timeout(300ms);
+      const bool stopped = stop_and_wait(pid);
+      std::vector<std::byte> local(1 << 20);
+      if (stopped) error = error_of(b.read_into(local.data(), local.size()));
+      ASSERT_EQ(::kill(pid, SIGCONT), 0);
+      ASSERT_TRUE(stopped) << "could not stop the owner, pid " << pid;
+    }
     EXPECT_THAT(error, HasSubstr("timed out after 300 ms")) << to_string(forced);
-    set_rdma_timeout(std::chrono::seconds(30));
     procs.stop().get();
   }
-  set_rdma_backend(RdmaBackend::automatic);
 }
 
 // The owner stops (SIGSTOP) in the middle of a large transfer that its worker must serve: the
 // transfer fails at its timeout, and what the owner does once it runs again never reaches the
-// destination.
+// destination. The owner is stopped from the hook that runs when the first chunk
+// lands, before the transfer asks for the next one: the transfer is under way, and it cannot
+// finish, since it has more chunks than either backend keeps in flight. No timing decides it.
 TEST_F(RdmaOwner, AnOwnerStoppedMidTransferTimesOut) {
   constexpr std::size_t n = std::size_t{128} << 20;
   auto procs = this_host().spawn_procs({{"gpus", 1}});
   auto h = procs.spawn<Holder>("stopped");
+  const int pid = h.call_one(&Holder::pid).get();
   for (RdmaBackend forced : {RdmaBackend::automatic, RdmaBackend::messages}) {
-    set_rdma_backend(forced);
+    settings_.backend(forced);
     RdmaBuffer b = h.call_one(&Holder::expose, n, 1, Holder::user_memory).get();
-    const int pid = h.call_one(&Holder::pid).get();
     std::vector<std::byte> local(n, std::byte{0});
-    // Long enough for the first chunk on a loaded machine; shorter than the 2 s after which a
-    // UCX chunk moves through messages, so that the UCX chunks in flight are the ones that
-    // must not land.
-    set_rdma_timeout(std::chrono::milliseconds(1500));
-    const std::uint64_t chunks = rdma_stats().chunks;
-    Future<void> f = b.read_into(local.data(), n);
-    // Stop the owner once the first chunk has landed: the transfer is under way.
-    while (rdma_stats().chunks == chunks && !f.ready()) {
-      std::this_thread::yield();
-    }
-    ASSERT_GT(rdma_stats().chunks, chunks) << "no chunk landed: " << error_of(std::move(f));
-    stop_and_wait(pid);
-    std::string error = error_of(std::move(f));  // a hang fails there with TimeoutError
+    // A first read readies the way (links, UCX endpoints, staging memory), so that the first
+    // chunk of the timed read lands well within its timeout.
+    finish(b.read_into(local.data(), n));
+    ASSERT_EQ(checksum(local.data(), n), expected(n, 1));
+    std::fill(local.begin(), local.end(), std::byte{0});
+    // The hook runs one chunk at a time; the owner stays stopped until SIGCONT below.
+    auto stopped = std::make_shared<std::atomic<bool>>(false);
+    std::string error;
+    {
+      ScopedRdmaSettings timed;
+      // A UCX chunk unanswered for an hour would move through messages: far beyond the
+      // timeout, so that the UCX chunks in flight are the ones that must not land.
+      timed.timeout(1500ms).ucx_stall(1h).on_chunk([stopped, pid] {
+        if (!stopped->load()) stopped->store(stop_and_wait(pid));
+      });
+      error = error_of(b.read_into(local.data(), n));  // a hang fails there with TimeoutError
+    }                                                  // no hook runs from here on
     const std::uint64_t sum = checksum(local.data(), n);
     ASSERT_EQ(::kill(pid, SIGCONT), 0);
+    ASSERT_TRUE(stopped->load()) << "the owner was not stopped mid-transfer: " << error;
     EXPECT_THAT(error, HasSubstr("timed out after 1500 ms")) << to_string(forced);
     // The owner serves what it was asked before it stopped, then this read: by then nothing of
     // the failed transfer is left to land, and none of it landed in `local`.
-    set_rdma_timeout(std::chrono::seconds(30));
     std::vector<std::byte> again(n);
     finish(b.read_into(again.data(), n));
     EXPECT_EQ(checksum(again.data(), n), expected(n, 1));
     EXPECT_EQ(checksum(local.data(), n), sum) << to_string(forced);
     b.drop().get();
   }
-  set_rdma_backend(RdmaBackend::automatic);
   procs.stop().get();
 }
 
@@ -369,7 +406,7 @@ TEST_F(RdmaOwner, AnOwnerStoppedMidTransferTimesOut) {
 TEST_F(RdmaOwner, AProcStoppingWithTransfersQueuedStopsCleanly) {
   constexpr std::size_t n = std::size_t{32} << 20;
   std::vector<std::byte> local(n);
-  set_rdma_backend(RdmaBackend::messages);  // transfers wait in the owner's rdma actor
+  settings_.backend(RdmaBackend::messages);  // transfers wait in the owner's rdma actor
   for (int round = 0; round < 5; ++round) {
     auto procs = this_host().spawn_procs({{"gpus", 1}});
     auto h = procs.spawn<Holder>("leaky");
@@ -383,14 +420,13 @@ TEST_F(RdmaOwner, AProcStoppingWithTransfersQueuedStopsCleanly) {
       EXPECT_THAT(std::string(e.what()), HasSubstr("was dropped: its owner's proc is stopping"));
     }
   }
-  set_rdma_backend(RdmaBackend::automatic);
 }
 
 /// A mesh of its own, since this test kills its worker.
 TEST_F(RdmaOwner, ADeadOwnerFailsTransfersInBoundedTime) {
   for (int kind : {Holder::user_memory, Holder::ucx_memory}) {
     for (RdmaBackend forced : {RdmaBackend::automatic, RdmaBackend::messages}) {
-      set_rdma_backend(forced);
+      settings_.backend(forced);
       auto procs = this_host().spawn_procs({{"gpus", 1}});
       auto h = procs.spawn<Holder>("mortal");
       RdmaBuffer b = h.call_one(&Holder::expose, 1 << 20, 1, kind).get();
@@ -410,7 +446,6 @@ TEST_F(RdmaOwner, ADeadOwnerFailsTransfersInBoundedTime) {
       procs.stop().get();
     }
   }
-  set_rdma_backend(RdmaBackend::automatic);
 }
 
 // The owner dies while a large transfer runs: it ends (done or failed) in bounded time, and
@@ -420,7 +455,7 @@ TEST_F(RdmaOwner, AnOwnerDyingMidTransferEndsItInBoundedTime) {
   std::vector<std::byte> local(n);
   for (int kind : {Holder::user_memory, Holder::ucx_memory}) {
     for (RdmaBackend forced : {RdmaBackend::automatic, RdmaBackend::messages}) {
-      set_rdma_backend(forced);
+      settings_.backend(forced);
       auto procs = this_host().spawn_procs({{"gpus", 1}});
       auto h = procs.spawn<Holder>("mortal");
       RdmaBuffer b = h.call_one(&Holder::expose, n, 1, kind).get();
@@ -440,7 +475,6 @@ TEST_F(RdmaOwner, AnOwnerDyingMidTransferEndsItInBoundedTime) {
       procs.stop().get();
     }
   }
-  set_rdma_backend(RdmaBackend::automatic);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "baton/baton.hpp"
+#include "rdma/settings.test.hpp"
 
 namespace baton {
 namespace {
@@ -76,8 +77,8 @@ class RdmaGpu : public ::testing::Test {
   void SetUp() override {
     if (!gpu::api().available()) GTEST_SKIP() << "no GPU here: " << gpu::api().status();
   }
-  void TearDown() override { set_rdma_backend(RdmaBackend::automatic); }
   static ActorMesh<DeviceHolder> holder(std::size_t rank) { return holders_->slice("gpus", rank); }
+  rdma_testing::ScopedRdmaSettings settings_;  // whatever a test changes is restored after it
   static ProcMesh* procs_;
   static ActorMesh<DeviceHolder>* holders_;
 };
@@ -87,7 +88,7 @@ ActorMesh<DeviceHolder>* RdmaGpu::holders_ = nullptr;
 TEST_F(RdmaGpu, DeviceMemoryMovesThroughGpuIpcAndMessages) {
   constexpr std::size_t n = std::size_t{32} << 20;
   for (RdmaBackend forced : {RdmaBackend::automatic, RdmaBackend::messages}) {
-    set_rdma_backend(forced);
+    settings_.backend(forced);
     RdmaBuffer b = holder(0).call_one(&DeviceHolder::expose, n, 4).get();
     EXPECT_TRUE(b.device());
     std::vector<std::byte> host(n);

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -30,7 +31,29 @@ std::chrono::milliseconds timeout_from_env();
 struct Settings {
   std::atomic<RdmaBackend> backend{backend_from_env()};
   std::atomic<std::int64_t> timeout_ms{timeout_from_env().count()};
+  /// How long a UCX read of one chunk may go unanswered before it moves through messages (see
+  /// Pump::move_by_ucx); tests that stop an owner set it beyond their transfer timeout.
+  std::atomic<std::int64_t> ucx_stall_ms{2000};
   std::atomic<std::uint64_t> local{0}, gpu_ipc{0}, ucx{0}, messages{0}, chunks{0};
+
+  /// Counts a chunk that landed, then runs the chunk hook, if any, before the transfer issues
+  /// its next chunk: a test acts at a known point of a transfer instead of polling the count.
+  void chunk_landed() {
+    ++chunks;
+    std::lock_guard lock(hook_mu_);
+    if (chunk_hook_) chunk_hook_();
+  }
+  /// Installs `hook` (empty: none) and returns the one it replaces. Once this returns, the old
+  /// hook is not running and never runs again.
+  std::function<void()> exchange_chunk_hook(std::function<void()> hook) {
+    std::lock_guard lock(hook_mu_);
+    std::swap(hook, chunk_hook_);
+    return hook;
+  }
+
+ private:
+  std::mutex hook_mu_;
+  std::function<void()> chunk_hook_;
 };
 Settings& settings();
 

@@ -45,9 +45,6 @@ class Staging {
   std::vector<std::byte*> free_;
 };
 
-/// How long a UCX read of one chunk may go unanswered before it moves through messages.
-constexpr std::chrono::seconds kUcxStall{2};
-
 /// UCX workers that once left a read unanswered (see Pump::move_by_ucx).
 class StalledOwners {
  public:
@@ -115,7 +112,8 @@ void Pump::move_by_ucx(std::size_t at, std::size_t len) {
     // Seen rarely with UCX 1.13 on a loaded host: a get its owner never answers, though the
     // owner lives and answers messages. The chunk then moves through messages, and so does
     // the owner's memory from then on. (Writes wait: a put that lands late would overwrite.)
-    Workers::get().at(std::chrono::steady_clock::now() + kUcxStall,
+    const std::chrono::milliseconds stall(settings().ucx_stall_ms.load());
+    Workers::get().at(std::chrono::steady_clock::now() + stall,
                       [self, state, at, len, worker = d.ucx_worker] {
                         int running = 0;
                         if (!state->compare_exchange_strong(running, 2)) return;
