@@ -455,8 +455,35 @@ TEST(Supervision, AGatherReportsADeadMemberWithoutWaitingForTheSlowestLiveOne) {
     }
   }
   EXPECT_EQ(seen().next().rank, 2);
-  releasers.slice("gpus", 0, 2).broadcast(&Releaser::release);  // sticky: frees both waits
-  releasers.slice("gpus", 3, 12).broadcast(&Releaser::release);
+  // Sticky: frees both waits. Calls, not broadcasts: a forwarded release could arrive after
+  // the stop, which would then wait for its grace.
+  releasers.slice("gpus", 0, 2).call(&Releaser::release).get(kBound);
+  releasers.slice("gpus", 3, 12).call(&Releaser::release).get(kBound);
+  procs.stop().get();
+}
+
+TEST(Supervision, ADeadForwarderNeverCutsOffTheMembersBehindIt) {  // CA-4
+  // 20 members: the controller sends to 8 heads; rank 2 forwards to ranks 3 and 4.
+  auto procs = this_host().spawn_procs({{"gpus", 20}});
+  auto workers = procs.spawn<Worker>("behind", -1);
+  workers.broadcast(&Worker::incr, 1);
+  const int pid = workers.slice("gpus", 2).call_one(&Worker::pid).get();
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  EXPECT_EQ(seen().next().rank, 2);
+  // Everything that excludes rank 2 keeps working, through the tree or to one member.
+  EXPECT_EQ(workers.slice("gpus", 3).call_one(&Worker::value).get(kBound), 1);
+  EXPECT_EQ(workers.slice("gpus", 4).call_one(&Worker::value).get(kBound), 1);
+  EXPECT_EQ(workers.slice("gpus", 3, 20).call(&Worker::value).get(kBound).values(),
+            std::vector<int>(17, 1));
+  workers.slice("gpus", 3, 5).broadcast(&Worker::incr, 10);
+  EXPECT_EQ(workers.slice("gpus", 3, 5).reduce(sum, &Worker::value).get(kBound), 22);
+  // What includes rank 2 fails at once, naming it.
+  try {
+    workers.call(&Worker::value).get(kBound);
+    FAIL() << "expected SupervisionError";
+  } catch (const SupervisionError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("rank 2 of"));
+  }
   procs.stop().get();
 }
 

@@ -187,6 +187,12 @@ class Gather {
         reducer_state_(std::move(reducer_state)),
         done_(std::move(done)) {}
 
+  /// `n` more results to wait for: a dead child's children, reached around it (CA-4).
+  void expect(std::size_t n) {
+    std::lock_guard lock(mu_);
+    if (left_ != 0) left_ += n;
+  }
+
   void add(std::vector<CastItem> more) {
     std::unique_lock lock(mu_);
     if (left_ == 0) return;  // reported already (CA-1)
@@ -282,10 +288,38 @@ Hop child_hop(const Hop& parent, const CastChild& child) {
   return hop;
 }
 
+/// The member at a location of the subtree a node forwards to.
+using MemberAt = std::function<const CastMember&(std::size_t loc)>;
+
+void send_child(const std::shared_ptr<ProcState>& local, const ActorId& sender, const Hop& parent,
+                const CastChild& child, const std::shared_ptr<const ViewIndex>& view,
+                const Body& args, const std::shared_ptr<Gather>& gather, const MemberAt& member_at);
+
+/// CA-4: `child`'s head cannot be reached (its proc died, or nothing answers there): its own
+/// member is reported lost, and the members behind it are reached through its children, as if
+/// it were not in the tree. So a dead forwarder never cuts off live members behind it.
+void route_around(const std::shared_ptr<ProcState>& local, const ActorId& sender, const Hop& parent,
+                  const CastChild& child, const std::shared_ptr<const ViewIndex>& view,
+                  const Body& args, const std::shared_ptr<Gather>& gather,
+                  const MemberAt& member_at, const std::string& why) {
+  std::vector<CastChild> grandchildren;
+  for (auto [b, e] : split(child.loc + 1, child.end, kCastFanOut)) {
+    if (view->any_in(b, e)) grandchildren.push_back({b, e, member_at(b)});
+  }
+  if (gather) {
+    gather->expect(grandchildren.size());  // before the head's slot completes
+    gather->add(failures(*view, CastChild{child.loc, child.loc + 1, child.head}, why));
+  }
+  for (const auto& g : grandchildren) {
+    send_child(local, sender, parent, g, view, args, gather, member_at);
+  }
+}
+
 /// Sends the hop for `child` to its head's proc: inline if it lives in this process.
 void send_child(const std::shared_ptr<ProcState>& local, const ActorId& sender, const Hop& parent,
                 const CastChild& child, const std::shared_ptr<const ViewIndex>& view,
-                const Body& args, const std::shared_ptr<Gather>& gather) {
+                const Body& args, const std::shared_ptr<Gather>& gather,
+                const MemberAt& member_at) {
   Hop hop = child_hop(parent, child);
   const ProcId& head = child.head.actor.proc;
   Done child_done;
@@ -298,10 +332,16 @@ void send_child(const std::shared_ptr<ProcState>& local, const ActorId& sender, 
     if (gather) gather->add(failures(*view, child, why));
   };
   if (!local) return lost("no proc in this process can link to " + head.name);
-  if (proc_failure(head)) return lost("its proc failed");
+  if (proc_failure(head)) {
+    return route_around(local, sender, parent, child, view, args, gather, member_at,
+                        "its proc failed");
+  }
   remember_address(head, child.head.address);
   auto [link, owner] = route_to(head);
-  if (!link || !owner) return lost("proc " + head.name + " cannot be reached");
+  if (!link || !owner) {
+    return route_around(local, sender, parent, child, view, args, gather, member_at,
+                        "proc " + head.name + " cannot be reached");
+  }
   if (gather) {
     hop.reply_to =
         open_reply_port(*owner, head, std::make_shared<ChildResult>(gather, view, child));
@@ -328,7 +368,7 @@ void send_child(const std::shared_ptr<ProcState>& local, const ActorId& sender, 
 /// delivers to this node's own member first.
 void fan_out(const std::shared_ptr<ProcState>& local, const ActorId& sender, const Hop& hop,
              const std::shared_ptr<const ViewIndex>& view, const Body& args, const CastMember* self,
-             const std::vector<CastChild>& children, Done done,
+             const std::vector<CastChild>& children, const MemberAt& member_at, Done done,
              const std::shared_ptr<net::Link>& from) {
   std::vector<const CastChild*> addressed;
   for (const auto& c : children) {
@@ -361,7 +401,9 @@ void fan_out(const std::shared_ptr<ProcState>& local, const ActorId& sender, con
     deliver_local_call(*local, self->actor, hop.endpoint, sender, std::move(mine), std::move(reply),
                        from);
   }
-  for (const CastChild* c : addressed) send_child(local, sender, hop, *c, view, args, gather);
+  for (const CastChild* c : addressed) {
+    send_child(local, sender, hop, *c, view, args, gather, member_at);
+  }
   if (gather && addressed.empty() && !my_rank) gather->add({});  // nothing addressed below
 }
 
@@ -395,7 +437,11 @@ void run_node(const std::shared_ptr<ProcState>& local, const ActorId& sender, co
     }
     return;
   }
-  fan_out(local, sender, hop, view, args, &node->self, node->children, std::move(done), from);
+  const MemberAt below = [&n = *node](std::size_t loc) -> const CastMember& {
+    return n.below.at(loc - n.loc - 1);
+  };
+  fan_out(local, sender, hop, view, args, &node->self, children_of(*node), below, std::move(done),
+          from);
 }
 
 void on_cast(const std::shared_ptr<ProcState>& local, const std::shared_ptr<net::Link>& link,
@@ -454,12 +500,18 @@ std::vector<CastNode> cast_tree(const std::vector<CastMember>& base) {
     n.loc = loc;
     n.end = end;
     n.self = base[loc];
-    for (auto [b, e] : split(loc + 1, end, kCastFanOut)) {
-      n.children.push_back({b, e, base[b]});
-      todo.emplace_back(b, e);
-    }
+    n.below.assign(base.begin() + loc + 1, base.begin() + end);
+    for (auto c : split(loc + 1, end, kCastFanOut)) todo.push_back(c);
   }
   return nodes;
+}
+
+std::vector<CastChild> children_of(const CastNode& node) {
+  std::vector<CastChild> out;
+  for (auto [b, e] : split(node.loc + 1, node.end, kCastFanOut)) {
+    out.push_back({b, e, node.below.at(b - node.loc - 1)});
+  }
+  return out;
 }
 
 void learn_cast_node(Proc& proc, std::uint64_t key, CastNode node) {
@@ -558,7 +610,8 @@ void cast(CastRequest request) {
     };
   }
   auto view = std::make_shared<const ViewIndex>(hop.view);
-  fan_out(local, sender, hop, view, request.args, nullptr, root_children(base), std::move(done),
+  const MemberAt at = [&base](std::size_t loc) -> const CastMember& { return base.at(loc); };
+  fan_out(local, sender, hop, view, request.args, nullptr, root_children(base), at, std::move(done),
           nullptr);
 }
 

@@ -38,9 +38,9 @@ TEST(CastTree, EveryMemberIsOneNodeWithAtMostTheFanOutChildrenAndLogDepth) {
     for (std::size_t loc = 0; loc < n; ++loc) {
       const CastNode& node = nodes[loc];
       EXPECT_EQ(node.loc, loc);
-      EXPECT_LE(node.children.size(), kCastFanOut);
+      EXPECT_LE(children_of(node).size(), kCastFanOut);
       EXPECT_EQ(node.self.actor.proc.name, "procs0." + std::to_string(loc));
-      for (const auto& c : node.children) {
+      for (const auto& c : children_of(node)) {
         EXPECT_TRUE(reached.insert(c.loc).second) << "location " << c.loc << " reached twice";
         EXPECT_GT(c.loc, loc);
         EXPECT_LE(c.end, node.end);

@@ -74,15 +74,19 @@ struct CastNode {
   std::uint32_t loc = 0;  // this member's location; its subtree is [loc, end)
   std::uint32_t end = 0;
   CastMember self;
-  std::vector<CastChild> children;  // at most kCastFanOut
+  /// The members of (loc, end): a node forwards to its children's heads among them and, if a
+  /// head's proc is dead or unreachable, to that head's own children instead (CA-4).
+  std::vector<CastMember> below;
 
   template <class Ar>
   void serialize(Ar& ar) {
-    ar(loc, end, self, children);
+    ar(loc, end, self, below);
   }
 };
 /// The node at every location of a base of members (by location).
 std::vector<CastNode> cast_tree(const std::vector<CastMember>& base);
+/// A node's children: at most kCastFanOut chunks of (loc, end), each with its head.
+std::vector<CastChild> children_of(const CastNode& node);
 /// Installs `node` of the mesh `key` in `proc`, the member's proc; forget_cast_node() drops
 /// it once every member of the mesh stopped.
 void learn_cast_node(Proc& proc, std::uint64_t key, CastNode node);
