@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <stdexcept>
 #include <string_view>
 
 #include "actor/cell.hpp"
@@ -30,65 +32,208 @@ bool is_bootstrap(std::string_view entry) {
   return false;
 }
 
+/// One future for several: completes once all have, failing with the first failure.
+Future<void> all_of(std::vector<Future<void>> parts) {
+  if (parts.empty()) return make_ready_future();
+  struct Join {
+    std::mutex mu;
+    std::size_t left = 0;
+    std::exception_ptr error;
+    Promise<void> done;
+  };
+  auto join = std::make_shared<Join>();
+  join->left = parts.size();
+  for (auto& part : parts) {
+    auto state = part.state();
+    state->on_ready([join, state] {
+      bool last = false;
+      {
+        std::lock_guard lock(join->mu);
+        if (!join->error) join->error = state->error();
+        last = --join->left == 0;
+      }
+      if (!last) return;
+      if (join->error) {
+        join->done.set_exception(join->error);
+      } else {
+        join->done.set_value();
+      }
+    });
+  }
+  return join->done.get_future();
+}
+
 }  // namespace
 
-void LocalProcGroup::stop(std::chrono::milliseconds grace) {
-  std::lock_guard lock(mu_);
-  if (stopped_) return;
-  stopped_ = true;
+StopWorker::StopWorker() : thread_([this] { run(); }) {}
+
+StopWorker::~StopWorker() {
+  {
+    std::lock_guard lock(mu_);
+    quit_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void StopWorker::post(std::function<void()> job) {
+  {
+    std::lock_guard lock(mu_);
+    jobs_.push_back(std::move(job));
+  }
+  cv_.notify_all();
+}
+
+void StopWorker::run() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return quit_ || !jobs_.empty(); });
+    if (jobs_.empty()) return;  // quit, with nothing left to run
+    auto job = std::move(jobs_.front());
+    jobs_.pop_front();
+    lock.unlock();
+    job();
+    job = nullptr;  // what it held (its group) goes here, not under the lock
+    lock.lock();
+  }
+}
+
+Future<void> LocalProcGroup::stop(std::chrono::milliseconds grace) {
+  std::unique_lock lock(mu_);
+  if (phase_ == Phase::idle && !stops_.on_this_thread()) {
+    phase_ = Phase::queued;
+    stopping->store(true);
+    lock.unlock();
+    stops_.post([self = shared_from_this(), grace] { self->run_queued(grace); });
+    return done_.get_future();
+  }
+  // On the stop thread itself (a continuation of another stop's future), a stop not yet begun
+  // runs here and now: queued behind the job that runs this, it could never be waited for.
+  if ((phase_ != Phase::idle && phase_ != Phase::queued) || !stops_.on_this_thread()) {
+    return done_.get_future();
+  }
+  phase_ = Phase::running;
   stopping->store(true);
-  using Clock = std::chrono::steady_clock;
-  // 1. Orderly: each proc stops the meshes it owns, then its actors, running on_stop.
-  std::vector<Future<int>> acks;
-  for (auto& c : children_) {
-    const ActorId agent{c.name, "agent", 0};
-    acks.push_back(ActorRef<ProcAgent>(agent, nullptr).call(&ProcAgent::shutdown));
-  }
-  auto deadline = Clock::now() + grace;
-  for (std::size_t i = 0; i < acks.size(); ++i) {
-    if (!acks[i].state()->wait_until(deadline)) {
-      std::fprintf(stderr,
-                   "baton: proc %s did not finish stopping its actors within %lld ms "
-                   "(an on_stop hook still running?); it gets SIGTERM now\n",
-                   children_[i].name.name.c_str(), static_cast<long long>(grace.count()));
+  lock.unlock();
+  run(grace);
+  return done_.get_future();
+}
+
+void LocalProcGroup::stop_here(std::chrono::milliseconds grace) {
+  bool mine = false;
+  {
+    std::lock_guard lock(mu_);
+    if (phase_ == Phase::idle || phase_ == Phase::queued) {
+      phase_ = Phase::running;
+      stopping->store(true);
+      mine = true;
     }
   }
-  // 2. SIGTERM, then SIGKILL for whatever is still running after the grace.
-  for (auto& c : children_) ::kill(c.pid, SIGTERM);
-  deadline = Clock::now() + grace;
-  for (auto& c : children_) {
-    if (!watcher_.wait(c.pid, deadline)) {
-      std::fprintf(stderr, "baton: proc %s ignored SIGTERM for %lld ms; sending SIGKILL\n",
-                   c.name.name.c_str(), static_cast<long long>(grace.count()));
-      ::kill(c.pid, SIGKILL);
-      watcher_.wait(c.pid, Clock::time_point::max());
-    }
-    watcher_.forget(c.pid);
+  if (mine) run(grace);
+  done_.get_future().state()->wait();
+}
+
+void LocalProcGroup::run_queued(std::chrono::milliseconds grace) {
+  {
+    std::lock_guard lock(mu_);
+    if (phase_ != Phase::queued) return;  // someone ran it already
+    phase_ = Phase::running;
   }
-  std::vector<ProcId> names;
-  for (auto& c : children_) names.push_back(c.name);
-  if (gone_) gone_(names);
+  run(grace);
+}
+
+void LocalProcGroup::run(std::chrono::milliseconds grace) {
+  std::vector<Child> children;
+  {
+    std::lock_guard lock(mu_);
+    children = children_;
+  }
+  std::string failed;  // the processes that outlived SIGKILL
+  try {
+    using Clock = std::chrono::steady_clock;
+    // 1. Orderly: each proc stops the meshes it owns, then its actors, running on_stop.
+    std::vector<Future<int>> acks;
+    for (auto& c : children) {
+      const ActorId agent{c.name, "agent", 0};
+      acks.push_back(ActorRef<ProcAgent>(agent, nullptr).call(&ProcAgent::shutdown));
+    }
+    auto deadline = Clock::now() + grace;
+    for (std::size_t i = 0; i < acks.size(); ++i) {
+      if (!acks[i].state()->wait_until(deadline)) {
+        std::fprintf(stderr,
+                     "baton: proc %s did not finish stopping its actors within %lld ms "
+                     "(an on_stop hook still running?); it gets SIGTERM now\n",
+                     children[i].name.name.c_str(), static_cast<long long>(grace.count()));
+      }
+    }
+    // 2. SIGTERM, then SIGKILL for whatever is still running after the grace.
+    for (auto& c : children) ::kill(c.pid, SIGTERM);
+    deadline = Clock::now() + grace;
+    for (auto& c : children) {
+      if (!watcher_.wait(c.pid, deadline)) {
+        std::fprintf(stderr, "baton: proc %s ignored SIGTERM for %lld ms; sending SIGKILL\n",
+                     c.name.name.c_str(), static_cast<long long>(grace.count()));
+        ::kill(c.pid, SIGKILL);
+        if (!watcher_.wait(c.pid, Clock::now() + kKillWait)) {
+          failed +=
+              (failed.empty() ? "" : ", ") + c.name.name + " (pid " + std::to_string(c.pid) + ")";
+          continue;  // still ours: the watcher reaps it if it ever goes
+        }
+      }
+      watcher_.forget(c.pid);
+    }
+    std::vector<ProcId> names;
+    for (auto& c : children) names.push_back(c.name);
+    if (gone_) gone_(names);
+  } catch (...) {
+    {
+      std::lock_guard lock(mu_);
+      phase_ = Phase::done;
+    }
+    done_.set_exception(std::current_exception());
+    return;
+  }
+  {
+    std::lock_guard lock(mu_);
+    phase_ = Phase::done;
+  }
+  if (failed.empty()) {
+    done_.set_value();
+  } else {
+    done_.set_exception(std::make_exception_ptr(std::runtime_error(
+        "stop: " + failed + " still running " + std::to_string(kKillWait.count()) +
+        " s after SIGKILL (stuck in the kernel: see its state with `ps -o pid,stat,wchan`); "
+        "the rest of the mesh is gone")));
+  }
 }
 
 }  // namespace internal
 
 using namespace internal;
 
-void Runtime::State::stop_groups() {
+namespace {
+std::vector<std::shared_ptr<LocalProcGroup>> live_groups(Runtime::State& st) {
   std::vector<std::shared_ptr<LocalProcGroup>> live;
-  {
-    std::lock_guard lock(mu);
-    for (auto& w : groups) {
-      if (auto g = w.lock()) live.push_back(std::move(g));
-    }
+  std::lock_guard lock(st.mu);
+  for (auto& w : st.groups) {
+    if (auto g = w.lock()) live.push_back(std::move(g));
   }
-  for (auto& g : live) g->stop(stop_grace);
+  return live;
+}
+}  // namespace
+
+void Runtime::State::stop_groups() {
+  for (auto& g : live_groups(*this)) g->stop_here(stop_grace);
+}
+
+Future<void> Runtime::State::stop_groups_async() {
+  std::vector<Future<void>> stopped;
+  for (auto& g : live_groups(*this)) stopped.push_back(g->stop(stop_grace));
+  return all_of(std::move(stopped));
 }
 
 Future<void> HostMesh::stop() const {
-  Runtime& rt = Runtime::get();
-  rt.state_->stop_groups();
-  return make_ready_future();
+  return Runtime::get().state_->stop_groups_async();
 }
 
 HostMesh this_host() {
@@ -100,9 +245,10 @@ ProcMesh HostMesh::spawn_procs(const std::vector<std::pair<std::string, std::siz
   Runtime::State& st = *rt.state_;
   const Shape shape = Shape::of(dims);
   std::size_t mesh_index = 0;
-  // Once its processes are gone, stop() returns only after their links and pipes are closed.
+  // Once its processes are gone, stop()'s future completes only after their links and pipes
+  // are closed.
   auto group = std::make_shared<LocalProcGroup>(
-      *st.watcher, st.stop_grace, [&st](const std::vector<ProcId>& gone) {
+      *st.watcher, *st.stops, st.stop_grace, [&st](const std::vector<ProcId>& gone) {
         for (const auto& name : gone) {
           if (!st.proc->wait_unlinked(name, kUnlinkWait)) {
             std::fprintf(stderr, "baton: the link to stopped proc %s is still open\n",
@@ -199,12 +345,12 @@ ProcMesh HostMesh::spawn_procs(const std::vector<std::pair<std::string, std::siz
   for (std::size_t r = 0; r < names.size(); ++r) {
     while (!rt.proc().wait_linked(names[r], 50ms)) {
       if (auto exited = st.watcher->wait(pids[r], std::chrono::steady_clock::now())) {
-        group->stop(0ms);
+        group->stop_here(0ms);
         throw std::runtime_error("worker " + names[r].name + " " + *exited +
                                  " during start-up (see its output above)");
       }
       if (std::chrono::steady_clock::now() > deadline) {
-        group->stop(0ms);
+        group->stop_here(0ms);
         throw std::runtime_error("worker " + names[r].name + " did not connect within " +
                                  std::to_string(kStartTimeout.count()) + " s");
       }

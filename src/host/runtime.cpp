@@ -37,6 +37,7 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
   state_->watcher = std::make_unique<ChildWatcher>(
       [this](pid_t pid, const std::string& what) { child_exited(pid, what); });
   state_->spawner = std::make_unique<Spawner>();
+  state_->stops = std::make_unique<StopWorker>();
   if (std::getenv(kProcVar) != nullptr) run_worker();
   state_->dir = make_job_dir();
   state_->own_dir = true;
@@ -102,6 +103,7 @@ Runtime::~Runtime() {
   detail::set_exit_probe(nullptr);
   detail::set_shutdown_hook(nullptr);
   state_->stop_groups();
+  state_->stops.reset();  // what is still queued finds its group stopped
   state_->proc.reset();
   state_->spawner.reset();
   state_->watcher.reset();

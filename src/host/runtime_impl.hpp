@@ -54,6 +54,9 @@ constexpr const char* kTlsCaVar = "BATON_TLS_CA";
 constexpr auto kStartTimeout = 30s;
 // After a stop, how long the link of a process that exited may take to close.
 constexpr auto kUnlinkWait = 2s;
+// How long a stop waits for a process to go after SIGKILL before it gives up on it (a process
+// in an uninterruptible wait in the kernel outlives SIGKILL).
+constexpr auto kKillWait = 10s;
 
 /// The runtime of this process (Runtime::get()), set once it is ready.
 extern Runtime* g_runtime;
@@ -157,14 +160,39 @@ class ChildWatcher {
   std::thread thread_;
 };
 
+/// Runs the orderly stops of proc groups on a thread that lives as long as the runtime, so
+/// that stop() returns its future at once. Stops run one after another.
+class StopWorker {
+ public:
+  StopWorker();
+  /// Runs what is still queued, then joins the thread.
+  ~StopWorker();
+  StopWorker(const StopWorker&) = delete;
+  StopWorker& operator=(const StopWorker&) = delete;
+
+  void post(std::function<void()> job);
+  /// Whether the calling thread is the worker's (a continuation of a stop's future runs there).
+  bool on_this_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
+
+ private:
+  void run();
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  bool quit_ = false;
+  std::thread thread_;
+};
+
 /// Worker processes started by one spawn_procs call.
-class LocalProcGroup final : public detail::ProcGroup {
+class LocalProcGroup final : public detail::ProcGroup,
+                             public std::enable_shared_from_this<LocalProcGroup> {
  public:
   /// `gone` runs once every process has exited, to let go of what was theirs.
-  LocalProcGroup(ChildWatcher& watcher, std::chrono::milliseconds grace,
+  LocalProcGroup(ChildWatcher& watcher, StopWorker& stops, std::chrono::milliseconds grace,
                  std::function<void(const std::vector<ProcId>&)> gone)
-      : watcher_(watcher), grace_(grace), gone_(std::move(gone)) {}
-  ~LocalProcGroup() override { stop(grace_); }
+      : watcher_(watcher), stops_(stops), grace_(grace), gone_(std::move(gone)) {}
+  ~LocalProcGroup() override { stop_here(grace_); }
 
   /// Set before the group's processes are told to stop, so their exits read as stops.
   std::shared_ptr<std::atomic<bool>> stopping = std::make_shared<std::atomic<bool>>(false);
@@ -177,18 +205,32 @@ class LocalProcGroup final : public detail::ProcGroup {
   std::chrono::milliseconds default_grace() const override { return grace_; }
   std::shared_ptr<std::atomic<bool>> stopped_flag() const override { return stopping; }
 
-  void stop(std::chrono::milliseconds grace) override;
+  /// Queues the stop on the runtime's stop thread (runs it at once when called there) and
+  /// returns its future; every call returns the future of the first.
+  Future<void> stop(std::chrono::milliseconds grace) override;
+  /// Runs the stop on the calling thread, unless it already runs elsewhere, and returns once
+  /// it is over: for the runtime's own paths that must wait (its end, a signal, a proc's
+  /// shutdown, a failed spawn).
+  void stop_here(std::chrono::milliseconds grace);
 
  private:
+  enum class Phase { idle, queued, running, done };
   struct Child {
     pid_t pid;
     ProcId name;
   };
+  /// The queued stop, unless another caller took it over.
+  void run_queued(std::chrono::milliseconds grace);
+  /// The orderly stop itself; completes `done_`.
+  void run(std::chrono::milliseconds grace);
+
   ChildWatcher& watcher_;
+  StopWorker& stops_;
   const std::chrono::milliseconds grace_;
   std::function<void(const std::vector<ProcId>&)> gone_;
   std::mutex mu_;
-  bool stopped_ = false;
+  Phase phase_ = Phase::idle;
+  Promise<void> done_;
   std::vector<Child> children_;
 };
 
@@ -227,6 +269,7 @@ struct Runtime::State {
   std::function<bool(const MeshFailure&)> supervise;  // under mu
   std::unique_ptr<internal::ChildWatcher> watcher;
   std::unique_ptr<internal::Spawner> spawner;
+  std::unique_ptr<internal::StopWorker> stops;     // where proc groups stop
   std::unique_ptr<internal::StopSignals> signals;  // the controller's
 
   /// Removes the job's directory (its sockets, CA and key), if this process made it.
@@ -236,7 +279,11 @@ struct Runtime::State {
     std::filesystem::remove_all(dir, ignored);
   }
 
+  /// Stops every live proc group, on the calling thread where a stop has not begun yet, and
+  /// returns once all are over.
   void stop_groups();
+  /// Starts the stop of every live proc group; the future completes once all are over.
+  Future<void> stop_groups_async();
 };
 
 }  // namespace baton
