@@ -33,7 +33,7 @@ bool is_bootstrap(std::string_view entry) {
 }
 
 /// One future for several: completes once all have, failing with the first failure.
-Future<void> all_of(std::vector<Future<void>> parts) {
+Future<void> all_of(const std::vector<Future<void>>& parts) {
   if (parts.empty()) return make_ready_future();
   struct Join {
     std::mutex mu;
@@ -43,7 +43,7 @@ Future<void> all_of(std::vector<Future<void>> parts) {
   };
   auto join = std::make_shared<Join>();
   join->left = parts.size();
-  for (auto& part : parts) {
+  for (const auto& part : parts) {
     auto state = part.state();
     state->on_ready([join, state] {
       bool last = false;
@@ -183,6 +183,7 @@ void LocalProcGroup::run(std::chrono::milliseconds grace) {
       watcher_.forget(c.pid);
     }
     std::vector<ProcId> names;
+    names.reserve(children.size());
     for (auto& c : children) names.push_back(c.name);
     if (gone_) gone_(names);
   } catch (...) {
@@ -229,7 +230,7 @@ void Runtime::State::stop_groups() {
 Future<void> Runtime::State::stop_groups_async() {
   std::vector<Future<void>> stopped;
   for (auto& g : live_groups(*this)) stopped.push_back(g->stop(stop_grace));
-  return all_of(std::move(stopped));
+  return all_of(stopped);
 }
 
 Future<void> HostMesh::stop() const {

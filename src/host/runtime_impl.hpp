@@ -55,8 +55,9 @@ constexpr auto kStartTimeout = 30s;
 // After a stop, how long the link of a process that exited may take to close.
 constexpr auto kUnlinkWait = 2s;
 // How long a stop waits for a process to go after SIGKILL before it gives up on it (a process
-// in an uninterruptible wait in the kernel outlives SIGKILL).
-constexpr auto kKillWait = 10s;
+// in an uninterruptible wait in the kernel outlives SIGKILL). Generous: on a loaded machine a
+// large process was seen to take over 10 s to exit after SIGKILL.
+constexpr auto kKillWait = 60s;
 
 /// The runtime of this process (Runtime::get()), set once it is ready.
 extern Runtime* g_runtime;
