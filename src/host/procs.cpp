@@ -44,7 +44,7 @@ Future<void> all_of(const std::vector<Future<void>>& parts) {
   auto join = std::make_shared<Join>();
   join->left = parts.size();
   for (const auto& part : parts) {
-    auto state = part.state();
+    const auto& state = part.state();
     state->on_ready([join, state] {
       bool last = false;
       {
