@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -166,6 +167,71 @@ class Stopper : public Actor {
   int n_ = 0;
 };
 
+/// Stops only when released: its on_stop waits for a byte on a fifo (one per member).
+class HeldStop : public Actor {
+ public:
+  HeldStop(std::string fifo, Port<std::string> report)
+      : fifo_(std::move(fifo)), report_(std::move(report)) {}
+  int pid() { return static_cast<int>(::getpid()); }
+  void on_stop() override {
+    const int fd = ::open(fifo_.c_str(), O_RDONLY | O_CLOEXEC);
+    char byte = 0;
+    const bool released = fd >= 0 && ::read(fd, &byte, 1) == 1;
+    if (fd >= 0) ::close(fd);
+    report_.send(released ? std::string("released") : "on_stop could not read " + fifo_);
+  }
+  static constexpr auto endpoints = baton::endpoints<&HeldStop::pid>();
+
+ private:
+  std::string fifo_;
+  Port<std::string> report_;
+};
+
+/// Owns a proc mesh whose members stop only when released, and stops it from an endpoint.
+class StopOwner : public Actor {
+ public:
+  Task<std::vector<int>> start(int n, std::string fifo) {
+    // The members report to this actor, over the links they already have to its process.
+    auto report = open_port<std::string>([this](std::string s) { reports_.push_back(s); });
+    procs_ = this_host().spawn_procs({{"leaves", static_cast<std::size_t>(n)}});
+    leaves_ = procs_.spawn<HeldStop>("held", std::move(fifo), report);
+    pids_ = (co_await leaves_.call(&HeldStop::pid)).values();
+    co_return pids_;
+  }
+  /// Stops its procs, releases their on_stop hooks, and replies once the procs are gone with
+  /// what it saw on the way.
+  Task<std::string> stop_leaves(std::string fifo) {
+    const int fd = ::open(fifo.c_str(), O_RDWR | O_CLOEXEC);  // never blocks, keeps the bytes
+    if (fd < 0) throw std::runtime_error("cannot open " + fifo);
+    Future<void> stopped = procs_.stop(kBound);
+    std::string seen = stopped.ready() ? "ready at once" : "pending";
+    try {
+      (void)leaves_.call(&HeldStop::pid);
+      seen += "; call accepted";
+    } catch (const UsageError&) {
+      seen += "; call refused";
+    }
+    const std::string release(pids_.size(), 'x');
+    const bool wrote =
+        ::write(fd, release.data(), release.size()) == static_cast<ssize_t>(release.size());
+    co_await std::move(stopped);
+    ::close(fd);
+    int running = 0;
+    for (int pid : pids_) running += ::kill(pid, 0) == 0 ? 1 : 0;
+    co_return seen + (wrote ? "" : "; write failed") + "; running " + std::to_string(running);
+  }
+  /// What the members' on_stop hooks said.
+  std::vector<std::string> reports() { return reports_; }
+  static constexpr auto endpoints =
+      baton::endpoints<&StopOwner::start, &StopOwner::stop_leaves, &StopOwner::reports>();
+
+ private:
+  std::vector<std::string> reports_;
+  ProcMesh procs_;
+  ActorMesh<HeldStop> leaves_;
+  std::vector<int> pids_;
+};
+
 class Leaf : public Actor {
  public:
   int pid() { return static_cast<int>(::getpid()); }
@@ -262,6 +328,25 @@ std::size_t entries(const char* dir) {
 bool running(int pid) {
   return ::kill(pid, 0) == 0;
 }
+
+/// A fifo in a directory of its own, removed with it.
+struct Fifo {
+  std::filesystem::path dir;
+  std::string path;
+  Fifo() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "fifo-XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    dir = tmpl;
+    path = (dir / "release").string();
+    if (::mkfifo(path.c_str(), 0600) != 0) throw std::runtime_error("mkfifo failed");
+  }
+  ~Fifo() {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+  }
+  Fifo(const Fifo&) = delete;
+  Fifo& operator=(const Fifo&) = delete;
+};
 
 TEST(Supervision, AnEndpointThrowFailsOnlyThatCallAndNamesTheActor) {
   auto procs = this_host().spawn_procs({{"gpus", 3}});
@@ -559,6 +644,55 @@ TEST(Supervision, AHostStopStopsEveryProcMeshStartedOnIt) {
   auto c = this_host().spawn_procs({{"gpus", 1}});
   EXPECT_EQ(c.spawn<Worker>("fresh", -1).call_one(&Worker::value).get(), 0);
   c.stop().get();
+}
+
+TEST(Supervision, StopDoesNotBlockAndItsFutureCompletesOnceTheProcessesAreGone) {
+  auto [port, reports] = Runtime::get().proc().open_port<std::string>();
+  const Fifo fifo;
+  // Open for reading and writing: never blocks, and keeps what is written until on_stop reads.
+  const int fd = ::open(fifo.path.c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  auto procs = this_host().spawn_procs({{"gpus", 2}});
+  auto held = procs.spawn<HeldStop>("held", fifo.path, port);
+  const ValueMesh<int> pids = held.call(&HeldStop::pid).get();
+  // The on_stop hooks wait for the fifo, and the grace outlasts the test's bound: a stop that
+  // blocked its caller would return only after killing them, with its future ready.
+  Future<void> stopped = procs.stop(kBound);
+  Future<void> host_stopped = this_host().stop();
+  EXPECT_FALSE(stopped.ready());
+  EXPECT_FALSE(host_stopped.ready());
+  try {
+    (void)held.call(&HeldStop::pid);
+    FAIL() << "expected UsageError";
+  } catch (const UsageError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("its procs were stopped"));
+  }
+  EXPECT_THROW((void)procs.spawn<HeldStop>("again", fifo.path, port), UsageError);
+  for (int pid : pids.values()) EXPECT_TRUE(running(pid)) << pid;
+  ASSERT_EQ(::write(fd, "xx", 2), 2);  // one byte for each on_stop
+  stopped.get(kBound);
+  host_stopped.get(kBound);
+  EXPECT_EQ(reports.recv(kBound), "released");
+  EXPECT_EQ(reports.recv(kBound), "released");
+  for (int pid : pids.values()) EXPECT_FALSE(running(pid)) << pid;
+  ::close(fd);
+}
+
+TEST(Supervision, AnActorAwaitsTheStopOfTheProcsItOwns) {
+  const Fifo fifo;
+  auto procs = this_host().spawn_procs({{"gpus", 1}});
+  auto owner = procs.spawn<StopOwner>("owner");
+  const std::vector<int> leaves = owner.call_one(&StopOwner::start, 2, fifo.path).get();
+  ASSERT_EQ(leaves.size(), 2u);
+  // Inside the actor: stop() returned before the leaves were released, calls to them failed
+  // at once, and the awaited future completed once both were gone.
+  EXPECT_EQ(owner.call_one(&StopOwner::stop_leaves, fifo.path).get(kBound),
+            "pending; call refused; running 0");
+  // Both hooks were released, not cut off (their reports came before the stop's end).
+  EXPECT_EQ(owner.call_one(&StopOwner::reports).get(),
+            (std::vector<std::string>{"released", "released"}));
+  for (int pid : leaves) EXPECT_FALSE(running(pid)) << pid;
+  procs.stop().get();
 }
 
 TEST(Supervision, StopBoundsAHangingOnStopAndAProcessThatIgnoresSigterm) {

@@ -106,8 +106,9 @@ class HostMesh {
   /// Starts one worker process per member of the shape, e.g. {{"gpus", 8}}. With a "gpus"
   /// dimension each proc sees its own device through CUDA_VISIBLE_DEVICES/HIP_VISIBLE_DEVICES.
   ProcMesh spawn_procs(const std::vector<std::pair<std::string, std::size_t>>& dims) const;
-  /// Stops every proc mesh this process started on the host, each as ProcMesh::stop() does;
-  /// calls to their actors fail afterwards, and spawn_procs can start new ones.
+  /// Stops every proc mesh this process started on the host, each as ProcMesh::stop() does,
+  /// without blocking: calls to their actors fail from now on, and the future completes once
+  /// every process is gone; spawn_procs can start new ones.
   Future<void> stop() const;
 };
 

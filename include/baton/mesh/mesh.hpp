@@ -576,8 +576,9 @@ class ProcGroup {
  public:
   virtual ~ProcGroup() = default;
   /// Orderly stop: each proc's actors stop (on_stop runs), then SIGTERM; whatever is still
-  /// running after `grace` (in all) gets SIGKILL. Returns once every process is gone.
-  virtual void stop(std::chrono::milliseconds grace) = 0;
+  /// running after `grace` gets SIGKILL. Returns at once; the future completes once every
+  /// process is gone (every call gets the first call's).
+  virtual Future<void> stop(std::chrono::milliseconds grace) = 0;
   /// The default grace of stop().
   virtual std::chrono::milliseconds default_grace() const = 0;
   /// Set once the group is told to stop, by whomever.
@@ -600,13 +601,14 @@ class ProcMesh {
   /// Stops every proc of the mesh, in order: the proc meshes its actors own stop first, then
   /// its actors after the messages already queued for them (on_stop runs), then the processes
   /// get SIGTERM; whatever still runs after `grace` (RuntimeOptions::stop_grace by default) gets
-  /// SIGKILL. Returns once every process is gone; calls to its actors fail afterwards.
+  /// SIGKILL. Does not block: calls to its actors fail from now on, and the future completes
+  /// once every process is gone (or fails naming one that could not be stopped).
   Future<void> stop() const { return stop(group_ ? group_->default_grace() : kNoGrace); }
   Future<void> stop(std::chrono::milliseconds grace) const {
     check();
     stopped_->store(true, std::memory_order_release);
-    if (group_) group_->stop(grace);
-    return make_ready_future();
+    if (!group_) return make_ready_future();
+    return group_->stop(grace);
   }
 
   const Shape& shape() const { return shape_; }

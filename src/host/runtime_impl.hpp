@@ -1,0 +1,290 @@
+#pragma once
+
+// Internal: what the files of the runtime share. Its parts live in files of their own:
+//   runtime.cpp   the Runtime object: making it (controller or worker), the controller's
+//                 supervise hook, destroying it
+//   job.cpp       the job's directory (and removing those of dead controllers), SIGINT/SIGTERM
+//   children.cpp  starting processes (the spawner thread), reaping them (the child watcher,
+//                 oom_kill counts), what a worker's death means to its mesh
+//   worker.cpp    a worker's side: bootstrap from the environment, serving its proc
+//   procs.cpp     HostMesh: spawn_procs, the proc groups it makes and their orderly stop
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "baton/host/runtime.hpp"
+
+namespace baton {
+namespace internal {
+
+using namespace std::chrono_literals;
+
+// Bootstrap variables: how a worker learns who it is and where its controller listens.
+constexpr const char* kProcVar = "BATON_PROC";
+constexpr const char* kControllerVar = "BATON_CONTROLLER";
+constexpr const char* kControllerAddrVar = "BATON_CONTROLLER_ADDR";
+constexpr const char* kParentVar = "BATON_PARENT_PID";
+constexpr const char* kDirVar = "BATON_DIR";  // where the job's sockets live
+// The job's secret: every link proves it holds it (net::LinkOptions::secret). It travels in
+// the environment, never on a command line, and a worker removes it from its own environment.
+constexpr const char* kSecretVar = "BATON_JOB_SECRET";
+// TLS for links that leave the host: the job's certificate, key and CA (PEM files). Set by
+// the user to bring their own; otherwise the controller makes a CA and certificate per job.
+constexpr const char* kTlsCertVar = "BATON_TLS_CERT";
+constexpr const char* kTlsKeyVar = "BATON_TLS_KEY";
+constexpr const char* kTlsCaVar = "BATON_TLS_CA";
+
+constexpr auto kStartTimeout = 30s;
+// After a stop, how long the link of a process that exited may take to close.
+constexpr auto kUnlinkWait = 2s;
+// How long a stop waits for a process to go after SIGKILL before it gives up on it (a process
+// in an uninterruptible wait in the kernel outlives SIGKILL). Generous: on a loaded machine a
+// large process was seen to take over 10 s to exit after SIGKILL.
+constexpr auto kKillWait = 60s;
+
+/// The runtime of this process (Runtime::get()), set once it is ready.
+extern Runtime* g_runtime;
+
+/// Makes the job's directory (only this user may enter it) and records who made it.
+std::filesystem::path make_job_dir();
+
+/// "SIGINT".
+std::string signal_name(int sig);
+
+/// Turns SIGINT and SIGTERM into calls on a thread of its own: the first signal runs `first`
+/// (on one more thread, so that a second signal is heard while it runs), later ones `again`.
+/// Both end the process. The handlers that were there before come back when it is destroyed.
+class StopSignals {
+ public:
+  StopSignals(std::function<void(int)> first, std::function<void(int)> again);
+  ~StopSignals();
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  void run();
+
+  std::function<void(int)> first_;
+  std::function<void(int)> again_;
+  int pipe_[2] = {-1, -1};
+  struct sigaction old_int_ {};
+  struct sigaction old_term_ {};
+  std::thread thread_;
+  std::thread stopping_;
+};
+
+/// Starts processes from one thread that lives as long as the runtime. A worker's
+/// PR_SET_PDEATHSIG follows the thread that started it, not the process: started from a
+/// short-lived thread, it would die when that thread ends.
+class Spawner {
+ public:
+  Spawner();
+  ~Spawner();
+  Spawner(const Spawner&) = delete;
+  Spawner& operator=(const Spawner&) = delete;
+
+  /// posix_spawn, run on the spawner's thread.
+  int spawn(pid_t* pid, const char* path, const posix_spawn_file_actions_t* actions,
+            char* const argv[], char* const envp[]);
+
+ private:
+  struct Job {
+    std::function<int()> start;
+    int rc = 0;
+    bool done = false;
+  };
+
+  void run();
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job*> jobs_;
+  bool quit_ = false;
+  std::thread thread_;
+};
+
+/// Reaps child processes as they exit, on a thread of its own: one poll over their pidfds.
+/// A child killed by SIGKILL is said to be the out-of-memory killer's only if the kernel's
+/// count of such kills in the child's cgroup rose since it was last read.
+class ChildWatcher {
+ public:
+  using OnExit = std::function<void(pid_t pid, const std::string& what)>;
+
+  explicit ChildWatcher(OnExit on_exit);
+  ~ChildWatcher();
+  ChildWatcher(const ChildWatcher&) = delete;
+  ChildWatcher& operator=(const ChildWatcher&) = delete;
+
+  void add(pid_t pid);
+
+  /// Sends `sig` to every child still running (through its pidfd: never to a reused pid).
+  void signal_all(int sig);
+
+  /// What became of `pid` once it exited, waiting until `deadline`; nullopt if still running.
+  std::optional<std::string> wait(pid_t pid, std::chrono::steady_clock::time_point deadline);
+
+  /// Forgets what became of `pid` (its group is gone).
+  void forget(pid_t pid);
+
+ private:
+  void poke() const;
+  void run();
+  /// Whether the out-of-memory killer acted in `pid`'s cgroup since its count was last read.
+  bool oom_killed(pid_t pid);
+
+  OnExit on_exit_;
+  int wake_ = -1;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::unordered_map<pid_t, int> running_;  // pidfd of each child still running
+  std::unordered_map<pid_t, std::string> exited_;
+  std::unordered_map<pid_t, std::string> oom_file_;          // each running child's events file
+  std::unordered_map<std::string, std::uint64_t> oom_seen_;  // oom_kill count last read, by file
+  bool quit_ = false;
+  std::thread thread_;
+};
+
+/// Runs the orderly stops of proc groups on a thread that lives as long as the runtime, so
+/// that stop() returns its future at once. Stops run one after another.
+class StopWorker {
+ public:
+  StopWorker();
+  /// Runs what is still queued, then joins the thread.
+  ~StopWorker();
+  StopWorker(const StopWorker&) = delete;
+  StopWorker& operator=(const StopWorker&) = delete;
+
+  void post(std::function<void()> job);
+  /// Whether the calling thread is the worker's (a continuation of a stop's future runs there).
+  bool on_this_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
+
+ private:
+  void run();
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  bool quit_ = false;
+  std::thread thread_;
+};
+
+/// Worker processes started by one spawn_procs call.
+class LocalProcGroup final : public detail::ProcGroup,
+                             public std::enable_shared_from_this<LocalProcGroup> {
+ public:
+  /// `gone` runs once every process has exited, to let go of what was theirs.
+  LocalProcGroup(ChildWatcher& watcher, StopWorker& stops, std::chrono::milliseconds grace,
+                 std::function<void(const std::vector<ProcId>&)> gone)
+      : watcher_(watcher), stops_(stops), grace_(grace), gone_(std::move(gone)) {}
+  ~LocalProcGroup() override { stop_here(grace_); }
+
+  /// Set before the group's processes are told to stop, so their exits read as stops.
+  std::shared_ptr<std::atomic<bool>> stopping = std::make_shared<std::atomic<bool>>(false);
+
+  void add(pid_t pid, ProcId name) {
+    std::lock_guard lock(mu_);
+    children_.push_back({pid, std::move(name)});
+  }
+
+  std::chrono::milliseconds default_grace() const override { return grace_; }
+  std::shared_ptr<std::atomic<bool>> stopped_flag() const override { return stopping; }
+
+  /// Queues the stop on the runtime's stop thread (runs it at once when called there) and
+  /// returns its future; every call returns the future of the first.
+  Future<void> stop(std::chrono::milliseconds grace) override;
+  /// Runs the stop on the calling thread, unless it already runs elsewhere, and returns once
+  /// it is over: for the runtime's own paths that must wait (its end, a signal, a proc's
+  /// shutdown, a failed spawn).
+  void stop_here(std::chrono::milliseconds grace);
+
+ private:
+  enum class Phase { idle, queued, running, done };
+  struct Child {
+    pid_t pid;
+    ProcId name;
+  };
+  /// The queued stop, unless another caller took it over.
+  void run_queued(std::chrono::milliseconds grace);
+  /// The orderly stop itself; completes `done_`.
+  void run(std::chrono::milliseconds grace);
+
+  ChildWatcher& watcher_;
+  StopWorker& stops_;
+  const std::chrono::milliseconds grace_;
+  std::function<void(const std::vector<ProcId>&)> gone_;
+  std::mutex mu_;
+  Phase phase_ = Phase::idle;
+  Promise<void> done_;
+  std::vector<Child> children_;
+};
+
+}  // namespace internal
+
+struct Runtime::State {
+  struct Child {
+    pid_t pid;
+    std::string mesh;
+    std::size_t rank;
+    std::shared_ptr<std::atomic<bool>> stopping;  // its group is being stopped on purpose
+    ActorId owner;                                // who hears of its death
+    std::optional<std::string> report;            // once it died
+    bool started = false;  // linked: a death before is a failed spawn, not a failure
+  };
+
+  std::mutex children_mu;
+  std::condition_variable children_cv;
+  std::unordered_map<std::string, Child> children;  // by proc name
+  std::unordered_map<pid_t, std::string> names;     // proc name by pid
+  std::vector<std::string> argv;
+  std::unique_ptr<OutputForwarder> output;
+  std::filesystem::path dir;
+  bool own_dir = false;
+  std::unique_ptr<Proc> proc;
+  Address address;
+  std::string prefix;  // of this process's mesh names: empty in the controller
+  std::string secret;  // the job's, shared by every proc of the job
+  std::chrono::milliseconds stop_grace{5000};
+  std::chrono::milliseconds exit_wait{2000};
+  net::LinkOptions link;
+  std::size_t mailbox_limit = 10000;
+  std::mutex mu;
+  std::size_t next_mesh = 0;
+  std::vector<std::weak_ptr<internal::LocalProcGroup>> groups;
+  std::function<bool(const MeshFailure&)> supervise;  // under mu
+  std::unique_ptr<internal::ChildWatcher> watcher;
+  std::unique_ptr<internal::Spawner> spawner;
+  std::unique_ptr<internal::StopWorker> stops;     // where proc groups stop
+  std::unique_ptr<internal::StopSignals> signals;  // the controller's
+
+  /// Removes the job's directory (its sockets, CA and key), if this process made it.
+  void remove_job_dir() {
+    if (!own_dir) return;
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+  }
+
+  /// Stops every live proc group, on the calling thread where a stop has not begun yet, and
+  /// returns once all are over.
+  void stop_groups();
+  /// Starts the stop of every live proc group; the future completes once all are over.
+  Future<void> stop_groups_async();
+};
+
+}  // namespace baton

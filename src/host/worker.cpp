@@ -1,0 +1,103 @@
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+
+#include "actor/cell.hpp"
+#include "runtime_impl.hpp"
+
+namespace baton {
+
+using namespace internal;
+
+void Runtime::run_worker() {
+  // No orphans: die with the process that started us, even if it is SIGKILLed. (With the
+  // thread that started us, to be exact: the spawner's, which lives as long as its runtime.)
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  const char* parent = std::getenv(kParentVar);
+  if (parent != nullptr && ::getppid() != std::atoi(parent)) std::_Exit(1);
+  const char* name = std::getenv(kProcVar);
+  // `ps` and `ss` show the proc's name (its command line says "baton <name>" in full).
+  ::prctl(PR_SET_NAME, ("baton " + std::string(name)).substr(0, 15).c_str());
+  // A terminal's Ctrl-C reaches every process of its foreground group: the controller stops
+  // the workers in order, so they do not die of it first.
+  ::signal(SIGINT, SIG_IGN);
+  const char* controller = std::getenv(kControllerVar);
+  const char* controller_addr = std::getenv(kControllerAddrVar);
+  if (controller == nullptr || controller_addr == nullptr) {
+    std::fprintf(stderr,
+                 "baton: worker %s started without %s/%s; it must be started by a "
+                 "baton controller\n",
+                 name, kControllerVar, kControllerAddrVar);
+    std::_Exit(2);
+  }
+  const char* dir = std::getenv(kDirVar);
+  if (const char* secret = std::getenv(kSecretVar)) {
+    state_->secret = secret;
+    ::unsetenv(kSecretVar);  // not for whatever this process starts on its own
+  }
+  {
+    const char* cert = std::getenv(kTlsCertVar);
+    const char* key = std::getenv(kTlsKeyVar);
+    const char* ca = std::getenv(kTlsCaVar);
+    if (cert != nullptr && key != nullptr && ca != nullptr) {
+      state_->link.tls = net::TlsOptions{cert, key, ca};
+    }
+  }
+  if (state_->secret.empty()) {
+    std::fprintf(stderr, "baton: worker %s started without the job's secret (%s)\n", name,
+                 kSecretVar);
+    std::_Exit(2);
+  }
+  // Output goes to the controller over a pipe: lines, not blocks, so they come back promptly.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  {
+    detail::install_cast();
+    // A failure nobody here handled goes to whoever started this process.
+    const ActorId spawner{ProcId::parse(controller), "client", 0};
+    ProcOptions proc_options{
+        .name = name, .on_unhandled_failure = [spawner](const MeshFailure& ev) {
+          if (detail::forward_failure(spawner, ev)) return;
+          std::fprintf(stderr,
+                       "baton: unhandled failure, and its owner %s cannot be reached:\n  %s\n",
+                       spawner.to_string().c_str(), ev.to_string().c_str());
+          std::fflush(stderr);
+          std::_Exit(1);
+        }};
+    proc_options.link = state_->link;
+    proc_options.link.secret = state_->secret;
+    proc_options.mailbox_limit = state_->mailbox_limit;
+    state_->proc = std::make_unique<Proc>(std::move(proc_options));
+    Proc& proc = *state_->proc;
+    proc.spawn<ProcAgent>("agent");
+    state_->prefix = std::string(name) + "-";
+    // Other workers link here when a cast or a passed reference sends them our way.
+    if (dir != nullptr) {
+      state_->dir = dir;
+      state_->address =
+          proc.serve(Address::parse("unix://" + std::string(dir) + "/" + name + ".sock"));
+    }
+    detail::set_exit_probe([this](const std::string& peer) { return exit_report(peer); });
+    detail::set_shutdown_hook([this] { state_->stop_groups(); });
+    g_runtime = this;  // actors here may spawn procs of their own
+    std::mutex mu;
+    std::condition_variable cv;
+    bool lost = false;
+    proc.connect(ProcId::parse(controller), Address::parse(controller_addr),
+                 [&](const std::string&) {
+                   std::lock_guard lock(mu);
+                   lost = true;
+                   cv.notify_all();
+                 });
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return lost; });  // the controller stopped us or went away
+  }
+  std::fflush(stdout);
+  std::_Exit(0);  // the procs this one started die with it (PR_SET_PDEATHSIG)
+}
+
+}  // namespace baton
