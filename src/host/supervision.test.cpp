@@ -552,6 +552,8 @@ TEST(Supervision, ADeadForwarderNeverCutsOffTheMembersBehindIt) {  // CA-4
   auto procs = this_host().spawn_procs({{"gpus", 20}});
   auto workers = procs.spawn<Worker>("behind", -1);
   workers.broadcast(&Worker::incr, 1);
+  // Every member has it (a broadcast in flight through rank 2 would die with it).
+  ASSERT_EQ(workers.call(&Worker::value).get(kBound).values(), std::vector<int>(20, 1));
   const int pid = workers.slice("gpus", 2).call_one(&Worker::pid).get();
   ASSERT_EQ(::kill(pid, SIGKILL), 0);
   EXPECT_EQ(seen().next().rank, 2);

@@ -1,27 +1,37 @@
 // The cast tree (see baton/mesh/cast.hpp).
 //
-// A hop on the wire is an envelope to the kCastPort of the chunk head's proc:
-//   head = mode, reducer, endpoint, fan-out, reply port, stream port, the chunk's members (the
-//          head first) each with its rank or -1, then the call's arguments; parts = theirs
+// A hop on the wire is an envelope to the kCastPort of a child's head's proc:
+//   head = mode, reducer and its state, endpoint, fan-out, reply port, stream port, the mesh's
+//          key, the view's Slice and the child's subtree [loc, end), then the call's arguments;
+//   parts = theirs
 // and a node's result (gather and reduce) is one envelope to the reply port holding its items.
+// The head's proc knows its node of the mesh's tree by the key (CA-3): its own member and the
+// members of its subtree, learned at spawn.
 
 #include "baton/mesh/cast.hpp"
 
-#include <unistd.h>
-
-#include <algorithm>
-#include <atomic>
-#include <cstdio>
-#include <mutex>
-#include <random>
-#include <unordered_map>
-#include <utility>
-
-#include "actor/cell.hpp"
 #include "baton/actor/errors.hpp"
+#include "mesh/cast_impl.hpp"
 
 namespace baton::detail {
+
+namespace cast_impl {
+
+/// The proc a cast starts from: the calling actor's, else the one that links this process.
+std::shared_ptr<ProcState> root_proc(const std::vector<CastMember>& base) {
+  if (Cell* c = current_cell()) return c->proc().shared_from_this();
+  if (auto home = home_proc()) return home;
+  for (const auto& m : base) {
+    if (auto p = find_proc(m.actor.proc)) return p;
+  }
+  return nullptr;
+}
+
+}  // namespace cast_impl
+
 namespace {
+
+using namespace cast_impl;  // NOLINT(google-build-using-namespace): this layer's own internals
 
 struct Hop {
   CastMode mode = CastMode::none;
@@ -43,230 +53,6 @@ struct Hop {
 };
 
 using Done = std::function<void(std::vector<CastItem>)>;
-
-struct Reducers {
-  std::mutex mu;
-  std::unordered_map<std::uint64_t, ReduceFn> by_id;
-};
-Reducers& reducers() {
-  static Reducers r;
-  return r;
-}
-
-/// The view's locations in order, and their ranks, shared by a hop's children.
-struct ViewIndex {
-  explicit ViewIndex(const Slice& view) {
-    const std::size_t n = view.len();
-    by_loc.reserve(n);
-    for (std::size_t r = 0; r < n; ++r) by_loc.emplace_back(view.location_of_rank(r), r);
-    std::sort(by_loc.begin(), by_loc.end());
-  }
-  /// The (location, rank) pairs with location in [b, e).
-  template <class F>
-  void each_in(std::size_t b, std::size_t e, F f) const {
-    auto it = std::lower_bound(by_loc.begin(), by_loc.end(), std::make_pair(b, std::size_t{0}));
-    for (; it != by_loc.end() && it->first < e; ++it) f(it->first, it->second);
-  }
-  bool any_in(std::size_t b, std::size_t e) const {
-    auto it = std::lower_bound(by_loc.begin(), by_loc.end(), std::make_pair(b, std::size_t{0}));
-    return it != by_loc.end() && it->first < e;
-  }
-  std::vector<std::pair<std::size_t, std::size_t>> by_loc;
-};
-
-/// [first, end) in at most `fanout` contiguous chunks; each chunk's first location is its head.
-std::vector<std::pair<std::uint32_t, std::uint32_t>> split(std::size_t first, std::size_t end,
-                                                           std::size_t fanout) {
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> out;
-  const std::size_t rest = end - first;
-  const std::size_t k = std::min(fanout, rest);
-  for (std::size_t i = 0; i < k; ++i) {
-    out.emplace_back(static_cast<std::uint32_t>(first + i * rest / k),
-                     static_cast<std::uint32_t>(first + (i + 1) * rest / k));
-  }
-  return out;
-}
-
-Body undeliverable_reply(const std::string& why) {
-  return failure_reply(
-      std::make_exception_ptr(UndeliverableError(UndeliverableError::Reason::link_lost, why)));
-}
-
-/// The members of `child`'s subtree in the view, lost: its head's proc died (`died` says how;
-/// the head fails with that report, the members behind it are lost with it) or could not be
-/// reached (`why`).
-std::vector<CastItem> failures(const ViewIndex& view, const CastChild& child,
-                               const std::string& why, std::optional<std::string> died = {}) {
-  if (!died) died = proc_failure(child.head.actor.proc);
-  std::vector<CastItem> out;
-  view.each_in(child.loc, child.end, [&](std::size_t loc, std::size_t rank) {
-    Body reply;
-    if (died && loc == child.loc) {
-      reply = failure_reply(std::make_exception_ptr(SupervisionError(*died)));
-    } else if (died) {
-      reply = undeliverable_reply("cast lost with its forwarder " + child.head.actor.to_string() +
-                                  ": " + *died);
-    } else {
-      reply = undeliverable_reply("cast to the member at location " + std::to_string(loc) +
-                                  " lost: " + why);
-    }
-    out.push_back({static_cast<std::uint32_t>(rank), std::move(reply)});
-  });
-  return out;
-}
-
-/// Turns items lost with a forwarder's link into the SupervisionError of their member's proc,
-/// where that proc is known (or seen, waiting a little) to have died.
-void attribute_lost(const std::vector<CastMember>& base, const Slice& view,
-                    std::vector<CastItem>& items, const std::vector<std::size_t>& lost) {
-  for (std::size_t i : lost) {
-    if (items[i].rank >= view.len()) continue;
-    const std::size_t loc = view.location_of_rank(items[i].rank);
-    if (loc >= base.size()) continue;
-    if (auto died = await_proc_failure(base[loc].actor.proc)) {
-      items[i].reply = failure_reply(std::make_exception_ptr(SupervisionError(*died)));
-    }
-  }
-}
-
-/// Folds reduce-mode items: the lowest-ranked failure wins, else the values in rank order.
-std::vector<CastItem> fold(std::uint64_t reducer, const std::string& state,
-                           std::vector<CastItem> items) {
-  if (items.size() <= 1) return items;
-  std::sort(items.begin(), items.end(),
-            [](const CastItem& a, const CastItem& b) { return a.rank < b.rank; });
-  for (auto& it : items) {
-    if (it.reply.head.empty() || it.reply.head[0] != 0) return {std::move(it)};
-  }
-  ReduceFn fn = nullptr;
-  {
-    auto& r = reducers();
-    std::lock_guard lock(r.mu);
-    auto f = r.by_id.find(reducer);
-    if (f != r.by_id.end()) fn = f->second;
-  }
-  if (fn == nullptr) {
-    return {{items[0].rank, failure_reply(std::make_exception_ptr(std::runtime_error(
-                                "the reducer of this cast is not registered in this binary")))}};
-  }
-  try {
-    auto value_of = [](const CastItem& it) {
-      Body b;
-      b.head = it.reply.head.substr(1);
-      b.parts = it.reply.parts;
-      return b;
-    };
-    std::vector<Body> values;
-    values.reserve(items.size());
-    for (const auto& it : items) values.push_back(value_of(it));
-    Body acc = fn(state, values);
-    Body out;
-    out.head.push_back(0);
-    out.head += acc.head;
-    out.parts = std::move(acc.parts);
-    return {{items[0].rank, std::move(out)}};
-  } catch (...) {
-    return {{items[0].rank, failure_reply(std::current_exception())}};
-  }
-}
-
-/// What one node waits for: its own member's reply and one result per child.
-///
-/// CA-1: a gather or reduce that includes a member found failed or unreachable (its proc died,
-/// its link was lost) reports at once, with what it has, instead of waiting for the slowest
-/// live member: the result fails anyway, and it must fail within the detection bound. Later
-/// results are dropped. An endpoint's own throw waits like a value, so the lowest-ranked throw
-/// still wins.
-class Gather {
- public:
-  Gather(std::size_t expected, CastMode mode, std::uint64_t reducer, std::string reducer_state,
-         Done done)
-      : left_(expected),
-        mode_(mode),
-        reducer_(reducer),
-        reducer_state_(std::move(reducer_state)),
-        done_(std::move(done)) {}
-
-  /// `n` more results to wait for: a dead child's children, reached around it (CA-4).
-  void expect(std::size_t n) {
-    std::lock_guard lock(mu_);
-    if (left_ != 0) left_ += n;
-  }
-
-  void add(std::vector<CastItem> more) {
-    std::unique_lock lock(mu_);
-    if (left_ == 0) return;  // reported already (CA-1)
-    bool lost = false;
-    for (auto& it : more) {
-      lost = lost || reply_is_member_lost(it.reply);
-      items_.push_back(std::move(it));
-    }
-    const bool early = lost && mode_ != CastMode::stream;
-    if (early) {
-      left_ = 0;
-    } else if (--left_ != 0) {
-      return;
-    }
-    auto items = std::move(items_);
-    lock.unlock();
-    if (mode_ == CastMode::reduce) items = fold(reducer_, reducer_state_, std::move(items));
-    if (done_) done_(std::move(items));
-  }
-
- private:
-  std::mutex mu_;
-  std::size_t left_;
-  CastMode mode_;
-  std::uint64_t reducer_;
-  std::string reducer_state_;
-  Done done_;
-  std::vector<CastItem> items_;
-};
-
-/// A child's result, arriving over a link (or its failure if the link goes first).
-class ChildResult final : public ReplySinkBase {
- public:
-  ChildResult(std::shared_ptr<Gather> gather, std::shared_ptr<const ViewIndex> view,
-              CastChild child)
-      : gather_(std::move(gather)), view_(std::move(view)), child_(std::move(child)) {}
-
-  bool deliver(const Body& body) override {
-    std::vector<CastItem> items;
-    try {
-      items = decode<std::vector<CastItem>>(body);
-      for (const auto& it : items) {
-        bool ours = false;
-        view_->each_in(child_.loc, child_.end,
-                       [&](std::size_t, std::size_t rank) { ours = ours || rank == it.rank; });
-        if (!ours) throw DecodeError("a cast result names a rank outside its subtree");
-      }
-    } catch (const std::exception& e) {
-      items = failures(*view_, child_, std::string("malformed result: ") + e.what());
-    }
-    finish(std::move(items));
-    return true;
-  }
-  void link_lost(const std::string& why) override { finish(failures(*view_, child_, why)); }
-  void peer_failed(const std::exception_ptr& error) override {
-    std::string report = "its proc failed";
-    try {
-      std::rethrow_exception(error);
-    } catch (const std::exception& e) {
-      report = e.what();
-    }
-    finish(failures(*view_, child_, report, report));
-  }
-
- private:
-  void finish(std::vector<CastItem> items) {
-    if (done_.exchange(true)) return;
-    gather_->add(std::move(items));
-  }
-  std::shared_ptr<Gather> gather_;
-  std::shared_ptr<const ViewIndex> view_;
-  CastChild child_;
-  std::atomic<bool> done_{false};
-};
 
 void run_node(const std::shared_ptr<ProcState>& local, const ActorId& sender, const Hop& hop,
               const std::shared_ptr<const ViewIndex>& view, const Body& args, Done done,
@@ -407,12 +193,6 @@ void fan_out(const std::shared_ptr<ProcState>& local, const ActorId& sender, con
   if (gather && addressed.empty() && !my_rank) gather->add({});  // nothing addressed below
 }
 
-/// The layouts a proc learned at spawn: its node of each mesh's tree, by key.
-struct NodeTable {
-  std::mutex mu;
-  std::unordered_map<std::uint64_t, CastNode> by_key;
-};
-
 /// One node: deliver to its own member (if addressed), then forward to its children.
 void run_node(const std::shared_ptr<ProcState>& local, const ActorId& sender, const Hop& hop,
               const std::shared_ptr<const ViewIndex>& view, const Body& args, Done done,
@@ -471,16 +251,6 @@ void on_cast(const std::shared_ptr<ProcState>& local, const std::shared_ptr<net:
   run_node(local, env.sender, hop, view, args, std::move(done), link);
 }
 
-/// The proc a cast starts from: the calling actor's, else the one that links this process.
-std::shared_ptr<ProcState> root_proc(const std::vector<CastMember>& base) {
-  if (Cell* c = current_cell()) return c->proc().shared_from_this();
-  if (auto home = home_proc()) return home;
-  for (const auto& m : base) {
-    if (auto p = find_proc(m.actor.proc)) return p;
-  }
-  return nullptr;
-}
-
 /// The root's children: the heads of the chunks of the whole base.
 std::vector<CastChild> root_children(const std::vector<CastMember>& base) {
   std::vector<CastChild> out;
@@ -490,65 +260,8 @@ std::vector<CastChild> root_children(const std::vector<CastMember>& base) {
 
 }  // namespace
 
-std::vector<CastNode> cast_tree(const std::vector<CastMember>& base) {
-  std::vector<CastNode> nodes(base.size());
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> todo = split(0, base.size(), kCastFanOut);
-  while (!todo.empty()) {
-    auto [loc, end] = todo.back();
-    todo.pop_back();
-    CastNode& n = nodes[loc];
-    n.loc = loc;
-    n.end = end;
-    n.self = base[loc];
-    n.below.assign(base.begin() + loc + 1, base.begin() + end);
-    for (auto c : split(loc + 1, end, kCastFanOut)) todo.push_back(c);
-  }
-  return nodes;
-}
-
-std::vector<CastChild> children_of(const CastNode& node) {
-  std::vector<CastChild> out;
-  for (auto [b, e] : split(node.loc + 1, node.end, kCastFanOut)) {
-    out.push_back({b, e, node.below.at(b - node.loc - 1)});
-  }
-  return out;
-}
-
-void learn_cast_node(Proc& proc, std::uint64_t key, CastNode node) {
-  auto table = proc.state().extension<NodeTable>();
-  std::lock_guard lock(table->mu);
-  table->by_key[key] = std::move(node);
-}
-
-void forget_cast_node(Proc& proc, std::uint64_t key) {
-  auto table = proc.state().extension<NodeTable>();
-  std::lock_guard lock(table->mu);
-  table->by_key.erase(key);
-}
-
-std::size_t cast_nodes_known(Proc& proc) {
-  auto table = proc.state().extension<NodeTable>();
-  std::lock_guard lock(table->mu);
-  return table->by_key.size();
-}
-
-std::uint64_t new_mesh_key() {
-  static std::atomic<std::uint64_t> next{0};
-  // Unique in this process; the process id and a random seed keep keys from different
-  // spawners (the controller, actors in workers) apart.
-  static const std::uint64_t seed = std::random_device{}() ^ (std::uint64_t(::getpid()) << 32);
-  return (seed * 0x9E3779B97F4A7C15ULL) ^ next.fetch_add(1, std::memory_order_relaxed);
-}
-
 void install_cast() {
   set_cast_handler(&on_cast);
-}
-
-bool cast_direct(std::size_t loc, std::size_t n) {
-  for (auto [b, e] : split(0, n, kCastFanOut)) {
-    if (b == loc) return true;
-  }
-  return false;
 }
 
 std::size_t cast_hop_bytes(const CastRequest& request, std::size_t child_loc,
@@ -622,79 +335,6 @@ void complete_item(StateBase& state, const CastItem& item, std::string_view endp
     where = "rank " + std::to_string(item.rank) + " " + shape->point(item.rank).to_string();
   }
   complete_from_reply(state, item.reply, endpoint, where);
-}
-
-std::uint64_t register_reducer(std::string_view key, ReduceFn fn) {
-  const std::uint64_t id = fnv1a(key);
-  auto& r = reducers();
-  std::lock_guard lock(r.mu);
-  r.by_id.emplace(id, fn);
-  return id;
-}
-
-bool StreamQueue::deliver(const Body& body) {
-  auto item = decode<CastItem>(body);
-  {
-    std::lock_guard lock(mu_);
-    q_.push_back(std::move(item));
-  }
-  cv_.notify_one();
-  return true;
-}
-
-std::optional<CastItem> StreamQueue::pop(
-    std::optional<std::chrono::steady_clock::time_point> deadline) {
-  std::unique_lock lock(mu_);
-  const auto have = [&] { return head_ < q_.size(); };
-  if (!deadline) {
-    cv_.wait(lock, have);
-  } else if (!cv_.wait_until(lock, *deadline, have)) {
-    return std::nullopt;
-  }
-  return std::move(q_[head_++]);
-}
-
-PortId open_stream_port(const std::vector<CastMember>& base, std::shared_ptr<StreamQueue> q) {
-  auto local = root_proc(base);
-  if (!local) throw UsageError("stream(): no proc in this process to receive the replies");
-  std::lock_guard lock(local->mu);
-  const std::uint64_t n = local->next_port++;
-  local->ports.emplace(n, std::move(q));
-  return PortId{local->client, n};
-}
-
-namespace {
-struct ShutdownHook {
-  std::mutex mu;
-  std::function<void()> hook;
-};
-ShutdownHook& shutdown_hook() {
-  static auto* h = new ShutdownHook;  // never destroyed: agents may run during exit
-  return *h;
-}
-}  // namespace
-
-void set_shutdown_hook(std::function<void()> hook) {
-  auto& h = shutdown_hook();
-  std::lock_guard lock(h.mu);
-  h.hook = std::move(hook);
-}
-
-void run_shutdown_hook() {
-  std::function<void()> hook;
-  {
-    auto& h = shutdown_hook();
-    std::lock_guard lock(h.mu);
-    hook = h.hook;
-  }
-  if (hook) hook();
-}
-
-void close_stream_port(const PortId& id) {
-  if (auto p = find_proc(id.actor.proc)) {
-    std::lock_guard lock(p->mu);
-    p->ports.erase(id.port);
-  }
 }
 
 }  // namespace baton::detail

@@ -1,0 +1,172 @@
+#pragma once
+
+// Internal to the mesh layer: what the cast tree's files share (see baton/mesh/cast.hpp).
+
+#include <algorithm>
+#include <atomic>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "actor/cell.hpp"
+#include "baton/mesh/cast.hpp"
+
+namespace baton::detail::cast_impl {
+
+using Done = std::function<void(std::vector<CastItem>)>;
+
+/// The view's locations in order, and their ranks, shared by a hop's children.
+struct ViewIndex {
+  explicit ViewIndex(const Slice& view) {
+    const std::size_t n = view.len();
+    by_loc.reserve(n);
+    for (std::size_t r = 0; r < n; ++r) by_loc.emplace_back(view.location_of_rank(r), r);
+    std::sort(by_loc.begin(), by_loc.end());
+  }
+  /// The (location, rank) pairs with location in [b, e).
+  template <class F>
+  void each_in(std::size_t b, std::size_t e, F f) const {
+    auto it = std::lower_bound(by_loc.begin(), by_loc.end(), std::make_pair(b, std::size_t{0}));
+    for (; it != by_loc.end() && it->first < e; ++it) f(it->first, it->second);
+  }
+  bool any_in(std::size_t b, std::size_t e) const {
+    auto it = std::lower_bound(by_loc.begin(), by_loc.end(), std::make_pair(b, std::size_t{0}));
+    return it != by_loc.end() && it->first < e;
+  }
+  std::vector<std::pair<std::size_t, std::size_t>> by_loc;
+};
+
+/// [first, end) in at most `fanout` contiguous chunks; each chunk's first location is its head.
+std::vector<std::pair<std::uint32_t, std::uint32_t>> split(std::size_t first, std::size_t end,
+                                                           std::size_t fanout);
+
+/// A status-tagged reply saying the message was lost with a link.
+Body undeliverable_reply(const std::string& why);
+
+/// The members of `child`'s subtree in the view, lost: its head's proc died (`died` says how;
+/// the head fails with that report, the members behind it are lost with it) or could not be
+/// reached (`why`).
+std::vector<CastItem> failures(const ViewIndex& view, const CastChild& child,
+                               const std::string& why, std::optional<std::string> died = {});
+
+/// Turns items lost with a forwarder's link into the SupervisionError of their member's proc,
+/// where that proc is known (or seen, waiting a little) to have died.
+void attribute_lost(const std::vector<CastMember>& base, const Slice& view,
+                    std::vector<CastItem>& items, const std::vector<std::size_t>& lost);
+
+/// Folds reduce-mode items: the lowest-ranked failure wins, else the values in rank order.
+std::vector<CastItem> fold(std::uint64_t reducer, const std::string& state,
+                           std::vector<CastItem> items);
+
+/// What one node waits for: its own member's reply and one result per child.
+///
+/// CA-1: a gather or reduce that includes a member found failed or unreachable (its proc died,
+/// its link was lost) reports at once, with what it has, instead of waiting for the slowest
+/// live member: the result fails anyway, and it must fail within the detection bound. Later
+/// results are dropped. An endpoint's own throw waits like a value, so the lowest-ranked throw
+/// still wins.
+class Gather {
+ public:
+  Gather(std::size_t expected, CastMode mode, std::uint64_t reducer, std::string reducer_state,
+         Done done)
+      : left_(expected),
+        mode_(mode),
+        reducer_(reducer),
+        reducer_state_(std::move(reducer_state)),
+        done_(std::move(done)) {}
+
+  /// `n` more results to wait for: a dead child's children, reached around it (CA-4).
+  void expect(std::size_t n) {
+    std::lock_guard lock(mu_);
+    if (left_ != 0) left_ += n;
+  }
+
+  void add(std::vector<CastItem> more) {
+    std::unique_lock lock(mu_);
+    if (left_ == 0) return;  // reported already (CA-1)
+    bool lost = false;
+    for (auto& it : more) {
+      lost = lost || reply_is_member_lost(it.reply);
+      items_.push_back(std::move(it));
+    }
+    const bool early = lost && mode_ != CastMode::stream;
+    if (early) {
+      left_ = 0;
+    } else if (--left_ != 0) {
+      return;
+    }
+    auto items = std::move(items_);
+    lock.unlock();
+    if (mode_ == CastMode::reduce) items = fold(reducer_, reducer_state_, std::move(items));
+    if (done_) done_(std::move(items));
+  }
+
+ private:
+  std::mutex mu_;
+  std::size_t left_;
+  CastMode mode_;
+  std::uint64_t reducer_;
+  std::string reducer_state_;
+  Done done_;
+  std::vector<CastItem> items_;
+};
+
+/// A child's result, arriving over a link (or its failure if the link goes first).
+class ChildResult final : public ReplySinkBase {
+ public:
+  ChildResult(std::shared_ptr<Gather> gather, std::shared_ptr<const ViewIndex> view,
+              CastChild child)
+      : gather_(std::move(gather)), view_(std::move(view)), child_(std::move(child)) {}
+
+  bool deliver(const Body& body) override {
+    std::vector<CastItem> items;
+    try {
+      items = decode<std::vector<CastItem>>(body);
+      for (const auto& it : items) {
+        bool ours = false;
+        view_->each_in(child_.loc, child_.end,
+                       [&](std::size_t, std::size_t rank) { ours = ours || rank == it.rank; });
+        if (!ours) throw DecodeError("a cast result names a rank outside its subtree");
+      }
+    } catch (const std::exception& e) {
+      items = failures(*view_, child_, std::string("malformed result: ") + e.what());
+    }
+    finish(std::move(items));
+    return true;
+  }
+  void link_lost(const std::string& why) override { finish(failures(*view_, child_, why)); }
+  void peer_failed(const std::exception_ptr& error) override {
+    std::string report = "its proc failed";
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      report = e.what();
+    }
+    finish(failures(*view_, child_, report, report));
+  }
+
+ private:
+  void finish(std::vector<CastItem> items) {
+    if (done_.exchange(true)) return;
+    gather_->add(std::move(items));
+  }
+  std::shared_ptr<Gather> gather_;
+  std::shared_ptr<const ViewIndex> view_;
+  CastChild child_;
+  std::atomic<bool> done_{false};
+};
+
+/// The layouts a proc learned at spawn: its node of each mesh's tree, by key.
+struct NodeTable {
+  std::mutex mu;
+  std::unordered_map<std::uint64_t, CastNode> by_key;
+};
+
+/// The proc a cast starts from: the calling actor's, else the one that links this process.
+std::shared_ptr<ProcState> root_proc(const std::vector<CastMember>& base);
+
+}  // namespace baton::detail::cast_impl

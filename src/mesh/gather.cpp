@@ -1,0 +1,109 @@
+// Replies on their way up the cast tree: what is lost, and how reducers fold.
+
+#include <algorithm>
+
+#include "mesh/cast_impl.hpp"
+
+namespace baton::detail {
+namespace cast_impl {
+namespace {
+
+struct Reducers {
+  std::mutex mu;
+  std::unordered_map<std::uint64_t, ReduceFn> by_id;
+};
+Reducers& reducers() {
+  static Reducers r;
+  return r;
+}
+
+}  // namespace
+
+Body undeliverable_reply(const std::string& why) {
+  return failure_reply(
+      std::make_exception_ptr(UndeliverableError(UndeliverableError::Reason::link_lost, why)));
+}
+
+std::vector<CastItem> failures(const ViewIndex& view, const CastChild& child,
+                               const std::string& why, std::optional<std::string> died) {
+  if (!died) died = proc_failure(child.head.actor.proc);
+  std::vector<CastItem> out;
+  view.each_in(child.loc, child.end, [&](std::size_t loc, std::size_t rank) {
+    Body reply;
+    if (died && loc == child.loc) {
+      reply = failure_reply(std::make_exception_ptr(SupervisionError(*died)));
+    } else if (died) {
+      reply = undeliverable_reply("cast lost with its forwarder " + child.head.actor.to_string() +
+                                  ": " + *died);
+    } else {
+      reply = undeliverable_reply("cast to the member at location " + std::to_string(loc) +
+                                  " lost: " + why);
+    }
+    out.push_back({static_cast<std::uint32_t>(rank), std::move(reply)});
+  });
+  return out;
+}
+
+void attribute_lost(const std::vector<CastMember>& base, const Slice& view,
+                    std::vector<CastItem>& items, const std::vector<std::size_t>& lost) {
+  for (std::size_t i : lost) {
+    if (items[i].rank >= view.len()) continue;
+    const std::size_t loc = view.location_of_rank(items[i].rank);
+    if (loc >= base.size()) continue;
+    if (auto died = await_proc_failure(base[loc].actor.proc)) {
+      items[i].reply = failure_reply(std::make_exception_ptr(SupervisionError(*died)));
+    }
+  }
+}
+
+std::vector<CastItem> fold(std::uint64_t reducer, const std::string& state,
+                           std::vector<CastItem> items) {
+  if (items.size() <= 1) return items;
+  std::sort(items.begin(), items.end(),
+            [](const CastItem& a, const CastItem& b) { return a.rank < b.rank; });
+  for (auto& it : items) {
+    if (it.reply.head.empty() || it.reply.head[0] != 0) return {std::move(it)};
+  }
+  ReduceFn fn = nullptr;
+  {
+    auto& r = reducers();
+    std::lock_guard lock(r.mu);
+    auto f = r.by_id.find(reducer);
+    if (f != r.by_id.end()) fn = f->second;
+  }
+  if (fn == nullptr) {
+    return {{items[0].rank, failure_reply(std::make_exception_ptr(std::runtime_error(
+                                "the reducer of this cast is not registered in this binary")))}};
+  }
+  try {
+    auto value_of = [](const CastItem& it) {
+      Body b;
+      b.head = it.reply.head.substr(1);
+      b.parts = it.reply.parts;
+      return b;
+    };
+    std::vector<Body> values;
+    values.reserve(items.size());
+    for (const auto& it : items) values.push_back(value_of(it));
+    Body acc = fn(state, values);
+    Body out;
+    out.head.push_back(0);
+    out.head += acc.head;
+    out.parts = std::move(acc.parts);
+    return {{items[0].rank, std::move(out)}};
+  } catch (...) {
+    return {{items[0].rank, failure_reply(std::current_exception())}};
+  }
+}
+
+}  // namespace cast_impl
+
+std::uint64_t register_reducer(std::string_view key, ReduceFn fn) {
+  const std::uint64_t id = fnv1a(key);
+  auto& r = cast_impl::reducers();
+  std::lock_guard lock(r.mu);
+  r.by_id.emplace(id, fn);
+  return id;
+}
+
+}  // namespace baton::detail

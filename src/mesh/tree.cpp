@@ -1,0 +1,85 @@
+// The fixed cast tree of a mesh, and the node of it each member's proc learns (CA-3).
+
+#include <unistd.h>
+
+#include <random>
+
+#include "mesh/cast_impl.hpp"
+
+namespace baton::detail {
+namespace cast_impl {
+
+std::vector<std::pair<std::uint32_t, std::uint32_t>> split(std::size_t first, std::size_t end,
+                                                           std::size_t fanout) {
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> out;
+  const std::size_t rest = end - first;
+  const std::size_t k = std::min(fanout, rest);
+  for (std::size_t i = 0; i < k; ++i) {
+    out.emplace_back(static_cast<std::uint32_t>(first + i * rest / k),
+                     static_cast<std::uint32_t>(first + (i + 1) * rest / k));
+  }
+  return out;
+}
+
+}  // namespace cast_impl
+
+using cast_impl::split;
+
+std::vector<CastNode> cast_tree(const std::vector<CastMember>& base) {
+  std::vector<CastNode> nodes(base.size());
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> todo = split(0, base.size(), kCastFanOut);
+  while (!todo.empty()) {
+    auto [loc, end] = todo.back();
+    todo.pop_back();
+    CastNode& n = nodes[loc];
+    n.loc = loc;
+    n.end = end;
+    n.self = base[loc];
+    n.below.assign(base.begin() + loc + 1, base.begin() + end);
+    for (auto c : split(loc + 1, end, kCastFanOut)) todo.push_back(c);
+  }
+  return nodes;
+}
+
+std::vector<CastChild> children_of(const CastNode& node) {
+  std::vector<CastChild> out;
+  for (auto [b, e] : split(node.loc + 1, node.end, kCastFanOut)) {
+    out.push_back({b, e, node.below.at(b - node.loc - 1)});
+  }
+  return out;
+}
+
+void learn_cast_node(Proc& proc, std::uint64_t key, CastNode node) {
+  auto table = proc.state().extension<cast_impl::NodeTable>();
+  std::lock_guard lock(table->mu);
+  table->by_key[key] = std::move(node);
+}
+
+void forget_cast_node(Proc& proc, std::uint64_t key) {
+  auto table = proc.state().extension<cast_impl::NodeTable>();
+  std::lock_guard lock(table->mu);
+  table->by_key.erase(key);
+}
+
+std::size_t cast_nodes_known(Proc& proc) {
+  auto table = proc.state().extension<cast_impl::NodeTable>();
+  std::lock_guard lock(table->mu);
+  return table->by_key.size();
+}
+
+std::uint64_t new_mesh_key() {
+  static std::atomic<std::uint64_t> next{0};
+  // Unique in this process; the process id and a random seed keep keys from different
+  // spawners (the controller, actors in workers) apart.
+  static const std::uint64_t seed = std::random_device{}() ^ (std::uint64_t(::getpid()) << 32);
+  return (seed * 0x9E3779B97F4A7C15ULL) ^ next.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool cast_direct(std::size_t loc, std::size_t n) {
+  for (auto [b, e] : split(0, n, kCastFanOut)) {
+    if (b == loc) return true;
+  }
+  return false;
+}
+
+}  // namespace baton::detail
