@@ -249,10 +249,6 @@ void Cell::post_resume(std::coroutine_handle<> h) {
   schedule_if_idle();
 }
 
-std::weak_ptr<ResumeContext> Cell::weak_context() {
-  return std::static_pointer_cast<ResumeContext>(shared_from_this());
-}
-
 void Cell::post_continuation(std::function<void(bool)> fn) {
   auto* m = new Message;
   m->kind = Message::Kind::continuation;

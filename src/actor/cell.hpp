@@ -124,7 +124,6 @@ class Cell final : public Runnable,
   void enqueue(Message* m);
   void run() override;
   void post_resume(std::coroutine_handle<> h) override;
-  std::weak_ptr<ResumeContext> weak_context() override;
   /// Queues a continuation to run on this actor like a message (F-3); `fn(false)` runs instead
   /// if the actor has ended.
   void post_continuation(std::function<void(bool alive)> fn);

@@ -42,8 +42,6 @@ namespace detail {
 class ResumeContext {
  public:
   virtual void post_resume(std::coroutine_handle<> h) = 0;
-  /// A weak reference to this context, so a late completion never touches an ended actor.
-  virtual std::weak_ptr<ResumeContext> weak_context() = 0;
 
  protected:
   ~ResumeContext() = default;
@@ -356,10 +354,11 @@ class Future {
           state->on_ready([h] { h.resume(); });
           return;
         }
-        state->on_ready([h, weak = ctx->weak_context()] {
-          // An actor that is gone destroyed the suspended frame with its task: nothing to do.
-          if (auto c = weak.lock()) c->post_resume(h);
-        });
+        // The actor's cell outlives its suspended frame (the proc keeps every cell until it is
+        // destroyed, after its links have failed what waits on them), and a resume that comes
+        // for a frame its failed actor already destroyed is dropped there. A raw pointer keeps
+        // the round trip free of reference counting.
+        state->on_ready([h, ctx] { ctx->post_resume(h); });
       }
       T await_resume() { return state->take(state.sole()); }
     };
