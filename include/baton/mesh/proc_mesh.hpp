@@ -1,0 +1,163 @@
+#pragma once
+
+// ProcMesh: procs laid out on a shape, each a worker process; spawns one actor per proc.
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "baton/actor/errors.hpp"
+#include "baton/actor/future.hpp"
+#include "baton/mesh/actor_mesh.hpp"
+#include "baton/slice/slice.hpp"
+
+namespace baton {
+
+namespace detail {
+/// Whoever started a mesh's procs, and can stop them.
+class ProcGroup {
+ public:
+  virtual ~ProcGroup() = default;
+  /// Orderly stop: each proc's actors stop (on_stop runs), then SIGTERM; whatever is still
+  /// running after `grace` gets SIGKILL. Returns at once; the future completes once every
+  /// process is gone (every call gets the first call's).
+  virtual Future<void> stop(std::chrono::milliseconds grace) = 0;
+  /// The default grace of stop().
+  virtual std::chrono::milliseconds default_grace() const = 0;
+  /// Set once the group is told to stop, by whomever.
+  virtual std::shared_ptr<std::atomic<bool>> stopped_flag() const = 0;
+};
+}  // namespace detail
+
+/// Procs laid out on a shape; spawns one actor per proc.
+class ProcMesh {
+ public:
+  /// An empty handle, to be assigned the mesh spawn_procs() returns (so a class can hold one).
+  ProcMesh() = default;
+  ProcMesh(Shape shape, std::vector<ProcId> by_location, std::shared_ptr<detail::ProcGroup> group)
+      : base_shape_(shape),
+        shape_(std::move(shape)),
+        procs_(std::make_shared<std::vector<ProcId>>(std::move(by_location))),
+        group_(std::move(group)),
+        stopped_(group_ ? group_->stopped_flag() : std::make_shared<std::atomic<bool>>(false)) {}
+
+  /// Stops every proc of the mesh, in order: the proc meshes its actors own stop first, then
+  /// its actors after the messages already queued for them (on_stop runs), then the processes
+  /// get SIGTERM; whatever still runs after `grace` (RuntimeOptions::stop_grace by default) gets
+  /// SIGKILL. Does not block: calls to its actors fail from now on, and the future completes
+  /// once every process is gone (or fails naming one that could not be stopped).
+  Future<void> stop() const { return stop(group_ ? group_->default_grace() : kNoGrace); }
+  Future<void> stop(std::chrono::milliseconds grace) const {
+    check();
+    stopped_->store(true, std::memory_order_release);
+    if (!group_) return make_ready_future();
+    return group_->stop(grace);
+  }
+
+  const Shape& shape() const { return shape_; }
+  std::size_t size() const { return shape_.len(); }
+  const ProcId& proc(std::size_t rank) const {
+    check();
+    return (*procs_)[shape_.location(rank)];
+  }
+
+  /// Spawns an A named `name` in every proc; constructor arguments are serialized. The caller
+  /// (the running actor, or the controller) owns the new mesh: its members' failures go to
+  /// the caller's supervise() hook, or to the controller's (RuntimeOptions::supervise).
+  template <class A, class... Args>
+  ActorMesh<A> spawn(const std::string& name, Args&&... args) const {
+    using Reg = detail::FactoryRegistration<A, std::decay_t<Args>...>;
+    check();
+    if (stopped_->load(std::memory_order_acquire)) {
+      throw UsageError("spawn('" + name + "'): this proc mesh was stopped");
+    }
+    const Body body = encode(static_cast<const std::decay_t<Args>&>(args)...);
+    std::vector<std::pair<std::string, std::size_t>> dims;
+    for (const auto& label : shape_.labels()) dims.emplace_back(label, shape_.size(label));
+    const Shape mesh_shape = Shape::of(dims);
+    detail::Supervisor place{detail::current_owner(), name, 0, mesh_shape, {}};
+    std::vector<Future<ActorId>> ids;
+    ids.reserve(size());
+    for (std::size_t r = 0; r < size(); ++r) {
+      ActorRef<ProcAgent> agent(ActorId{proc(r), "agent", 0},
+                                detail::resolve_actor(ActorId{proc(r), "agent", 0}));
+      place.rank = static_cast<std::int64_t>(r);
+      place.proc_point = base_shape_.point(shape_.location(r));
+      ids.push_back(agent.call(&ProcAgent::spawn, Reg::id, body.head, body.parts, place));
+    }
+    // The actor mesh is dense over this (possibly sliced) proc mesh's members, in rank order.
+    std::vector<ActorRef<A>> refs;
+    refs.reserve(size());
+    std::vector<detail::CastMember> members;
+    members.reserve(size());
+    for (std::size_t r = 0; r < size(); ++r) {
+      ActorId id = detail::block_on(ids[r]);
+      members.push_back({id, detail::address_text(id.proc)});
+      auto cell = detail::resolve_actor(id);
+      refs.emplace_back(std::move(id), std::move(cell));
+    }
+    // CA-3: every member's proc learns its node of the mesh's tree before anyone can cast.
+    const std::uint64_t key = detail::new_mesh_key();
+    std::vector<detail::CastNode> nodes = detail::cast_tree(members);
+    std::vector<Future<int>> learned;
+    learned.reserve(size());
+    for (std::size_t r = 0; r < size(); ++r) {
+      ActorRef<ProcAgent> agent(ActorId{proc(r), "agent", 0},
+                                detail::resolve_actor(ActorId{proc(r), "agent", 0}));
+      learned.push_back(agent.call(&ProcAgent::learn, key, nodes[r]));
+    }
+    for (auto& f : learned) detail::block_on(f);
+    return ActorMesh<A>(mesh_shape, std::move(refs), name, key, stopped_);
+  }
+
+  /// The procs with `dim` in [begin, end): a view.
+  ProcMesh slice(std::string_view dim, std::size_t begin, std::size_t end) const {
+    return view(shape_.range(dim, begin, end));
+  }
+  /// The procs with `dim` == index; the dimension is dropped.
+  ProcMesh slice(std::string_view dim, std::size_t index) const {
+    return view(shape_.at(dim, index));
+  }
+  /// Several dimensions at once: slice({{"hosts", 0}, {"gpus", {0, 4}}}).
+  ProcMesh slice(const std::vector<DimSelect>& dims) const { return view(shape_.select(dims)); }
+  /// The same procs on one dimension named `name` (see Shape::flatten).
+  ProcMesh flatten(std::string name) const { return view(shape_.flatten(std::move(name))); }
+  /// The same procs with dimension `from` called `to`.
+  ProcMesh rename(std::string_view from, std::string to) const {
+    return view(shape_.rename(from, std::move(to)));
+  }
+
+ private:
+  static constexpr std::chrono::milliseconds kNoGrace{0};
+
+  ProcMesh view(Shape shape) const {
+    ProcMesh m = *this;
+    m.shape_ = std::move(shape);
+    return m;
+  }
+  void check() const {
+    if (!procs_) {
+      throw UsageError(
+          "this ProcMesh is empty (default-constructed): assign it the mesh that spawn_procs() "
+          "returns before using it");
+    }
+  }
+
+  Shape base_shape_;  // the shape the procs were started with (row-major: rank = location)
+  Shape shape_;
+  std::shared_ptr<std::vector<ProcId>> procs_;
+  std::shared_ptr<detail::ProcGroup> group_;
+  std::shared_ptr<std::atomic<bool>> stopped_;  // shared with the group: a host stop sets it
+};
+
+}  // namespace baton
