@@ -329,6 +329,11 @@ void cast(CastRequest request) {
 }
 
 void complete_item(StateBase& state, const CastItem& item, std::string_view endpoint,
+                   std::string_view where) {
+  complete_from_reply(state, item.reply, endpoint, where);
+}
+
+void complete_item(StateBase& state, const CastItem& item, std::string_view endpoint,
                    const Shape* shape) {
   std::string where;
   if (shape != nullptr && item.rank < shape->len()) {

@@ -373,6 +373,32 @@ TEST(Mesh, ProcsForgetTheTreesOfStoppedMeshes) {  // CA-3
   procs.stop().get();
 }
 
+TEST(Mesh, AnActorErrorNamesTheMembersRankAndPointWhicheverVerbCalledIt) {
+  // 12 members: the controller reaches rank 1 directly and rank 2 through the tree.
+  auto procs = this_host().spawn_procs({{"hosts", 3}, {"gpus", 4}});
+  auto counters = procs.spawn<Counter>("counters", 0);
+  const auto where = [](auto&& call) -> std::string {
+    try {
+      call();
+    } catch (const ActorError& e) {
+      return e.where();
+    }
+    return "no ActorError";
+  };
+  EXPECT_EQ(where([&] { counters.call(&Counter::fail_on, 2).get(); }),
+            "rank 2 {hosts: 0, gpus: 2}");
+  EXPECT_EQ(where([&] { counters.reduce(sum, &Counter::fail_on, 6).get(); }),
+            "rank 6 {hosts: 1, gpus: 2}");
+  for (int r : {1, 2}) {  // the direct path and the tree's path say the same
+    auto one = counters.slice({{"hosts", 0}, {"gpus", {static_cast<std::size_t>(r), 4}}});
+    EXPECT_EQ(where([&] { one.slice("gpus", 0).call_one(&Counter::fail_on, r).get(); }),
+              "rank 0 {}");
+    EXPECT_EQ(where([&] { one.slice("gpus", 0, 1).choose(&Counter::fail_on, r).get(); }),
+              "rank 0 {gpus: 0}");
+  }
+  procs.stop().get();
+}
+
 TEST(Mesh, TemporariesAreSafeAndHandlesCanBeMembers) {
   struct Job {
     ProcMesh procs;  // empty until assigned: no std::optional needed

@@ -29,6 +29,30 @@ namespace baton {
 
 namespace detail {
 
+/// `f`, whose ActorError (if it fails with one) names the member as `where` (its rank and point
+/// in the mesh it was called through), as a cast's reply does.
+template <class R>
+Future<R> naming_member(Future<R> f, std::string where) {
+  auto next = std::make_shared<State<R>>();
+  auto src = f.state();
+  src->on_ready([src, next, where = std::move(where)] {
+    try {
+      if constexpr (std::is_void_v<R>) {
+        src->value();
+        next->set_value();
+      } else {
+        next->set_value(std::move(src->value()));  // the caller's future is gone: ours alone
+      }
+    } catch (const ActorError& e) {
+      next->set_exception(std::make_exception_ptr(
+          e.where().empty() ? ActorError(e.actor(), e.endpoint(), e.remote_message(), where) : e));
+    } catch (...) {
+      next->set_exception(std::current_exception());
+    }
+  });
+  return Future<R>(std::move(next));
+}
+
 /// Where every location of a mesh's base has been stopped (shared by all its views).
 class MeshLife {
  public:
@@ -273,8 +297,8 @@ class ActorMesh {
                        detail::CastMode::reduce, cast_view());
     req.reducer = detail::ReducerRegistration<std::decay_t<Red>, R>::id;
     req.reducer_state = detail::save_reducer(reducer);
-    req.done = [state, name = ep.name](std::vector<detail::CastItem> items) {
-      complete_one(*state, name, items);
+    req.done = [state, name = ep.name, shape = shape_](std::vector<detail::CastItem> items) {
+      complete_one(*state, name, items, &shape);
     };
     detail::cast(std::move(req));
     return Future<R>(state);
@@ -386,16 +410,27 @@ class ActorMesh {
     return std::move(all).then([](const ValueMesh<int>&) {});
   }
 
+  /// Completes `state` from the one item of a reduce (its rank in `shape`) or of a cast to one
+  /// member (named by `where`).
   template <class R>
   static void complete_one(detail::State<R>& state, std::string_view endpoint,
-                           const std::vector<detail::CastItem>& items) {
+                           const std::vector<detail::CastItem>& items, const Shape* shape,
+                           std::string_view where = {}) {
     if (items.size() != 1) {
       state.set_exception(std::make_exception_ptr(UndeliverableError(
           UndeliverableError::Reason::link_lost,
           "a cast to one member came back with " + std::to_string(items.size()) + " replies")));
       return;
     }
-    detail::complete_item(state, items[0], endpoint);
+    if (shape != nullptr) {
+      detail::complete_item(state, items[0], endpoint, shape);
+    } else {
+      detail::complete_item(state, items[0], endpoint, where);
+    }
+  }
+  /// How an ActorError names a member of this view, whichever verb called it.
+  std::string where_of(std::size_t rank) const {
+    return "rank " + std::to_string(rank) + " " + shape_.point(rank).to_string();
   }
 
   /// The locations this view casts to; throws if any of its members was stopped.
@@ -431,14 +466,16 @@ class ActorMesh {
     const std::size_t loc = shape_.location(rank);
     check_live(loc);
     if (detail::cast_direct(loc, base().refs.size())) {
-      return base().refs[loc].call(f, std::forward<Args>(args)...);
+      return detail::naming_member(base().refs[loc].call(f, std::forward<Args>(args)...),
+                                   where_of(rank));
     }
     const auto& ep = detail::endpoint_for<A>(f);
     auto state = std::make_shared<detail::State<R>>();
     auto req = request(ep, detail::encode_call_args<F>(std::forward<Args>(args)...),
                        detail::CastMode::gather, Slice(loc, {1}, {1}));
-    req.done = [state, name = ep.name](std::vector<detail::CastItem> items) {
-      complete_one(*state, name, items);
+    req.done = [state, name = ep.name,
+                where = where_of(rank)](std::vector<detail::CastItem> items) {
+      complete_one(*state, name, items, nullptr, where);
     };
     detail::cast(std::move(req));
     return Future<R>(state);

@@ -147,6 +147,9 @@ void install_cast();
 /// `shape`, if given, is the cast's: an ActorError then names the member's rank and point.
 void complete_item(StateBase& state, const CastItem& item, std::string_view endpoint,
                    const Shape* shape = nullptr);
+/// The same, naming the member as `where` in an ActorError.
+void complete_item(StateBase& state, const CastItem& item, std::string_view endpoint,
+                   std::string_view where);
 
 /// Folds encoded values of one type, in order, into one, with a reducer rebuilt from `state`;
 /// registered by id in every process.
