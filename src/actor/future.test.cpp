@@ -98,8 +98,9 @@ TEST(Future, EveryContinuationOnCopiesRunsAndNoneMovesTheValueFromAnother) {  //
   auto f = p.get_future();
   auto g = f;  // a copy shares the result
   std::vector<std::size_t> sizes;
-  auto a = Future<std::vector<int>>(f).then([&](std::vector<int> v) { sizes.push_back(v.size()); });
-  auto b = std::move(g).then([&](std::vector<int> v) { sizes.push_back(v.size()); });
+  auto a = Future<std::vector<int>>(f).then(
+      [&](const std::vector<int>& v) { sizes.push_back(v.size()); });
+  auto b = std::move(g).then([&](const std::vector<int>& v) { sizes.push_back(v.size()); });
   auto c = Future<std::vector<int>>(f).then(
       [&](const std::vector<int>& v) { sizes.push_back(v.size()); });
   p.set_value(std::vector<int>{1, 2, 3});

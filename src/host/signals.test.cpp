@@ -74,6 +74,7 @@ struct Controller {
     env_s.push_back("BATON_TEST_CONTROLLER=" + mode);
     env_s.push_back("TMPDIR=" + tmp.string());
     std::vector<char*> envp;
+    envp.reserve(env_s.size() + 1);
     for (auto& e : env_s) envp.push_back(e.data());
     envp.push_back(nullptr);
     std::string self = mode + "-controller";

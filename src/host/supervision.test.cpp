@@ -192,7 +192,8 @@ class StopOwner : public Actor {
  public:
   Task<std::vector<int>> start(int n, std::string fifo) {
     // The members report to this actor, over the links they already have to its process.
-    auto report = open_port<std::string>([this](std::string s) { reports_.push_back(s); });
+    auto report =
+        open_port<std::string>([this](std::string s) { reports_.push_back(std::move(s)); });
     procs_ = this_host().spawn_procs({{"leaves", static_cast<std::size_t>(n)}});
     leaves_ = procs_.spawn<HeldStop>("held", std::move(fifo), report);
     pids_ = (co_await leaves_.call(&HeldStop::pid)).values();
@@ -945,6 +946,7 @@ TEST(Supervision, AWorkerTheOutOfMemoryKillerEndsIsReportedAsSuch) {
   for (char** e = environ; *e != nullptr; ++e) env_s.emplace_back(*e);
   env_s.push_back("BATON_TEST_OOM_CGROUP=" + cgroup.path().string());
   std::vector<char*> envp;
+  envp.reserve(env_s.size() + 1);
   for (auto& e : env_s) envp.push_back(e.data());
   envp.push_back(nullptr);
   std::string self = "oom-controller";

@@ -34,7 +34,7 @@ namespace detail {
 template <class R>
 Future<R> naming_member(Future<R> f, std::string where) {
   auto next = std::make_shared<State<R>>();
-  auto src = f.state();
+  const auto& src = f.state();
   src->on_ready([src, next, where = std::move(where)] {
     try {
       if constexpr (std::is_void_v<R>) {
@@ -389,9 +389,9 @@ class ActorMesh {
     std::shared_ptr<const std::atomic<bool>> procs_stopped;
   };
 
-  ActorMesh view(Shape shape) const {
+  ActorMesh view(const Shape& shape) const {
     ActorMesh m = *this;
-    m.shape_ = std::move(shape);
+    m.shape_ = shape;
     return m;
   }
   const Base& base() const {

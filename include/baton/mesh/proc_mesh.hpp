@@ -140,9 +140,9 @@ class ProcMesh {
  private:
   static constexpr std::chrono::milliseconds kNoGrace{0};
 
-  ProcMesh view(Shape shape) const {
+  ProcMesh view(const Shape& shape) const {
     ProcMesh m = *this;
-    m.shape_ = std::move(shape);
+    m.shape_ = shape;
     return m;
   }
   void check() const {
