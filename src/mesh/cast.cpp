@@ -58,6 +58,20 @@ void run_node(const std::shared_ptr<ProcState>& local, const ActorId& sender, co
               const std::shared_ptr<const ViewIndex>& view, const Body& args, Done done,
               const std::shared_ptr<net::Link>& from = nullptr);
 
+/// What the root sends, before it names a child: the request's fields that travel.
+Hop root_hop(const CastRequest& request) {
+  Hop hop;
+  hop.mode = request.mode;
+  hop.reducer = request.reducer;
+  hop.reducer_state = request.reducer_state;
+  hop.endpoint = request.endpoint;
+  hop.fanout = kCastFanOut;
+  hop.stream_to = request.stream_to;
+  hop.key = request.key;
+  hop.view = request.view;
+  return hop;
+}
+
 /// The hop for `child`, as `parent` forwards it.
 Hop child_hop(const Hop& parent, const CastChild& child) {
   Hop hop;
@@ -266,17 +280,9 @@ void install_cast() {
 
 std::size_t cast_hop_bytes(const CastRequest& request, std::size_t child_loc,
                            const PortId& reply_to) {
-  Hop root;
-  root.mode = request.mode;
-  root.reducer = request.reducer;
-  root.reducer_state = request.reducer_state;
-  root.endpoint = request.endpoint;
-  root.stream_to = request.stream_to;
-  root.key = request.key;
-  root.view = request.view;
   const auto nodes = cast_tree(*request.base);
   const auto& node = nodes.at(child_loc);
-  Hop hop = child_hop(root, CastChild{node.loc, node.end, node.self});
+  Hop hop = child_hop(root_hop(request), CastChild{node.loc, node.end, node.self});
   hop.reply_to = reply_to;
   return encode(hop).head.size();
 }
@@ -285,15 +291,7 @@ void cast(CastRequest request) {
   install_cast();
   const auto& base = *request.base;
   auto local = root_proc(base);
-  Hop hop;
-  hop.mode = request.mode;
-  hop.reducer = request.reducer;
-  hop.reducer_state = std::move(request.reducer_state);
-  hop.endpoint = request.endpoint;
-  hop.fanout = kCastFanOut;
-  hop.stream_to = request.stream_to;
-  hop.key = request.key;
-  hop.view = request.view;
+  const Hop hop = root_hop(request);
   const ActorId sender = current_sender(local.get());
   Done done = std::move(request.done);
   if (done) {

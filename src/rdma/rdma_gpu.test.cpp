@@ -11,32 +11,16 @@
 #include <vector>
 
 #include "baton/baton.hpp"
+#include "rdma/pattern.test.hpp"
 #include "rdma/settings.test.hpp"
 
 namespace baton {
 namespace {
 
-std::uint8_t pattern(std::size_t i, int seed) {
-  return static_cast<std::uint8_t>(((i * 2654435761U) >> 13) + static_cast<std::size_t>(seed));
-}
-void fill(std::byte* p, std::size_t n, int seed) {
-  for (std::size_t i = 0; i < n; ++i) p[i] = std::byte{pattern(i, seed)};
-}
-std::uint64_t checksum(const std::byte* p, std::size_t n) {
-  std::uint64_t h = 1469598103934665603ULL;
-  for (std::size_t i = 0; i < n; ++i) h = (h ^ static_cast<std::uint8_t>(p[i])) * 1099511628211ULL;
-  return h;
-}
-std::uint64_t expected(std::size_t n, int seed) {
-  std::vector<std::byte> v(n);
-  fill(v.data(), n, seed);
-  return checksum(v.data(), n);
-}
-
-/// Waits for a transfer, with a bound: a hang fails the test with TimeoutError.
-void finish(Future<void> f) {
-  f.get(std::chrono::seconds(60));
-}
+using rdma_testing::checksum;
+using rdma_testing::expected;
+using rdma_testing::fill;
+using rdma_testing::finish;
 
 /// Owns device memory in a worker process and registers it.
 class DeviceHolder : public Actor {
