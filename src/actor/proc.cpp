@@ -133,7 +133,8 @@ void send_call(const ActorId& target, const CellPtr& cached, const EndpointInfo&
     resolved = resolve_actor(target);
     cell = resolved.get();
   }
-  auto* m = new Message;
+  // Owned until handed to a mailbox: a send that throws (a message too large) frees it.
+  std::unique_ptr<Message> m(new Message);
   m->kind = Message::Kind::call;
   m->endpoint = &endpoint;
   m->body = std::move(args);
@@ -141,18 +142,16 @@ void send_call(const ActorId& target, const CellPtr& cached, const EndpointInfo&
   Cell* current = current_cell();
   m->sender = current != nullptr ? &current->id() : &current_sender_id(nullptr);
   if (cell == nullptr && route_remote_call(target, endpoint, m->body, m->reply, *m->sender)) {
-    delete m;
     return;
   }
   if (cell == nullptr) {
-    std::unique_ptr<Message> owned(m);
-    return_to_sender(*owned, PortId{target, 0}, UndeliverableError::Reason::unknown_actor,
+    return_to_sender(*m, PortId{target, 0}, UndeliverableError::Reason::unknown_actor,
                      "no actor " + target.to_string() + " (" + std::string(endpoint.name) +
                          "): it was never spawned, or its proc is gone");
     return;
   }
   if (current == nullptr) m->sender = &cell->proc().client;
-  cell->enqueue(m);
+  cell->enqueue(m.release());
 }
 
 Future<void> stop_actor(const ActorId& target, const CellPtr& cached) {
