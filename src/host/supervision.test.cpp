@@ -823,42 +823,54 @@ TEST(Supervision, TheControllerRespawnsABrokenMesh) {
   fresh.stop().get();
 }
 
-TEST(Supervision, AnUnhandledFailureStopsTheControllerWithAReportAndStatus1) {
+/// How a controller this test started (this binary, as `name`) ended, and what it printed on
+/// stderr.
+struct ControllerRun {
+  int status = 0;
+  std::string text;
+};
+
+/// Runs this binary as the controller `name`, with `env` ahead of this process's environment
+/// (the first of a name wins), and waits for it.
+void run_controller(const std::string& name, const std::vector<std::string>& env,
+                    ControllerRun& out) {
   int err[2];
-  ASSERT_EQ(::pipe(err), 0);
+  ASSERT_EQ(::pipe2(err, O_CLOEXEC), 0);
   posix_spawn_file_actions_t actions;
   ::posix_spawn_file_actions_init(&actions);
   ::posix_spawn_file_actions_adddup2(&actions, err[1], STDERR_FILENO);
-  std::vector<std::string> env_s;
+  std::vector<std::string> env_s = env;
   for (char** e = environ; *e != nullptr; ++e) env_s.emplace_back(*e);
-  env_s.emplace_back("BATON_TEST_UNSUPERVISED=1");
-  std::string tmp = (std::filesystem::temp_directory_path() / "baton-unsupervised-XXXXXX").string();
-  ASSERT_NE(::mkdtemp(tmp.data()), nullptr);
-  env_s.push_back("TMPDIR=" + tmp);  // first in the environment wins
-  std::rotate(env_s.begin(), env_s.end() - 1, env_s.end());
   std::vector<char*> envp;
   envp.reserve(env_s.size() + 1);
   for (auto& e : env_s) envp.push_back(e.data());
   envp.push_back(nullptr);
-  std::string self = "unsupervised-controller";
+  std::string self = name;
   char* child_argv[] = {self.data(), nullptr};
   pid_t controller = -1;
   ASSERT_EQ(
       ::posix_spawn(&controller, "/proc/self/exe", &actions, nullptr, child_argv, envp.data()), 0);
   ::posix_spawn_file_actions_destroy(&actions);
   ::close(err[1]);
-  std::string text;
   char buf[4096];
   for (;;) {
     const ssize_t n = ::read(err[0], buf, sizeof buf);
     if (n <= 0) break;
-    text.append(buf, static_cast<std::size_t>(n));
+    out.text.append(buf, static_cast<std::size_t>(n));
   }
   ::close(err[0]);
-  int status = 0;
-  ASSERT_EQ(::waitpid(controller, &status, 0), controller);
-  ASSERT_TRUE(WIFEXITED(status)) << text;
-  EXPECT_EQ(WEXITSTATUS(status), 1) << text;
+  ASSERT_EQ(::waitpid(controller, &out.status, 0), controller);
+}
+
+TEST(Supervision, AnUnhandledFailureStopsTheControllerWithAReportAndStatus1) {
+  std::string tmp = (std::filesystem::temp_directory_path() / "baton-unsupervised-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(tmp.data()), nullptr);
+  ControllerRun run;
+  ASSERT_NO_FATAL_FAILURE(run_controller("unsupervised-controller",
+                                         {"TMPDIR=" + tmp, "BATON_TEST_UNSUPERVISED=1"}, run));
+  const std::string& text = run.text;
+  ASSERT_TRUE(WIFEXITED(run.status)) << text;
+  EXPECT_EQ(WEXITSTATUS(run.status), 1) << text;
   EXPECT_THAT(text, HasSubstr("a failure that nothing handled stops this program"));
   EXPECT_THAT(text, HasSubstr("/doomed[0] (rank 1 of mesh 'doomed'): "));
   EXPECT_THAT(text, HasSubstr("Worker::boom threw with no caller to tell"));
@@ -937,37 +949,12 @@ TEST(Supervision, AWorkerTheOutOfMemoryKillerEndsIsReportedAsSuch) {
   // kernel kills it.
   MemoryCgroup cgroup(512u << 20);
   if (cgroup.path().empty()) GTEST_SKIP() << "no memory cgroup for this test: " << cgroup.why();
-  int err[2];
-  ASSERT_EQ(::pipe2(err, O_CLOEXEC), 0);
-  posix_spawn_file_actions_t actions;
-  ::posix_spawn_file_actions_init(&actions);
-  ::posix_spawn_file_actions_adddup2(&actions, err[1], STDERR_FILENO);
-  std::vector<std::string> env_s;
-  for (char** e = environ; *e != nullptr; ++e) env_s.emplace_back(*e);
-  env_s.push_back("BATON_TEST_OOM_CGROUP=" + cgroup.path().string());
-  std::vector<char*> envp;
-  envp.reserve(env_s.size() + 1);
-  for (auto& e : env_s) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::string self = "oom-controller";
-  char* child_argv[] = {self.data(), nullptr};
-  pid_t controller = -1;
-  ASSERT_EQ(
-      ::posix_spawn(&controller, "/proc/self/exe", &actions, nullptr, child_argv, envp.data()), 0);
-  ::posix_spawn_file_actions_destroy(&actions);
-  ::close(err[1]);
-  std::string text;
-  char buf[4096];
-  for (;;) {
-    const ssize_t n = ::read(err[0], buf, sizeof buf);
-    if (n <= 0) break;
-    text.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(err[0]);
-  int status = 0;
-  ASSERT_EQ(::waitpid(controller, &status, 0), controller);
-  ASSERT_TRUE(WIFEXITED(status)) << text;
-  EXPECT_EQ(WEXITSTATUS(status), 1) << text;  // it reported the failure, nobody handled it
+  ControllerRun run;
+  ASSERT_NO_FATAL_FAILURE(
+      run_controller("oom-controller", {"BATON_TEST_OOM_CGROUP=" + cgroup.path().string()}, run));
+  const std::string& text = run.text;
+  ASSERT_TRUE(WIFEXITED(run.status)) << text;
+  EXPECT_EQ(WEXITSTATUS(run.status), 1) << text;  // it reported the failure, nobody handled it
   EXPECT_THAT(text, HasSubstr("was killed by signal SIGKILL (Killed): the kernel's "
                               "out-of-memory killer acted in its cgroup"));
 }
