@@ -57,121 +57,15 @@ CellPtr cell_ptr(Cell& c) {
   return c.shared_from_this();
 }
 
-// --- Message pool ---------------------------------------------------------------------------
-
-namespace {
-
-struct FreeNode {
-  FreeNode* next;
-};
-
-constexpr std::size_t kBatch = 256;
-
-// Full batches of free messages, shared by all threads.
-struct Depot {
-  std::mutex mu;
-  std::vector<FreeNode*> batches;
-};
-Depot& depot() {
-  static Depot* d = new Depot;  // never destroyed: threads may free messages during exit
-  return *d;
-}
-
-struct ThreadCache {
-  FreeNode* head = nullptr;
-  std::size_t count = 0;
-  ~ThreadCache() {
-    while (head != nullptr) {
-      FreeNode* n = head;
-      head = head->next;
-      ::operator delete (n, std::align_val_t{alignof(Message)});
-    }
-  }
-};
-thread_local ThreadCache t_cache;
-
-}  // namespace
-
-void* Message::operator new(std::size_t size) {
-  ThreadCache& c = t_cache;
-  if (c.head == nullptr) {
-    Depot& d = depot();
-    std::lock_guard lock(d.mu);
-    if (!d.batches.empty()) {
-      c.head = d.batches.back();
-      d.batches.pop_back();
-      c.count = kBatch;
-    }
-  }
-  if (c.head != nullptr) {
-    FreeNode* n = c.head;
-    c.head = n->next;
-    --c.count;
-    return n;
-  }
-  return ::operator new (size, std::align_val_t{alignof(Message)});
-}
-
-void Message::operator delete(void* p) noexcept {
-  ThreadCache& c = t_cache;
-  auto* n = static_cast<FreeNode*>(p);
-  if (c.count >= kBatch) {
-    // Hand a full batch to the depot (bounded, so an idle pool does not hoard memory).
-    Depot& d = depot();
-    std::unique_lock lock(d.mu);
-    if (d.batches.size() < 64) {
-      d.batches.push_back(c.head);
-      c.head = nullptr;
-      c.count = 0;
-    } else {
-      lock.unlock();
-      ::operator delete (p, std::align_val_t{alignof(Message)});
-      return;
-    }
-  }
-  n->next = c.head;
-  c.head = n;
-  ++c.count;
-}
-
-// --- MpscQueue ------------------------------------------------------------------------------
-
-MpscQueue::~MpscQueue() {
-  while (Message* m = pop()) delete m;
-}
-
-Message* MpscQueue::pop() {
-  Message* tail = tail_;
-  Message* next = tail->next.load(std::memory_order_acquire);
-  if (tail == &stub_) {
-    if (next == nullptr) return nullptr;
-    tail_ = next;
-    tail = next;
-    next = next->next.load(std::memory_order_acquire);
-  }
-  if (next != nullptr) {
-    tail_ = next;
-    return tail;
-  }
-  if (tail != head_.load(std::memory_order_acquire)) return nullptr;  // a push is in flight
-  push(&stub_);
-  next = tail->next.load(std::memory_order_acquire);
-  if (next != nullptr) {
-    tail_ = next;
-    return tail;
-  }
-  return nullptr;
-}
-
 // --- Cell -----------------------------------------------------------------------------------
 
-Cell::Cell(std::shared_ptr<ProcState> proc, const ActorId& id, Cell* parent,
+Cell::Cell(std::shared_ptr<ProcState> proc, const ActorId& id, CellPtr parent,
            std::optional<Supervisor> supervisor)
     : proc_(std::move(proc)),
-      id_(intern_id(id)),
-      parent_(parent),
+      id_(new SharedId(id)),
+      parent_(std::move(parent)),
       supervisor_(std::move(supervisor)) {
-  context_.id = id_;
+  context_.id = id;
   if (supervisor_ && supervisor_->rank >= 0) {
     context_.mesh = supervisor_->mesh;
     context_.rank = static_cast<std::size_t>(supervisor_->rank);
@@ -190,7 +84,27 @@ Cell::Cell(std::shared_ptr<ProcState> proc, const ActorId& id, Cell* parent,
   }
 }
 
-Cell::~Cell() = default;
+Cell::~Cell() {
+  id_->release();
+}
+
+void Cell::add_port(std::uint64_t port) {
+  std::lock_guard lock(children_mu_);
+  ports_.push_back(port);
+}
+
+void Cell::ended(bool failed, const std::string& why) {
+  std::vector<std::uint64_t> ports;
+  {
+    std::lock_guard lock(children_mu_);
+    ports.swap(ports_);
+  }
+  {
+    std::lock_guard lock(proc_->mu);
+    for (std::uint64_t p : ports) proc_->ports.erase(p);
+  }
+  proc_->actor_ended(id(), failed, why);
+}
 
 void Cell::add_child(const CellPtr& child) {
   std::lock_guard lock(children_mu_);
@@ -235,7 +149,7 @@ void Cell::post_port(std::function<void()> thunk) {
   auto* m = new Message;
   m->kind = Message::Kind::port;
   m->sender = &proc_->client;
-  if (Cell* c = current_cell()) m->sender = &c->id();
+  if (Cell* c = current_cell()) m->sent_by(c->shared_id());
   m->x().thunk = std::move(thunk);
   enqueue(m);
 }
@@ -244,7 +158,7 @@ void Cell::post_resume(std::coroutine_handle<> h) {
   auto* m = new Message;
   m->kind = Message::Kind::resume;
   m->resume = h.address();
-  m->sender = &id_;
+  m->sender = &id();  // its own mailbox: the cell outlives it
   resumes_.push(m);
   schedule_if_idle();
 }
@@ -252,7 +166,7 @@ void Cell::post_resume(std::coroutine_handle<> h) {
 void Cell::post_continuation(std::function<void(bool)> fn) {
   auto* m = new Message;
   m->kind = Message::Kind::continuation;
-  m->sender = &id_;
+  m->sender = &id();
   m->x().later = std::move(fn);
   enqueue(m);
 }
@@ -310,7 +224,7 @@ void Cell::run() {
 
 void Cell::trace(const Message& m) {
   if (!proc_->options.trace) return;
-  TraceEvent ev{TraceEvent::Kind::call, *m.sender, id_, {}};
+  TraceEvent ev{TraceEvent::Kind::call, *m.sender, id(), {}};
   switch (m.kind) {
     case Message::Kind::construct:
       ev.kind = TraceEvent::Kind::construct;
@@ -430,7 +344,7 @@ void Cell::handle_call(Message& m) {
                               std::to_string(m.x().endpoint_id) +
                               " (do all procs run the same binary?)";
       if (m.reply) {
-        m.reply->set_exception(std::make_exception_ptr(ActorError(id_.to_string(), "?", why)));
+        m.reply->set_exception(std::make_exception_ptr(ActorError(id().to_string(), "?", why)));
       } else {
         fail(why);
       }
@@ -446,7 +360,7 @@ void Cell::handle_call(Message& m) {
     if (m.reply) {
       // the caller sees the failure; the actor keeps running.
       m.reply->set_exception(
-          std::make_exception_ptr(ActorError(id_.to_string(), std::string(ep.name), what)));
+          std::make_exception_ptr(ActorError(id().to_string(), std::string(ep.name), what)));
     } else {
       fail(std::string(ep.name) + " threw with no caller to tell: " + what);
     }
@@ -480,7 +394,7 @@ void Cell::finish_task() {
     const std::string what = describe(std::current_exception());
     if (reply) {
       reply->set_exception(
-          std::make_exception_ptr(ActorError(id_.to_string(), std::string(endpoint), what)));
+          std::make_exception_ptr(ActorError(id().to_string(), std::string(endpoint), what)));
     } else {
       fail(std::string(endpoint) + " threw with no caller to tell: " + what);
     }
@@ -499,14 +413,14 @@ void Cell::do_stop(Message& m) {
   for (auto& c : children) {
     auto* s = new Message;
     s->kind = Message::Kind::stop;
-    s->sender = &id_;
+    s->sender = &id();  // children hold their parent
     c->enqueue(s);
   }
   if (actor_) {
     try {
       actor_->on_stop();
     } catch (...) {
-      std::fprintf(stderr, "baton: %s on_stop() threw: %s\n", id_.to_string().c_str(),
+      std::fprintf(stderr, "baton: %s on_stop() threw: %s\n", id().to_string().c_str(),
                    describe(std::current_exception()).c_str());
     }
   }
@@ -514,6 +428,7 @@ void Cell::do_stop(Message& m) {
   actor_.reset();
   maybe_drained(true);
   if (m.x().stopped) m.x().stopped->set_value();
+  ended(false, {});
   proc_->cell_finished();
 }
 
@@ -526,7 +441,7 @@ void Cell::fail(const std::string& reason, const SupervisionEvent* cause) {
     task_ = {};
     if (task_reply_) {
       task_reply_->set_exception(std::make_exception_ptr(
-          SupervisionError(id_.to_string() + " failed while handling this call: " + reason)));
+          SupervisionError(id().to_string() + " failed while handling this call: " + reason)));
       task_reply_.reset();
     }
   }
@@ -537,7 +452,7 @@ void Cell::fail(const std::string& reason, const SupervisionEvent* cause) {
       if (auto c = w.lock()) {
         auto* s = new Message;
         s->kind = Message::Kind::stop;
-        s->sender = &id_;
+        s->sender = &id();  // children hold their parent
         c->enqueue(s);
       }
     }
@@ -545,7 +460,7 @@ void Cell::fail(const std::string& reason, const SupervisionEvent* cause) {
   }
   actor_.reset();
   maybe_drained(true);
-  SupervisionEvent ev{id_, reason, {}, -1, {}};
+  SupervisionEvent ev{id(), reason, {}, -1, {}};
   if (cause != nullptr) {
     ev.causes.push_back(cause->summary());
     ev.causes.insert(ev.causes.end(), cause->causes.begin(), cause->causes.end());
@@ -557,7 +472,7 @@ void Cell::fail(const std::string& reason, const SupervisionEvent* cause) {
   if (parent_ != nullptr) {
     auto* m = new Message;
     m->kind = Message::Kind::child_failed;
-    m->sender = &id_;
+    m->sent_by(*id_);
     m->x().event = std::make_unique<SupervisionEvent>(std::move(ev));
     parent_->enqueue(m);
   } else if (supervisor_) {
@@ -565,20 +480,21 @@ void Cell::fail(const std::string& reason, const SupervisionEvent* cause) {
   } else {
     proc_->report_unhandled(ev);
   }
+  ended(true, reason);
   proc_->cell_finished();
 }
 
 void Cell::bounce(Message& m) {
   const bool failed = status() == Status::failed;
   const std::string why =
-      id_.to_string() + (failed ? " has failed (" + failure_ + ")" : " has stopped");
+      id().to_string() + (failed ? " has failed (" + failure_ + ")" : " has stopped");
   switch (m.kind) {
     case Message::Kind::call:
     case Message::Kind::port:
       if (failed && m.reply) {
         m.reply->set_exception(std::make_exception_ptr(SupervisionError(why)));
       } else {
-        return_to_sender(m, PortId{id_, 0},
+        return_to_sender(m, PortId{id(), 0},
                          failed ? UndeliverableError::Reason::actor_failed
                                 : UndeliverableError::Reason::actor_stopped,
                          why);

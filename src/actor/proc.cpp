@@ -9,15 +9,9 @@ namespace baton {
 namespace detail {
 namespace {
 
-struct Directory {
-  std::mutex mu;
-  std::unordered_map<std::string, std::weak_ptr<ProcState>> procs;
-};
-Directory& directory() {
-  static Directory d;
-  return d;
-}
-
+// The program's actor types, by factory id: filled by static initialisers (one per type and
+// argument list, see FactoryRegistration) before main, and read-only after. Like a vtable it
+// describes the program, not a runtime, so it is not the node's.
 struct FactoryRegistry {
   std::mutex mu;
   std::unordered_map<std::uint64_t, std::pair<std::string, Factories>> by_id;
@@ -40,7 +34,10 @@ const ActorId& current_sender(const ProcState* fallback) {
 }
 
 ActorId current_owner() {
-  auto home = home_proc();
+  std::shared_ptr<ProcState> home;
+  if (auto node = node_here()) {
+    if (Router* r = node->router()) home = r->home();
+  }
   return current_sender_id(home.get());
 }
 
@@ -75,18 +72,48 @@ const Factories* find_factory(std::uint64_t id) {
 }
 
 std::shared_ptr<ProcState> find_proc(const ProcId& id) {
-  auto& d = directory();
-  std::lock_guard lock(d.mu);
-  auto it = d.procs.find(id.name);
-  return it == d.procs.end() ? nullptr : it->second.lock();
+  if (Cell* c = current_cell()) {
+    ProcState& here = c->proc();
+    if (here.id == id) return here.shared_from_this();
+    return here.node->find_proc(id.name);
+  }
+  auto node = Node::current();
+  return node ? node->find_proc(id.name) : nullptr;
 }
 
 CellPtr resolve_actor(const ActorId& id) {
   auto proc = find_proc(id.proc);
-  if (!proc) return nullptr;
-  std::lock_guard lock(proc->mu);
-  auto it = proc->actors.find(id);
-  return it == proc->actors.end() ? nullptr : it->second;
+  return proc ? proc->find_actor(id) : nullptr;
+}
+
+namespace {
+Router* router_here() {
+  if (Cell* c = current_cell()) return c->proc().node->router();
+  auto node = Node::current();
+  return node ? node->router() : nullptr;
+}
+}  // namespace
+
+void return_missing(Message& m, const ActorId& target, ProcState* proc, const std::string& where) {
+  std::optional<ProcState::Ended> ended;
+  if (proc != nullptr) ended = proc->ended(target);
+  if (ended && ended->failed) {
+    return_to_sender(m, PortId{target, 0}, UndeliverableError::Reason::actor_failed,
+                     target.to_string() + " has failed (" + ended->why + ")");
+    return;
+  }
+  if (ended) {
+    return_to_sender(m, PortId{target, 0}, UndeliverableError::Reason::actor_stopped,
+                     target.to_string() + " has stopped");
+    return;
+  }
+  std::string what = "no actor " + target.to_string();
+  if (m.kind == Message::Kind::call && m.endpoint != nullptr) {
+    what += " (" + std::string(m.endpoint->name) + ")";
+  }
+  return_to_sender(m, PortId{target, 0}, UndeliverableError::Reason::unknown_actor,
+                   what + (where.empty() ? "" : " " + where) +
+                       ": it was stopped or never spawned, or its proc is gone");
 }
 
 PortSinkPtr resolve_port(const PortId& id) {
@@ -100,7 +127,11 @@ PortSinkPtr resolve_port(const PortId& id) {
 void return_to_sender(Message& m, const PortId& target, UndeliverableError::Reason reason,
                       const std::string& why) {
   if (m.reply) {
-    m.reply->set_exception(std::make_exception_ptr(UndeliverableError(reason, why)));
+    if (reason == UndeliverableError::Reason::actor_failed) {
+      m.reply->set_exception(std::make_exception_ptr(SupervisionError(why)));
+    } else {
+      m.reply->set_exception(std::make_exception_ptr(UndeliverableError(reason, why)));
+    }
     return;
   }
   deliver_undeliverable(*m.sender, Undeliverable{target, reason, why});
@@ -110,7 +141,8 @@ void deliver_undeliverable(const ActorId& from, Undeliverable u) {
   if (CellPtr sender = resolve_actor(from)) {
     auto* back = new Message;
     back->kind = Message::Kind::undeliverable;
-    back->sender = &intern_id(from);
+    back->x().remote_sender = from;
+    back->sender = &back->x().remote_sender;
     back->x().undeliverable = std::make_unique<Undeliverable>(std::move(u));
     sender->enqueue(back);
     return;
@@ -120,7 +152,8 @@ void deliver_undeliverable(const ActorId& from, Undeliverable u) {
     return;
   }
   // The sender lives in another process: send the message back there.
-  if (return_remote(from, u)) return;
+  Router* router = router_here();
+  if (router != nullptr && router->return_undeliverable(from, u)) return;
   std::fprintf(stderr, "baton: undeliverable message from %s to %s: %s\n", from.to_string().c_str(),
                u.dest.to_string().c_str(), u.message.c_str());
 }
@@ -140,14 +173,21 @@ void send_call(const ActorId& target, const CellPtr& cached, const EndpointInfo&
   m->body = std::move(args);
   m->reply = std::move(reply);
   Cell* current = current_cell();
-  m->sender = current != nullptr ? &current->id() : &current_sender_id(nullptr);
-  if (cell == nullptr && route_remote_call(target, endpoint, m->body, m->reply, *m->sender)) {
-    return;
+  if (current != nullptr) {
+    m->sent_by(current->shared_id());
+  } else {
+    m->sender = &current_sender_id(nullptr);
   }
   if (cell == nullptr) {
-    return_to_sender(*m, PortId{target, 0}, UndeliverableError::Reason::unknown_actor,
-                     "no actor " + target.to_string() + " (" + std::string(endpoint.name) +
-                         "): it was never spawned, or its proc is gone");
+    auto proc = find_proc(target.proc);
+    if (!proc) {
+      Router* router = router_here();
+      if (router != nullptr &&
+          router->route_call(target, endpoint, m->body, m->reply, *m->sender)) {
+        return;
+      }
+    }
+    return_missing(*m, target, proc.get(), "");
     return;
   }
   if (current == nullptr) m->sender = &cell->proc().client;
@@ -164,7 +204,11 @@ Future<void> stop_actor(const ActorId& target, const CellPtr& cached) {
   }
   auto* m = new Message;
   m->kind = Message::Kind::stop;
-  m->sender = &current_sender_id(&cell->proc());
+  if (Cell* current = current_cell()) {
+    m->sent_by(current->shared_id());
+  } else {
+    m->sender = &cell->proc().client;
+  }
   m->x().stopped = state;
   cell->enqueue(m);
   return Future<void>(state);
@@ -175,7 +219,8 @@ void send_port(const PortId& id, const PortSinkPtr& cached, const Body& body) {
   if (!sink) {
     const ActorId& from =
         current_cell() != nullptr ? current_cell()->id() : current_sender_id(nullptr);
-    if (route_remote_port(id, body, from)) return;
+    Router* router = router_here();
+    if (router != nullptr && router->route_port(id, body, from)) return;
   }
   bool delivered = false;
   std::string why =
@@ -229,9 +274,13 @@ std::pair<PortId, PortSinkPtr> open_actor_port(Cell& cell,
                                                std::function<void(const Body&)> handler) {
   auto sink = std::make_shared<ActorPortSink>(cell.shared_from_this(), std::move(handler));
   ProcState& proc = cell.proc();
-  std::lock_guard lock(proc.mu);
-  const std::uint64_t n = proc.next_port++;
-  proc.ports.emplace(n, sink);
+  std::uint64_t n = 0;
+  {
+    std::lock_guard lock(proc.mu);
+    n = proc.next_port++;
+    proc.ports.emplace(n, sink);
+  }
+  cell.add_port(n);  // closed when the actor ends
   return {PortId{cell.id(), n}, sink};
 }
 
@@ -240,15 +289,63 @@ std::pair<PortId, PortSinkPtr> open_actor_port(Cell& cell,
 ProcState::ProcState(Proc::Options opts, Executor* exec, std::unique_ptr<ThreadPool> own)
     : options(std::move(opts)),
       id(ProcId::parse(options.name)),
-      client(intern_id(ActorId{id, "client", 0})),
+      client(ActorId{id, "client", 0}),
+      node(Node::acquire()),
       executor(exec),
       pool(std::move(own)) {}
 
-const ActorId& intern_id(const ActorId& id) {
-  static std::mutex mu;
-  static auto* ids = new std::unordered_set<ActorId>;  // never destroyed: see cell.hpp
+CellPtr ProcState::find_actor(const ActorId& actor) {
   std::lock_guard lock(mu);
-  return *ids->insert(id).first;
+  auto it = actors.find(actor);
+  return it == actors.end() ? nullptr : it->second;
+}
+
+void ProcState::actor_ended(const ActorId& actor, bool failed, std::string why) {
+  std::lock_guard lock(mu);
+  actors.erase(actor);
+  if (!ended_.try_emplace(actor, Ended{failed, std::move(why)}).second) return;
+  ended_order_.push_back(actor);
+  if (ended_order_.size() > kEndedKept) {
+    ended_.erase(ended_order_.front());
+    ended_order_.pop_front();
+  }
+}
+
+std::optional<ProcState::Ended> ProcState::ended(const ActorId& actor) {
+  std::lock_guard lock(mu);
+  auto it = ended_.find(actor);
+  if (it == ended_.end()) return std::nullopt;
+  return it->second;
+}
+
+void ProcState::forget_ended(const ActorId& actor) {
+  std::lock_guard lock(mu);
+  if (ended_.erase(actor) != 0) std::erase(ended_order_, actor);
+}
+
+std::size_t ProcState::ended_count() {
+  std::lock_guard lock(mu);
+  return ended_.size();
+}
+
+void report_failure_to(const ActorId& owner, SupervisionEvent event, ProcState& from) {
+  if (CellPtr cell = resolve_actor(owner)) {
+    auto* m = new Message;
+    m->kind = Message::Kind::child_failed;
+    m->x().remote_sender = event.actor;
+    m->sender = &m->x().remote_sender;
+    m->x().event = std::make_unique<SupervisionEvent>(std::move(event));
+    cell->enqueue(m);  // a failed or stopped owner passes it to its proc (see Cell::bounce)
+    return;
+  }
+  if (auto proc = find_proc(owner.proc)) {
+    proc->report_unhandled(event);
+    return;
+  }
+  Router* router = from.node->router();
+  if (router != nullptr && router->forward_failure(owner, event)) return;
+  event.message += " (its owner " + owner.to_string() + " could not be reached)";
+  from.report_unhandled(event);
 }
 
 void ProcState::post_background(std::function<void()> f) {
@@ -328,14 +425,7 @@ void ProcState::report_undeliverable(const Undeliverable& u) {
 
 namespace {
 std::shared_ptr<detail::ProcState> register_proc(std::shared_ptr<detail::ProcState> s) {
-  auto& d = detail::directory();
-  std::lock_guard lock(d.mu);
-  auto& slot = d.procs[s->id.name];
-  if (!slot.expired()) {
-    throw UsageError("a proc named '" + s->id.name +
-                     "' already exists in this process; give each Proc a unique name");
-  }
-  slot = s;
+  s->node->add_proc(s);
   return s;
 }
 }  // namespace
@@ -356,7 +446,7 @@ Proc::Proc(Options options, Executor& executor) {
 
 Proc::~Proc() {
   stop();
-  detail::close_links(*state_);
+  if (detail::Router* router = state_->node->router()) router->close_links(*state_);
   state_->stop_background();
   state_->pool.reset();  // joins the workers
   state_->closed.store(true, std::memory_order_release);
@@ -366,10 +456,7 @@ Proc::~Proc() {
     state_->actors.clear();
     state_->ports.clear();
   }
-  auto& d = detail::directory();
-  std::lock_guard lock(d.mu);
-  auto it = d.procs.find(state_->id.name);
-  if (it != d.procs.end() && it->second.lock() == state_) d.procs.erase(it);
+  state_->node->remove_proc(*state_);
 }
 
 const ProcId& Proc::id() const {
@@ -465,12 +552,13 @@ std::pair<ActorId, detail::CellPtr> Proc::spawn_erased(
       throw UsageError("proc " + state_->id.name + " is stopping; it cannot spawn '" + name + "'");
     }
     id = ActorId{state_->id, name, state_->next_index[name]++};
-    cell = std::make_shared<detail::Cell>(state_, id, parent, std::move(supervisor));
+    cell = std::make_shared<detail::Cell>(
+        state_, id, parent != nullptr ? detail::cell_ptr(*parent) : nullptr, std::move(supervisor));
     auto* m = new detail::Message;
     m->kind = detail::Message::Kind::construct;
     m->factory = factory;
     m->body = std::move(args);
-    m->sender = parent != nullptr ? &parent->id() : &state_->client;
+    m->sender = parent != nullptr ? &parent->id() : &state_->client;  // each outlives it
     cell->enqueue(m);
     state_->actors.emplace(id, cell);
     ++state_->live;

@@ -1,87 +1,11 @@
-// Calls and port values between procs in different processes, over net::Link.
-//
-// Every envelope names its destination port: port 0 of an actor is its endpoint mailbox, the
-// hello port announces the proc at the other end of a new link, and any other port is a port.
-//   call:  head = endpoint id, optional reply PortId, then the arguments; parts = their parts
-//   reply: head = status byte, then the value (status 0) or the error's fields
-// A caller waiting on a reply over a link that closes fails with UndeliverableError(link_lost).
+// Envelopes between procs in different processes: what arrives on a link and where it goes,
+// and the status-tagged replies of calls (see remote_impl.hpp for the format).
 
-#include <cstdio>
-#include <limits>
-
-#include "actor/cell.hpp"
+#include "actor/remote_impl.hpp"
 
 namespace baton::detail {
+namespace remote {
 namespace {
-
-constexpr std::uint64_t kHelloPort = std::numeric_limits<std::uint64_t>::max();
-// A supervision event for the actor (or proc client) named by the destination.
-constexpr std::uint64_t kSupervisionPort = kHelloPort - 2;
-// A message returned to its sender, named by the destination.
-constexpr std::uint64_t kUndeliverablePort = kHelloPort - 3;
-
-enum class ReplyStatus : std::uint8_t {
-  ok = 0,
-  actor_error = 1,
-  supervision = 2,
-  undeliverable = 3,
-  other = 4
-};
-
-struct Route {
-  std::weak_ptr<ProcState> local;  // the proc that owns the link and its reply ports
-  std::shared_ptr<net::Link> link;
-  std::vector<std::uint64_t> pending;  // reply ports of calls still waiting over this link
-};
-
-// Remote procs by name, for the whole process.
-struct Routes {
-  std::mutex mu;
-  std::condition_variable linked;  // notified when a route is added or removed
-  std::unordered_map<std::string, Route> by_peer;
-};
-Routes& routes() {
-  static auto* r = new Routes;  // never destroyed: links may close during exit
-  return *r;
-}
-
-std::shared_ptr<net::Link> link_to(const ProcId& peer) {
-  auto& r = routes();
-  std::lock_guard lock(r.mu);
-  auto it = r.by_peer.find(peer.name);
-  return it == r.by_peer.end() ? nullptr : it->second.link;
-}
-
-// Where procs in other processes listen, learned from spawns, serve() and received references;
-// `home` is the proc whose I/O thread dials them on first use.
-struct Addresses {
-  std::mutex mu;
-  std::unordered_map<std::string, std::string> by_proc;
-  std::weak_ptr<ProcState> home;
-  std::mutex dialing;  // one lazy connect at a time, so a peer gets one outgoing link
-};
-Addresses& addresses() {
-  static auto* a = new Addresses;  // never destroyed, like the routes
-  return *a;
-}
-
-// Procs of this process's children that died, with what happened; and the probe that asks the
-// host layer whether a peer whose link closed was a child that exited.
-struct Failures {
-  std::atomic<bool> any{false};  // lets every remote call skip the lock until a proc dies
-  std::mutex mu;
-  std::unordered_map<std::string, std::string> by_proc;
-  std::function<std::optional<std::string>(const std::string&)> probe;
-};
-Failures& failures() {
-  static auto* f = new Failures;  // never destroyed, like the routes
-  return *f;
-}
-
-std::atomic<CastHandler>& cast_handler() {
-  static std::atomic<CastHandler> h{nullptr};
-  return h;
-}
 
 /// A failure as a status-tagged reply body.
 Body encode_failure(std::exception_ptr e) {
@@ -160,54 +84,16 @@ std::shared_ptr<StateBase> reply_over(std::shared_ptr<net::Link> link, ActorId f
       });
 }
 
-void on_link_closed(const std::string& peer, const std::shared_ptr<net::Link>& link,
-                    const std::string& reason) {
-  std::vector<std::uint64_t> pending;
-  std::shared_ptr<ProcState> local;
-  {
-    auto& r = routes();
-    std::lock_guard lock(r.mu);
-    auto it = r.by_peer.find(peer);
-    if (it == r.by_peer.end() || it->second.link != link) return;
-    pending = std::move(it->second.pending);
-    local = it->second.local.lock();
-    r.by_peer.erase(it);
-    r.linked.notify_all();
-  }
-  if (!local) return;
-  // A child process that died is a supervision failure, with its report, not a lost link.
-  std::optional<std::string> died;
-  {
-    std::function<std::optional<std::string>(const std::string&)> probe;
-    {
-      auto& f = failures();
-      std::lock_guard lock(f.mu);
-      probe = f.probe;
-    }
-    if (probe) died = probe(peer);
-    if (died) mark_proc_failed(peer, *died);
-  }
-  for (std::uint64_t port : pending) {
-    PortSinkPtr sink;
-    {
-      std::lock_guard lock(local->mu);
-      auto it = local->ports.find(port);
-      if (it == local->ports.end()) continue;
-      sink = it->second;
-      local->ports.erase(it);
-    }
-    if (died) {
-      sink->peer_failed(std::make_exception_ptr(SupervisionError(*died)));
-    } else {
-      sink->link_lost("link to proc " + peer + " lost (" + reason + ") before the reply came");
-    }
-  }
+}  // namespace
+
+PortSinkPtr remote_reply_port(std::shared_ptr<StateBase> state, std::string endpoint) {
+  return std::make_shared<RemoteReplyPort>(std::move(state), std::move(endpoint));
 }
 
 void deliver_envelope(const std::shared_ptr<ProcState>& local,
                       const std::shared_ptr<net::Link>& link, Envelope env) {
   if (env.dest.port == kCastPort) {
-    CastHandler handler = cast_handler().load(std::memory_order_acquire);
+    CastHandler handler = router_of(*local->node).cast_handler.load(std::memory_order_acquire);
     if (handler == nullptr) {
       link->close("a cast arrived but this process has no mesh layer to forward it");
       return;
@@ -294,12 +180,7 @@ void deliver_envelope(const std::shared_ptr<ProcState>& local,
     std::fprintf(stderr, "baton: port %s rejected a value from %s: %s\n",
                  env.dest.to_string().c_str(), env.sender.to_string().c_str(), e.what());
   }
-  if (is_reply) {
-    auto& r = routes();
-    std::lock_guard lock(r.mu);
-    auto it = r.by_peer.find(env.sender.proc.name);
-    if (it != r.by_peer.end()) std::erase(it->second.pending, env.dest.port);
-  }
+  if (is_reply) router_of(*local->node).reply_arrived(env.sender.proc.name, env.dest.port);
 }
 
 /// Returns the one-way calls a link never delivered to their senders. (A call with a reply port
@@ -325,46 +206,9 @@ void return_unsent(const std::string& peer, const std::string& reason,
   }
 }
 
-/// The handler of one link: the first envelope must be the hello naming the peer proc.
-net::LinkHandler link_handler(const std::weak_ptr<ProcState>& weak_local,
-                              const std::shared_ptr<net::Link>& link,
-                              const std::shared_ptr<std::string>& peer) {
-  std::weak_ptr<net::Link> weak_link = link;
-  auto unsent = std::make_shared<std::vector<Envelope>>();
-  return net::LinkHandler{[weak_local, weak_link, peer](Envelope env) {
-                            auto local = weak_local.lock();
-                            auto l = weak_link.lock();
-                            if (!local || !l) return;
-                            if (peer->empty()) {
-                              if (env.dest.port != kHelloPort) {
-                                l->close("the first message on a link must be the hello");
-                                return;
-                              }
-                              *peer = env.sender.proc.name;
-                              auto& r = routes();
-                              std::lock_guard lock(r.mu);
-                              r.by_peer.try_emplace(*peer, Route{local, l, {}});
-                              r.linked.notify_all();
-                              return;
-                            }
-                            deliver_envelope(local, l, std::move(env));
-                          },
-                          [weak_link, peer, unsent](const std::string& reason) {
-                            if (peer->empty()) return;
-                            on_link_closed(*peer, weak_link.lock(), reason);
-                            return_unsent(*peer, reason, *unsent);
-                            unsent->clear();
-                          },
-                          [unsent](std::vector<Envelope> envs) { *unsent = std::move(envs); }};
-}
+}  // namespace remote
 
-net::IoThread& io_of(ProcState& proc) {
-  std::lock_guard lock(proc.mu);
-  if (!proc.io) proc.io = std::make_unique<net::IoThread>();
-  return *proc.io;
-}
-
-}  // namespace
+using namespace remote;
 
 void complete_from_reply(StateBase& state, const Body& body, std::string_view endpoint,
                          std::string_view where) {
@@ -427,48 +271,15 @@ void route_remote_port_or_local(const PortId& port, const Body& body, const Acto
     return;
   }
   try {
-    if (route_remote_port(port, body, from)) return;
+    Router* router = nullptr;
+    if (auto node = node_here()) router = node->router();
+    if (router != nullptr && router->route_port(port, body, from)) return;
     std::fprintf(stderr, "baton: value from %s for port %s lost: its proc cannot be reached\n",
                  from.to_string().c_str(), port.to_string().c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "baton: value from %s for port %s lost: %s\n", from.to_string().c_str(),
                  port.to_string().c_str(), e.what());
   }
-}
-
-std::shared_ptr<ProcState> home_proc() {
-  auto& a = addresses();
-  std::lock_guard lock(a.mu);
-  return a.home.lock();
-}
-
-void set_exit_probe(std::function<std::optional<std::string>(const std::string&)> probe) {
-  auto& f = failures();
-  std::lock_guard lock(f.mu);
-  f.probe = std::move(probe);
-}
-
-std::optional<std::string> proc_failure(const ProcId& id) {
-  auto& f = failures();
-  if (!f.any.load(std::memory_order_acquire)) return std::nullopt;
-  std::lock_guard lock(f.mu);
-  auto it = f.by_proc.find(id.name);
-  if (it == f.by_proc.end()) return std::nullopt;
-  return it->second;
-}
-
-std::optional<std::string> await_proc_failure(const ProcId& id) {
-  if (auto known = proc_failure(id)) return known;
-  std::function<std::optional<std::string>(const std::string&)> probe;
-  {
-    auto& f = failures();
-    std::lock_guard lock(f.mu);
-    probe = f.probe;
-  }
-  if (!probe) return std::nullopt;
-  auto died = probe(id.name);
-  if (died) mark_proc_failed(id.name, *died);
-  return died;
 }
 
 bool reply_is_member_lost(const Body& reply) {
@@ -484,14 +295,10 @@ bool reply_is_link_lost(const Body& reply) {
              UndeliverableError::Reason::link_lost;
 }
 
-void set_cast_handler(CastHandler handler) {
-  cast_handler().store(handler, std::memory_order_release);
-}
-
 void deliver_local_call(ProcState& local, const ActorId& target, std::uint64_t endpoint_id,
                         const ActorId& sender, Body args, std::shared_ptr<StateBase> reply,
                         const std::shared_ptr<net::Link>& from) {
-  CellPtr cell = resolve_actor(target);
+  CellPtr cell = target.proc == local.id ? local.find_actor(target) : resolve_actor(target);
   auto* m = new Message;
   m->kind = Message::Kind::call;
   m->x().endpoint_id = endpoint_id;
@@ -501,9 +308,7 @@ void deliver_local_call(ProcState& local, const ActorId& target, std::uint64_t e
   m->reply = std::move(reply);
   if (!cell) {
     std::unique_ptr<Message> owned(m);
-    return_to_sender(*owned, PortId{target, 0}, UndeliverableError::Reason::unknown_actor,
-                     "no actor " + target.to_string() + " in proc " + local.id.name +
-                         " (stopped, or never spawned)");
+    return_missing(*owned, target, &local, "in proc " + local.id.name);
     return;
   }
   cell->enqueue(m);
@@ -516,303 +321,4 @@ void deliver_local_call(ProcState& local, const ActorId& target, std::uint64_t e
   }
 }
 
-std::string address_text(const ProcId& id) {
-  auto& a = addresses();
-  std::lock_guard lock(a.mu);
-  auto it = a.by_proc.find(id.name);
-  return it == a.by_proc.end() ? std::string() : it->second;
-}
-
-void remember_address(const ProcId& id, const std::string& address) {
-  if (address.empty()) return;
-  auto& a = addresses();
-  {
-    std::lock_guard lock(a.mu);
-    if (a.by_proc.count(id.name) != 0) return;  // the first word on a proc stands
-  }
-  Address::parse(address);  // garbage throws before it is kept
-  std::lock_guard lock(a.mu);
-  a.by_proc.try_emplace(id.name, address);
-}
-
-std::pair<std::shared_ptr<net::Link>, std::shared_ptr<ProcState>> route_to(const ProcId& peer) {
-  auto& r = routes();
-  {
-    std::lock_guard lock(r.mu);
-    auto it = r.by_peer.find(peer.name);
-    if (it != r.by_peer.end()) return {it->second.link, it->second.local.lock()};
-  }
-  // No link yet: dial the peer if a reference told us where it listens.
-  auto& a = addresses();
-  std::string where;
-  std::shared_ptr<ProcState> home;
-  {
-    std::lock_guard lock(a.mu);
-    auto it = a.by_proc.find(peer.name);
-    if (it != a.by_proc.end()) where = it->second;
-    home = a.home.lock();
-  }
-  if (where.empty() || !home || home->closed.load(std::memory_order_acquire)) return {};
-  std::lock_guard dialing(a.dialing);
-  {
-    std::lock_guard lock(r.mu);
-    auto it = r.by_peer.find(peer.name);
-    if (it != r.by_peer.end()) return {it->second.link, it->second.local.lock()};
-  }
-  try {
-    connect_state(home, peer, Address::parse(where), nullptr);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "baton: proc %s cannot reach proc %s: %s\n", home->id.name.c_str(),
-                 peer.name.c_str(), e.what());
-    return {};
-  }
-  std::lock_guard lock(r.mu);
-  auto it = r.by_peer.find(peer.name);
-  if (it == r.by_peer.end()) return {};
-  return {it->second.link, it->second.local.lock()};
-}
-
-bool send_to_proc(const ProcId& peer, Envelope env) {
-  auto [link, local] = route_to(peer);
-  if (!link || !local) return false;
-  local->envelopes_sent.fetch_add(1, std::memory_order_relaxed);
-  return link->send(std::move(env));
-}
-
-PortId open_reply_port(ProcState& local, const ProcId& peer, PortSinkPtr sink) {
-  std::uint64_t n = 0;
-  {
-    std::lock_guard lock(local.mu);
-    n = local.next_port++;
-    local.ports.emplace(n, std::move(sink));
-  }
-  auto& r = routes();
-  std::lock_guard lock(r.mu);
-  auto it = r.by_peer.find(peer.name);
-  if (it != r.by_peer.end()) it->second.pending.push_back(n);
-  return PortId{local.client, n};
-}
-
-bool route_remote_call(const ActorId& target, const EndpointInfo& endpoint, Body& args,
-                       std::shared_ptr<StateBase>& reply, const ActorId& sender) {
-  if (auto died = proc_failure(target.proc)) {
-    // Calls touching a failed proc fail at once, with what happened to it.
-    const std::string why = target.to_string() + " (" + std::string(endpoint.name) + "): " + *died;
-    if (reply) {
-      reply->set_exception(std::make_exception_ptr(SupervisionError(why)));
-    } else {
-      deliver_undeliverable(
-          sender, Undeliverable{PortId{target, 0}, UndeliverableError::Reason::actor_failed, why});
-    }
-    return true;
-  }
-  auto [link, local] = route_to(target.proc);
-  if (!link || !local) return false;
-  std::optional<PortId> reply_to;
-  if (reply) {
-    reply_to = open_reply_port(
-        *local, target.proc, std::make_shared<RemoteReplyPort>(reply, std::string(endpoint.name)));
-  }
-  Envelope env;
-  env.sender = sender;
-  env.dest = PortId{target, 0};
-  env.body = encode(endpoint.id, reply_to);
-  env.body.head += args.head;
-  env.body.parts = std::move(args.parts);
-  local->envelopes_sent.fetch_add(1, std::memory_order_relaxed);
-  std::string why;
-  auto reason = UndeliverableError::Reason::link_lost;
-  try {
-    if (!link->send(std::move(env))) {
-      why = "the link to proc " + target.proc.name + " is closed; " + target.to_string() +
-            " cannot be reached";
-    }
-  } catch (const net::LinkFullError& e) {
-    why = std::string(e.what()) + "; the message to " + target.to_string() + " was not sent";
-    reason = UndeliverableError::Reason::timeout;
-  }
-  if (why.empty()) return true;
-  if (reply) {
-    if (reply_to) {
-      {
-        std::lock_guard lock(local->mu);
-        local->ports.erase(reply_to->port);
-      }
-      auto& r = routes();
-      std::lock_guard lock(r.mu);
-      auto it = r.by_peer.find(target.proc.name);
-      if (it != r.by_peer.end()) std::erase(it->second.pending, reply_to->port);
-    }
-    reply->set_exception(std::make_exception_ptr(UndeliverableError(reason, why)));
-  } else {
-    deliver_undeliverable(sender, Undeliverable{PortId{target, 0}, reason, why});
-  }
-  return true;
-}
-
-bool return_remote(const ActorId& from, const Undeliverable& u) {
-  Envelope env;
-  env.sender = u.dest.actor;
-  env.dest = PortId{from, kUndeliverablePort};
-  env.body = encode(static_cast<std::uint8_t>(u.reason), u.message, u.dest);
-  try {
-    return send_to_proc(from.proc, std::move(env));
-  } catch (const std::exception&) {
-    return false;  // the caller reports it here instead
-  }
-}
-
-bool forward_failure(const ActorId& owner, const SupervisionEvent& event) {
-  Envelope env;
-  env.sender = event.actor;
-  env.dest = PortId{owner, kSupervisionPort};
-  env.body = encode(event);
-  try {
-    return send_to_proc(owner.proc, std::move(env));
-  } catch (const std::exception&) {
-    return false;  // the caller reports it here instead
-  }
-}
-
-void mark_proc_failed(const std::string& name, const std::string& report) {
-  auto& f = failures();
-  std::lock_guard lock(f.mu);
-  f.by_proc.try_emplace(name, report);
-  f.any.store(true, std::memory_order_release);
-}
-
-void report_failure_to(const ActorId& owner, SupervisionEvent event, ProcState& from) {
-  if (CellPtr cell = resolve_actor(owner)) {
-    auto* m = new Message;
-    m->kind = Message::Kind::child_failed;
-    m->sender = &intern_id(event.actor);
-    m->x().event = std::make_unique<SupervisionEvent>(std::move(event));
-    cell->enqueue(m);  // a failed or stopped owner passes it to its proc (see Cell::bounce)
-    return;
-  }
-  if (auto proc = find_proc(owner.proc)) {
-    proc->report_unhandled(event);
-    return;
-  }
-  if (forward_failure(owner, event)) return;
-  event.message += " (its owner " + owner.to_string() + " could not be reached)";
-  from.report_unhandled(event);
-}
-
-bool route_remote_port(const PortId& port, const Body& body, const ActorId& sender) {
-  Envelope env;
-  env.sender = sender;
-  env.dest = port;
-  env.body = body;
-  return send_to_proc(port.actor.proc, std::move(env));
-}
-
-void close_links(ProcState& proc) {
-  std::vector<std::shared_ptr<net::Link>> mine;
-  {
-    auto& r = routes();
-    std::lock_guard lock(r.mu);
-    for (auto& [name, route] : r.by_peer) {
-      auto local = route.local.lock();
-      if (!local || local.get() == &proc) mine.push_back(route.link);
-    }
-  }
-  // Synchronously, so each link's handler (and what it holds) is released before the I/O
-  // thread stops.
-  for (auto& l : mine) l->close_and_wait("proc " + proc.id.name + " stopped");
-  mine.clear();  // no link may outlive the I/O thread's context, destroyed below
-  proc.listeners.clear();
-  proc.io.reset();  // joins the I/O thread; pending handlers are dropped
-}
-
-void connect_state(const std::shared_ptr<ProcState>& state, const ProcId& peer,
-                   const Address& address, std::function<void(const std::string&)> on_lost) {
-  auto& io = io_of(*state);
-  auto name = std::make_shared<std::string>(peer.name);
-  // The handler needs the link, and the link needs the handler: bind through a holder.
-  auto holder = std::make_shared<std::shared_ptr<net::Link>>();
-  std::weak_ptr<ProcState> weak = state;
-  auto unsent = std::make_shared<std::vector<Envelope>>();
-  net::LinkHandler relay{
-      [weak, holder, name](Envelope env) {
-        auto local = weak.lock();
-        if (local && *holder) deliver_envelope(local, *holder, std::move(env));
-      },
-      [holder, name, unsent, on_lost = std::move(on_lost)](const std::string& reason) {
-        on_link_closed(*name, *holder, reason);
-        return_unsent(*name, reason, *unsent);
-        unsent->clear();
-        if (on_lost) on_lost(reason);
-      },
-      [unsent](std::vector<Envelope> envs) { *unsent = std::move(envs); }};
-  auto link = net::Link::connect(io, address, std::move(relay), state->options.link);
-  *holder = link;
-  {
-    // A link the peer dialled first stays the route: one sending link per peer keeps FIFO.
-    auto& r = routes();
-    std::lock_guard lock(r.mu);
-    r.by_peer.try_emplace(peer.name, Route{state, link, {}});
-    r.linked.notify_all();
-  }
-  {
-    auto& a = addresses();
-    std::lock_guard lock(a.mu);
-    if (a.home.expired()) a.home = state;
-  }
-  Envelope hello;
-  hello.sender = state->client;
-  hello.dest = PortId{ActorId{peer, "proc", 0}, kHelloPort};
-  link->send(std::move(hello));
-}
-
 }  // namespace baton::detail
-
-namespace baton {
-
-Address Proc::serve(const Address& address) {
-  auto& io = detail::io_of(*state_);
-  std::weak_ptr<detail::ProcState> weak = state_;
-  auto listener = net::Listener::listen(
-      io, address,
-      [weak](const std::shared_ptr<net::Link>& l) {
-        return detail::link_handler(weak, l, std::make_shared<std::string>());
-      },
-      state_->options.link);
-  Address bound = listener->address();
-  {
-    std::lock_guard lock(state_->mu);
-    state_->listeners.push_back(std::move(listener));
-  }
-  auto& a = detail::addresses();
-  std::lock_guard lock(a.mu);
-  a.by_proc[state_->id.name] = bound.to_string();
-  a.home = state_;
-  return bound;
-}
-
-bool Proc::linked(const ProcId& peer) const {
-  return detail::link_to(peer) != nullptr;
-}
-
-bool Proc::wait_linked(const ProcId& peer, std::chrono::milliseconds timeout) const {
-  auto& r = detail::routes();
-  std::unique_lock lock(r.mu);
-  return r.linked.wait_for(lock, timeout, [&] { return r.by_peer.count(peer.name) != 0; });
-}
-
-bool Proc::wait_unlinked(const ProcId& peer, std::chrono::milliseconds timeout) const {
-  auto& r = detail::routes();
-  std::unique_lock lock(r.mu);
-  return r.linked.wait_for(lock, timeout, [&] { return r.by_peer.count(peer.name) == 0; });
-}
-
-void Proc::connect(const ProcId& peer, const Address& address,
-                   std::function<void(const std::string& reason)> on_lost) {
-  detail::connect_state(state_, peer, address, std::move(on_lost));
-}
-
-std::uint64_t Proc::envelopes_sent() const {
-  return state_->envelopes_sent.load(std::memory_order_relaxed);
-}
-
-}  // namespace baton

@@ -7,11 +7,6 @@
 #include "runtime_impl.hpp"
 
 namespace baton {
-namespace internal {
-
-Runtime* g_runtime = nullptr;
-
-}  // namespace internal
 
 using namespace internal;
 
@@ -26,7 +21,9 @@ OutputOptions output_options(OutputOptions options) {
 
 Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
     : state_(std::make_unique<State>()) {
-  if (g_runtime != nullptr) throw UsageError("only one baton::Runtime may exist in a process");
+  if (state_->node->extension<RuntimeSlot>()->runtime.load() != nullptr) {
+    throw UsageError("only one baton::Runtime may exist in a process at a time");
+  }
   for (int i = 0; i < argc; ++i) state_->argv.emplace_back(argv[i]);
   state_->stop_grace = options.stop_grace;
   state_->exit_wait = options.exit_wait;
@@ -70,7 +67,7 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
   detail::set_shutdown_hook([this] { state_->stop_groups(); });
   state_->signals = std::make_unique<StopSignals>([this](int sig) { stop_on_signal(sig); },
                                                   [this](int sig) { kill_on_signal(sig); });
-  g_runtime = this;
+  state_->node->extension<RuntimeSlot>()->runtime.store(this);
 }
 
 void Runtime::unhandled(const MeshFailure& event) {
@@ -109,7 +106,7 @@ Runtime::~Runtime() {
   state_->watcher.reset();
   state_->output.reset();  // the workers are gone: print what they left in the pipes
   state_->remove_job_dir();
-  g_runtime = nullptr;
+  state_->node->extension<RuntimeSlot>()->runtime.store(nullptr);
 }
 
 Proc& Runtime::proc() {
@@ -117,11 +114,13 @@ Proc& Runtime::proc() {
 }
 
 Runtime& Runtime::get() {
-  if (g_runtime == nullptr) {
+  auto node = detail::node_here();
+  Runtime* rt = node ? node->extension<RuntimeSlot>()->runtime.load() : nullptr;
+  if (rt == nullptr) {
     throw UsageError(
         "no baton::Runtime: create `baton::Runtime rt(argc, argv);` at the top of main");
   }
-  return *g_runtime;
+  return *rt;
 }
 
 void Runtime::flush_output() {

@@ -29,6 +29,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "actor/node.hpp"
 #include "baton/host/runtime.hpp"
 
 namespace baton {
@@ -59,8 +60,10 @@ constexpr auto kUnlinkWait = 2s;
 // large process was seen to take over 10 s to exit after SIGKILL.
 constexpr auto kKillWait = 60s;
 
-/// The runtime of this process (Runtime::get()), set once it is ready.
-extern Runtime* g_runtime;
+/// Where the node keeps the runtime of this process (Runtime::get()), set once it is ready.
+struct RuntimeSlot {
+  std::atomic<Runtime*> runtime{nullptr};
+};
 
 /// Makes the job's directory (only this user may enter it) and records who made it.
 std::filesystem::path make_job_dir();
@@ -238,6 +241,8 @@ class LocalProcGroup final : public detail::ProcGroup,
 }  // namespace internal
 
 struct Runtime::State {
+  // What this process's procs share; held first, released last.
+  std::shared_ptr<detail::Node> node = detail::Node::acquire();
   struct Child {
     pid_t pid;
     std::string mesh;

@@ -83,7 +83,7 @@ void Runtime::run_worker() {
     }
     detail::set_exit_probe([this](const std::string& peer) { return exit_report(peer); });
     detail::set_shutdown_hook([this] { state_->stop_groups(); });
-    g_runtime = this;  // actors here may spawn procs of their own
+    state_->node->extension<RuntimeSlot>()->runtime.store(this);  // actors here may spawn procs
     std::mutex mu;
     std::condition_variable cv;
     bool lost = false;

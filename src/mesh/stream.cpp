@@ -40,24 +40,25 @@ struct ShutdownHook {
   std::mutex mu;
   std::function<void()> hook;
 };
-ShutdownHook& shutdown_hook() {
-  static auto* h = new ShutdownHook;  // never destroyed: agents may run during exit
-  return *h;
+// The node's: set by the runtime of this process.
+std::shared_ptr<ShutdownHook> shutdown_hook() {
+  auto node = node_here();
+  return node ? node->extension<ShutdownHook>() : std::make_shared<ShutdownHook>();
 }
 }  // namespace
 
 void set_shutdown_hook(std::function<void()> hook) {
-  auto& h = shutdown_hook();
-  std::lock_guard lock(h.mu);
-  h.hook = std::move(hook);
+  auto h = shutdown_hook();
+  std::lock_guard lock(h->mu);
+  h->hook = std::move(hook);
 }
 
 void run_shutdown_hook() {
   std::function<void()> hook;
   {
-    auto& h = shutdown_hook();
-    std::lock_guard lock(h.mu);
-    hook = h.hook;
+    auto h = shutdown_hook();
+    std::lock_guard lock(h->mu);
+    hook = h->hook;
   }
   if (hook) hook();
 }

@@ -57,8 +57,16 @@ void learn_cast_node(Proc& proc, std::uint64_t key, CastNode node) {
 
 void forget_cast_node(Proc& proc, std::uint64_t key) {
   auto table = proc.state().extension<cast_impl::NodeTable>();
-  std::lock_guard lock(table->mu);
-  table->by_key.erase(key);
+  std::optional<ActorId> member;
+  {
+    std::lock_guard lock(table->mu);
+    auto it = table->by_key.find(key);
+    if (it == table->by_key.end()) return;
+    member = it->second.self.actor;
+    table->by_key.erase(it);
+  }
+  // The whole mesh is gone: its member here need not be remembered as ended any more.
+  proc.state().forget_ended(*member);
 }
 
 std::size_t cast_nodes_known(Proc& proc) {
@@ -67,12 +75,21 @@ std::size_t cast_nodes_known(Proc& proc) {
   return table->by_key.size();
 }
 
+namespace {
+// The node's: unique in this process while the node lives; the process id and a random seed
+// keep keys from different spawners (the controller, actors in workers, a later runtime of the
+// same process) apart.
+struct MeshKeys {
+  std::atomic<std::uint64_t> next{0};
+  const std::uint64_t seed = std::random_device{}() ^ (std::uint64_t(::getpid()) << 32);
+};
+}  // namespace
+
 std::uint64_t new_mesh_key() {
-  static std::atomic<std::uint64_t> next{0};
-  // Unique in this process; the process id and a random seed keep keys from different
-  // spawners (the controller, actors in workers) apart.
-  static const std::uint64_t seed = std::random_device{}() ^ (std::uint64_t(::getpid()) << 32);
-  return (seed * 0x9E3779B97F4A7C15ULL) ^ next.fetch_add(1, std::memory_order_relaxed);
+  auto node = node_here();
+  if (!node) throw UsageError("a mesh needs a proc in this process: create a Runtime first");
+  auto keys = node->extension<MeshKeys>();
+  return (keys->seed * 0x9E3779B97F4A7C15ULL) ^ keys->next.fetch_add(1, std::memory_order_relaxed);
 }
 
 bool cast_direct(std::size_t loc, std::size_t n) {

@@ -4,11 +4,6 @@
 
 namespace baton::rdma_detail {
 
-IpcCache& IpcCache::get() {
-  static IpcCache c;
-  return c;
-}
-
 std::byte* IpcCache::open(const RdmaBuffer::Descriptor& d) {
   std::string key = std::to_string(d.pid) + "/" + std::to_string(d.id);
   std::lock_guard lock(mu_);

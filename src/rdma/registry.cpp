@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "actor/node.hpp"
 #include "baton/actor/errors.hpp"
 #include "baton/host/runtime.hpp"
 #include "rdma/registry.hpp"
@@ -85,16 +86,39 @@ void copy_any(void* dst, const void* src, std::size_t n, bool device) {
   }
 }
 
+namespace {
+std::shared_ptr<detail::Node> node_or_throw() {
+  auto node = detail::node_here();
+  if (!node) {
+    throw UsageError("RdmaBuffer needs a runtime: create `baton::Runtime rt(argc, argv);` first");
+  }
+  return node;
+}
+
+// The node's: this process's rdma actor, spawned on first use.
+struct AgentSlot {
+  std::mutex mu;
+  ActorRef<RdmaAgent> ref;
+};
+}  // namespace
+
+Registry& Registry::get() {
+  return *node_or_throw()->extension<Registry>();
+}
+
+IpcCache& IpcCache::get() {
+  return *node_or_throw()->extension<IpcCache>();
+}
+
 ActorRef<RdmaAgent> agent() {
-  static std::mutex mu;
-  static ActorRef<RdmaAgent> ref;
-  std::lock_guard lock(mu);
-  if (ref.id().proc.name.empty()) {
+  auto slot = node_or_throw()->extension<AgentSlot>();
+  std::lock_guard lock(slot->mu);
+  if (slot->ref.id().proc.name.empty()) {
     Proc& proc = Runtime::get().proc();
     detail::add_stop_hook(proc, [] { Registry::get().close(); });
-    ref = proc.spawn<RdmaAgent>("rdma");
+    slot->ref = proc.spawn<RdmaAgent>("rdma");
   }
-  return ref;
+  return slot->ref;
 }
 
 }  // namespace baton::rdma_detail

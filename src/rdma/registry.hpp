@@ -88,10 +88,8 @@ using RegionPtr = std::shared_ptr<Region>;
 /// one takes it alone, so drop() and a stopping proc wait for copies under way.
 class Registry {
  public:
-  static Registry& get() {
-    static Registry r;
-    return r;
-  }
+  /// The registry of this process's node (see actor/node.hpp): a new runtime starts empty.
+  static Registry& get();
   void add(RegionPtr r) {
     std::lock_guard lock(mu_);
     regions_[r->id] = std::move(r);

@@ -1,0 +1,112 @@
+#pragma once
+
+// Internal: a proc's state: its actors and ports, its links, its background thread.
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <typeindex>
+#include <unordered_map>
+#include <vector>
+
+#include "actor/node.hpp"
+#include "baton/actor/proc.hpp"
+#include "baton/net/link.hpp"
+
+namespace baton::detail {
+
+class ProcState : public std::enable_shared_from_this<ProcState> {
+ public:
+  ProcState(Proc::Options options, Executor* executor, std::unique_ptr<ThreadPool> pool);
+  ProcState(const ProcState&) = delete;
+  ProcState& operator=(const ProcState&) = delete;
+  ~ProcState() { stop_background(); }
+
+  /// How an actor ended, for a message that names it later. The last kEndedKept are kept,
+  /// and a mesh's members are forgotten when the whole mesh is gone (forget_ended): a proc that
+  /// runs many meshes does not grow with them.
+  struct Ended {
+    bool failed = false;
+    std::string why;
+  };
+  static constexpr std::size_t kEndedKept = 1024;
+
+  Proc::Options options;
+  ProcId id;
+  ActorId client;              // the sender of messages sent from outside actors
+  std::shared_ptr<Node> node;  // what this process's procs share
+  Executor* executor;
+  std::unique_ptr<ThreadPool> pool;
+  Proc* owner = nullptr;
+
+  std::mutex mu;
+  std::unordered_map<ActorId, CellPtr> actors;  // live actors: an ended one leaves (see ended)
+  std::unordered_map<std::string, std::uint64_t> next_index;
+  std::unordered_map<std::uint64_t, PortSinkPtr> ports;
+  std::uint64_t next_port = 1;
+  std::condition_variable idle_cv;
+  std::size_t live = 0;  // cells not yet stopped or failed
+  bool stopping = false;
+  std::vector<std::function<void()>> stop_hooks;  // run once, before any actor is told to stop
+  bool hooks_ran = false;
+  std::atomic<bool> closed{false};
+
+  // Links to procs in other processes (see remote.cpp); created on first serve() or connect().
+  std::unique_ptr<net::IoThread> io;
+  std::vector<std::unique_ptr<net::Listener>> listeners;  // one per serve()
+  std::atomic<std::uint64_t> envelopes_sent{0};           // over links, by this proc
+
+ private:
+  std::mutex extensions_mu_;
+  std::unordered_map<std::type_index, std::shared_ptr<void>> extensions_;
+  std::mutex background_mu_;
+  std::condition_variable background_cv_;
+  std::vector<std::function<void()>> background_;
+  std::thread background_thread_;
+  std::unordered_map<ActorId, Ended> ended_;  // under mu
+  std::deque<ActorId> ended_order_;           // oldest first
+  bool background_stopping_ = false;
+
+ public:
+  /// Runs `f` on this proc's background thread (started on first use, joined when the proc
+  /// goes): for work that may wait a little and must hold neither an I/O thread nor an actor's.
+  void post_background(std::function<void()> f);
+  /// Runs what is queued for the background thread, then joins it.
+  void stop_background();
+
+  /// State an upper layer keeps for this proc (the mesh layer's cast nodes), made on first use
+  /// and gone with the proc.
+  template <class T>
+  std::shared_ptr<T> extension() {
+    std::lock_guard lock(extensions_mu_);
+    auto& slot = extensions_[std::type_index(typeid(T))];
+    if (!slot) slot = std::make_shared<T>();
+    return std::static_pointer_cast<T>(slot);
+  }
+
+  /// The live actor `id` of this proc, or null.
+  CellPtr find_actor(const ActorId& actor);
+
+  /// Takes an ended actor out of the table of live ones, and remembers how it ended.
+  void actor_ended(const ActorId& actor, bool failed, std::string why);
+  /// How `id` ended, if it is one of the ended actors remembered.
+  std::optional<Ended> ended(const ActorId& actor);
+  /// Forgets that `actor` ended (its whole mesh is gone).
+  void forget_ended(const ActorId& actor);
+  /// Actors remembered as ended.
+  std::size_t ended_count();
+
+  /// Runs the stop hooks, the first time only.
+  void run_stop_hooks();
+  void cell_finished();
+  void report_unhandled(const SupervisionEvent& ev);
+  void report_undeliverable(const Undeliverable& u);
+};
+
+}  // namespace baton::detail

@@ -1,0 +1,509 @@
+// The node's router: links to procs in other processes by peer, where those procs listen, which
+// of them died; dialling on first use; and Proc's serve() and connect().
+
+#include "actor/remote_impl.hpp"
+
+namespace baton::detail {
+namespace remote {
+namespace {
+
+/// The handler of one link: the first envelope must be the hello naming the peer proc.
+net::LinkHandler link_handler(RemoteRouter* router, const std::weak_ptr<ProcState>& weak_local,
+                              const std::shared_ptr<net::Link>& link,
+                              const std::shared_ptr<std::string>& peer) {
+  std::weak_ptr<net::Link> weak_link = link;
+  auto unsent = std::make_shared<std::vector<Envelope>>();
+  return net::LinkHandler{[router, weak_local, weak_link, peer](Envelope env) {
+                            auto local = weak_local.lock();
+                            auto l = weak_link.lock();
+                            if (!local || !l) return;
+                            if (peer->empty()) {
+                              if (env.dest.port != kHelloPort) {
+                                l->close("the first message on a link must be the hello");
+                                return;
+                              }
+                              *peer = env.sender.proc.name;
+                              router->add_route(*peer, local, l);
+                              return;
+                            }
+                            deliver_envelope(local, l, std::move(env));
+                          },
+                          [router, weak_link, peer, unsent](const std::string& reason) {
+                            if (peer->empty()) return;
+                            router->link_closed(*peer, weak_link.lock(), reason);
+                            return_unsent(*peer, reason, *unsent);
+                            unsent->clear();
+                          },
+                          [unsent](std::vector<Envelope> envs) { *unsent = std::move(envs); }};
+}
+
+net::IoThread& io_of(ProcState& proc) {
+  std::lock_guard lock(proc.mu);
+  if (!proc.io) proc.io = std::make_unique<net::IoThread>();
+  return *proc.io;
+}
+
+}  // namespace
+
+RemoteRouter& router_of(Node& node) {
+  Router* r = node.router();
+  if (r == nullptr) {
+    r = &node.install_router([](Node&) { return std::make_unique<RemoteRouter>(); });
+  }
+  return static_cast<RemoteRouter&>(*r);
+}
+
+RemoteRouter* router_here() {
+  auto node = node_here();
+  if (!node) return nullptr;
+  return static_cast<RemoteRouter*>(node->router());
+}
+
+void RemoteRouter::add_route(const std::string& peer, const std::shared_ptr<ProcState>& local,
+                             const std::shared_ptr<net::Link>& link) {
+  std::lock_guard lock(routes_mu);
+  routes.try_emplace(peer, Route{local, link, {}});
+  linked.notify_all();
+}
+
+void RemoteRouter::reply_arrived(const std::string& peer, std::uint64_t port) {
+  std::lock_guard lock(routes_mu);
+  auto it = routes.find(peer);
+  if (it != routes.end()) std::erase(it->second.pending, port);
+}
+
+void RemoteRouter::link_closed(const std::string& peer, const std::shared_ptr<net::Link>& link,
+                               const std::string& reason) {
+  std::vector<std::uint64_t> pending;
+  std::shared_ptr<ProcState> local;
+  {
+    std::lock_guard lock(routes_mu);
+    auto it = routes.find(peer);
+    if (it == routes.end() || it->second.link != link) return;
+    pending = std::move(it->second.pending);
+    local = it->second.local.lock();
+    routes.erase(it);
+    linked.notify_all();
+  }
+  if (!local) return;
+  // A child process that died is a supervision failure, with its report, not a lost link.
+  std::optional<std::string> died = probe(peer);
+  if (died) mark_failed(peer, *died);
+  for (std::uint64_t port : pending) {
+    PortSinkPtr sink;
+    {
+      std::lock_guard lock(local->mu);
+      auto it = local->ports.find(port);
+      if (it == local->ports.end()) continue;
+      sink = it->second;
+      local->ports.erase(it);
+    }
+    if (died) {
+      sink->peer_failed(std::make_exception_ptr(SupervisionError(*died)));
+    } else {
+      sink->link_lost("link to proc " + peer + " lost (" + reason + ") before the reply came");
+    }
+  }
+}
+
+std::optional<std::string> RemoteRouter::probe(const std::string& peer) {
+  std::function<std::optional<std::string>(const std::string&)> p;
+  {
+    std::lock_guard lock(failures_mu);
+    p = exit_probe;
+  }
+  if (!p) return std::nullopt;
+  return p(peer);
+}
+
+std::optional<std::string> RemoteRouter::failure_of(const std::string& proc) {
+  if (!any_failed.load(std::memory_order_acquire)) return std::nullopt;
+  std::lock_guard lock(failures_mu);
+  auto it = failures.find(proc);
+  if (it == failures.end()) return std::nullopt;
+  return it->second;
+}
+
+void RemoteRouter::mark_failed(const std::string& proc, const std::string& report) {
+  std::lock_guard lock(failures_mu);
+  if (!failures.try_emplace(proc, report).second) return;
+  failure_order.push_back(proc);
+  if (failure_order.size() > kFailuresKept) {
+    failures.erase(failure_order.front());
+    failure_order.pop_front();
+  }
+  any_failed.store(true, std::memory_order_release);
+}
+
+std::shared_ptr<ProcState> RemoteRouter::home() {
+  std::lock_guard lock(addresses_mu);
+  return home_proc.lock();
+}
+
+std::pair<std::shared_ptr<net::Link>, std::shared_ptr<ProcState>> RemoteRouter::route_to(
+    const ProcId& peer) {
+  {
+    std::lock_guard lock(routes_mu);
+    auto it = routes.find(peer.name);
+    if (it != routes.end()) return {it->second.link, it->second.local.lock()};
+  }
+  // No link yet: dial the peer if a reference told us where it listens.
+  std::string where;
+  std::shared_ptr<ProcState> home;
+  {
+    std::lock_guard lock(addresses_mu);
+    auto it = addresses.find(peer.name);
+    if (it != addresses.end()) where = it->second;
+    home = home_proc.lock();
+  }
+  if (where.empty() || !home || home->closed.load(std::memory_order_acquire)) return {};
+  std::lock_guard dial(dialing);
+  {
+    std::lock_guard lock(routes_mu);
+    auto it = routes.find(peer.name);
+    if (it != routes.end()) return {it->second.link, it->second.local.lock()};
+  }
+  try {
+    connect_state(home, peer, Address::parse(where), nullptr);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "baton: proc %s cannot reach proc %s: %s\n", home->id.name.c_str(),
+                 peer.name.c_str(), e.what());
+    return {};
+  }
+  std::lock_guard lock(routes_mu);
+  auto it = routes.find(peer.name);
+  if (it == routes.end()) return {};
+  return {it->second.link, it->second.local.lock()};
+}
+
+bool RemoteRouter::send_to_proc(const ProcId& peer, Envelope env) {
+  auto [link, local] = route_to(peer);
+  if (!link || !local) return false;
+  local->envelopes_sent.fetch_add(1, std::memory_order_relaxed);
+  return link->send(std::move(env));
+}
+
+bool RemoteRouter::route_call(const ActorId& target, const EndpointInfo& endpoint, Body& args,
+                              std::shared_ptr<StateBase>& reply, const ActorId& sender) {
+  if (auto died = failure_of(target.proc.name)) {
+    // Calls touching a failed proc fail at once, with what happened to it.
+    const std::string why = target.to_string() + " (" + std::string(endpoint.name) + "): " + *died;
+    if (reply) {
+      reply->set_exception(std::make_exception_ptr(SupervisionError(why)));
+    } else {
+      deliver_undeliverable(
+          sender, Undeliverable{PortId{target, 0}, UndeliverableError::Reason::actor_failed, why});
+    }
+    return true;
+  }
+  auto [link, local] = route_to(target.proc);
+  if (!link || !local) return false;
+  std::optional<PortId> reply_to;
+  if (reply) {
+    reply_to =
+        open_reply_port(*local, target.proc, remote_reply_port(reply, std::string(endpoint.name)));
+  }
+  Envelope env;
+  env.sender = sender;
+  env.dest = PortId{target, 0};
+  env.body = encode(endpoint.id, reply_to);
+  env.body.head += args.head;
+  env.body.parts = std::move(args.parts);
+  local->envelopes_sent.fetch_add(1, std::memory_order_relaxed);
+  std::string why;
+  auto reason = UndeliverableError::Reason::link_lost;
+  try {
+    if (!link->send(std::move(env))) {
+      why = "the link to proc " + target.proc.name + " is closed; " + target.to_string() +
+            " cannot be reached";
+    }
+  } catch (const net::LinkFullError& e) {
+    why = std::string(e.what()) + "; the message to " + target.to_string() + " was not sent";
+    reason = UndeliverableError::Reason::timeout;
+  }
+  if (why.empty()) return true;
+  if (reply) {
+    if (reply_to) {
+      {
+        std::lock_guard lock(local->mu);
+        local->ports.erase(reply_to->port);
+      }
+      reply_arrived(target.proc.name, reply_to->port);
+    }
+    reply->set_exception(std::make_exception_ptr(UndeliverableError(reason, why)));
+  } else {
+    deliver_undeliverable(sender, Undeliverable{PortId{target, 0}, reason, why});
+  }
+  return true;
+}
+
+bool RemoteRouter::route_port(const PortId& port, const Body& body, const ActorId& sender) {
+  Envelope env;
+  env.sender = sender;
+  env.dest = port;
+  env.body = body;
+  return send_to_proc(port.actor.proc, std::move(env));
+}
+
+bool RemoteRouter::return_undeliverable(const ActorId& from, const Undeliverable& u) {
+  Envelope env;
+  env.sender = u.dest.actor;
+  env.dest = PortId{from, kUndeliverablePort};
+  env.body = encode(static_cast<std::uint8_t>(u.reason), u.message, u.dest);
+  try {
+    return send_to_proc(from.proc, std::move(env));
+  } catch (const std::exception&) {
+    return false;  // the caller reports it here instead
+  }
+}
+
+bool RemoteRouter::forward_failure(const ActorId& owner, const SupervisionEvent& event) {
+  Envelope env;
+  env.sender = event.actor;
+  env.dest = PortId{owner, kSupervisionPort};
+  env.body = encode(event);
+  try {
+    return send_to_proc(owner.proc, std::move(env));
+  } catch (const std::exception&) {
+    return false;  // the caller reports it here instead
+  }
+}
+
+void RemoteRouter::close_links(ProcState& proc) {
+  std::vector<std::shared_ptr<net::Link>> mine;
+  {
+    std::lock_guard lock(routes_mu);
+    for (auto& [name, route] : routes) {
+      auto local = route.local.lock();
+      if (!local || local.get() == &proc) mine.push_back(route.link);
+    }
+  }
+  // Synchronously, so each link's handler (and what it holds) is released before the I/O
+  // thread stops.
+  for (auto& l : mine) l->close_and_wait("proc " + proc.id.name + " stopped");
+  mine.clear();  // no link may outlive the I/O thread's context, destroyed below
+  proc.listeners.clear();
+  proc.io.reset();  // joins the I/O thread; pending handlers are dropped
+  std::lock_guard lock(addresses_mu);
+  if (home_proc.lock().get() == &proc || home_proc.expired()) home_proc.reset();
+}
+
+}  // namespace remote
+
+using namespace remote;
+
+std::shared_ptr<ProcState> home_proc() {
+  RemoteRouter* r = router_here();
+  return r != nullptr ? r->home() : nullptr;
+}
+
+void set_exit_probe(std::function<std::optional<std::string>(const std::string&)> probe) {
+  auto node = node_here();
+  if (!node) return;
+  auto& r = router_of(*node);
+  std::lock_guard lock(r.failures_mu);
+  r.exit_probe = std::move(probe);
+}
+
+std::optional<std::string> proc_failure(const ProcId& id) {
+  RemoteRouter* r = router_here();
+  return r != nullptr ? r->failure_of(id.name) : std::nullopt;
+}
+
+std::optional<std::string> await_proc_failure(const ProcId& id) {
+  RemoteRouter* r = router_here();
+  if (r == nullptr) return std::nullopt;
+  if (auto known = r->failure_of(id.name)) return known;
+  auto died = r->probe(id.name);
+  if (died) r->mark_failed(id.name, *died);
+  return died;
+}
+
+bool forward_failure(const ActorId& owner, const SupervisionEvent& event) {
+  RemoteRouter* r = router_here();
+  return r != nullptr && r->forward_failure(owner, event);
+}
+
+void mark_proc_failed(const std::string& name, const std::string& report) {
+  if (auto node = node_here()) router_of(*node).mark_failed(name, report);
+}
+
+void forget_procs(const std::vector<ProcId>& procs) {
+  RemoteRouter* r = router_here();
+  if (r == nullptr) return;
+  {
+    std::lock_guard lock(r->addresses_mu);
+    for (const auto& p : procs) r->addresses.erase(p.name);
+  }
+  std::lock_guard lock(r->failures_mu);
+  for (const auto& p : procs) {
+    if (r->failures.erase(p.name) != 0) std::erase(r->failure_order, p.name);
+  }
+}
+
+void set_cast_handler(CastHandler handler) {
+  if (auto node = node_here()) {
+    router_of(*node).cast_handler.store(handler, std::memory_order_release);
+  }
+}
+
+std::string address_text(const ProcId& id) {
+  RemoteRouter* r = router_here();
+  if (r == nullptr) return {};
+  std::lock_guard lock(r->addresses_mu);
+  auto it = r->addresses.find(id.name);
+  return it == r->addresses.end() ? std::string() : it->second;
+}
+
+void remember_address(const ProcId& id, const std::string& address) {
+  if (address.empty()) return;
+  auto node = node_here();
+  if (!node) return;
+  auto& r = router_of(*node);
+  {
+    std::lock_guard lock(r.addresses_mu);
+    if (r.addresses.count(id.name) != 0) return;  // the first word on a proc stands
+  }
+  Address::parse(address);  // garbage throws before it is kept
+  std::lock_guard lock(r.addresses_mu);
+  r.addresses.try_emplace(id.name, address);
+}
+
+std::pair<std::shared_ptr<net::Link>, std::shared_ptr<ProcState>> route_to(const ProcId& peer) {
+  RemoteRouter* r = router_here();
+  if (r == nullptr) return {};
+  return r->route_to(peer);
+}
+
+bool send_to_proc(const ProcId& peer, Envelope env) {
+  RemoteRouter* r = router_here();
+  return r != nullptr && r->send_to_proc(peer, std::move(env));
+}
+
+PortId open_reply_port(ProcState& local, const ProcId& peer, PortSinkPtr sink) {
+  std::uint64_t n = 0;
+  {
+    std::lock_guard lock(local.mu);
+    n = local.next_port++;
+    local.ports.emplace(n, std::move(sink));
+  }
+  auto& r = router_of(*local.node);
+  std::lock_guard lock(r.routes_mu);
+  auto it = r.routes.find(peer.name);
+  if (it != r.routes.end()) it->second.pending.push_back(n);
+  return PortId{local.client, n};
+}
+
+TableSizes table_sizes(ProcState& proc) {
+  TableSizes t;
+  t.procs = proc.node->procs();
+  {
+    std::lock_guard lock(proc.mu);
+    t.actors = proc.actors.size();
+    t.ports = proc.ports.size();
+  }
+  t.ended = proc.ended_count();
+  if (auto* r = static_cast<RemoteRouter*>(proc.node->router())) {
+    {
+      std::lock_guard lock(r->routes_mu);
+      t.routes = r->routes.size();
+    }
+    {
+      std::lock_guard lock(r->addresses_mu);
+      t.addresses = r->addresses.size();
+    }
+    std::lock_guard lock(r->failures_mu);
+    t.failures = r->failures.size();
+  }
+  return t;
+}
+
+void connect_state(const std::shared_ptr<ProcState>& state, const ProcId& peer,
+                   const Address& address, std::function<void(const std::string&)> on_lost) {
+  auto& io = io_of(*state);
+  RemoteRouter* router = &router_of(*state->node);
+  auto name = std::make_shared<std::string>(peer.name);
+  // The handler needs the link, and the link needs the handler: bind through a holder.
+  auto holder = std::make_shared<std::shared_ptr<net::Link>>();
+  std::weak_ptr<ProcState> weak = state;
+  auto unsent = std::make_shared<std::vector<Envelope>>();
+  net::LinkHandler relay{
+      [weak, holder](Envelope env) {
+        auto local = weak.lock();
+        if (local && *holder) deliver_envelope(local, *holder, std::move(env));
+      },
+      [router, holder, name, unsent, on_lost = std::move(on_lost)](const std::string& reason) {
+        router->link_closed(*name, *holder, reason);
+        return_unsent(*name, reason, *unsent);
+        unsent->clear();
+        if (on_lost) on_lost(reason);
+      },
+      [unsent](std::vector<Envelope> envs) { *unsent = std::move(envs); }};
+  auto link = net::Link::connect(io, address, std::move(relay), state->options.link);
+  *holder = link;
+  // A link the peer dialled first stays the route: one sending link per peer keeps FIFO.
+  router->add_route(peer.name, state, link);
+  {
+    std::lock_guard lock(router->addresses_mu);
+    if (router->home_proc.expired()) router->home_proc = state;
+  }
+  Envelope hello;
+  hello.sender = state->client;
+  hello.dest = PortId{ActorId{peer, "proc", 0}, kHelloPort};
+  link->send(std::move(hello));
+}
+
+}  // namespace baton::detail
+
+namespace baton {
+
+Address Proc::serve(const Address& address) {
+  auto& io = detail::remote::io_of(*state_);
+  auto* router = &detail::remote::router_of(*state_->node);
+  std::weak_ptr<detail::ProcState> weak = state_;
+  auto listener = net::Listener::listen(
+      io, address,
+      [router, weak](const std::shared_ptr<net::Link>& l) {
+        return detail::remote::link_handler(router, weak, l, std::make_shared<std::string>());
+      },
+      state_->options.link);
+  Address bound = listener->address();
+  {
+    std::lock_guard lock(state_->mu);
+    state_->listeners.push_back(std::move(listener));
+  }
+  std::lock_guard lock(router->addresses_mu);
+  router->addresses[state_->id.name] = bound.to_string();
+  router->home_proc = state_;
+  return bound;
+}
+
+bool Proc::linked(const ProcId& peer) const {
+  auto* r = static_cast<detail::remote::RemoteRouter*>(state_->node->router());
+  if (r == nullptr) return false;
+  std::lock_guard lock(r->routes_mu);
+  return r->routes.count(peer.name) != 0;
+}
+
+bool Proc::wait_linked(const ProcId& peer, std::chrono::milliseconds timeout) const {
+  auto& r = detail::remote::router_of(*state_->node);
+  std::unique_lock lock(r.routes_mu);
+  return r.linked.wait_for(lock, timeout, [&] { return r.routes.count(peer.name) != 0; });
+}
+
+bool Proc::wait_unlinked(const ProcId& peer, std::chrono::milliseconds timeout) const {
+  auto& r = detail::remote::router_of(*state_->node);
+  std::unique_lock lock(r.routes_mu);
+  return r.linked.wait_for(lock, timeout, [&] { return r.routes.count(peer.name) == 0; });
+}
+
+void Proc::connect(const ProcId& peer, const Address& address,
+                   std::function<void(const std::string& reason)> on_lost) {
+  detail::connect_state(state_, peer, address, std::move(on_lost));
+}
+
+std::uint64_t Proc::envelopes_sent() const {
+  return state_->envelopes_sent.load(std::memory_order_relaxed);
+}
+
+}  // namespace baton
