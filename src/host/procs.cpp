@@ -256,6 +256,7 @@ ProcMesh HostMesh::spawn_procs(const std::vector<std::pair<std::string, std::siz
                          name.name.c_str());
           }
         }
+        detail::forget_procs(gone);  // what this process knew of them
         st.output->flush();
       });
   {

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "actor/routing.hpp"
 #include "baton/baton.hpp"
 
 namespace baton {
@@ -37,11 +38,17 @@ class Counter : public Actor {
   }
   /// How many meshes' tree nodes this member's proc knows (CA-3).
   std::size_t nodes_known() { return detail::cast_nodes_known(proc()); }
+  /// The sizes of the tables this member's process keeps (see detail::table_sizes).
+  std::vector<std::size_t> tables() { return sizes(detail::table_sizes(proc().state())); }
+  static std::vector<std::size_t> sizes(const detail::TableSizes& t) {
+    return {t.procs, t.actors, t.ended, t.ports, t.routes, t.addresses, t.failures};
+  }
   /// Sends this member's rank to a port that another process opened.
   void report(const Port<int>& to) { to.send(my_rank() * 10 + value_); }
   static constexpr auto endpoints =
       baton::endpoints<&Counter::incr, &Counter::value, &Counter::rank, &Counter::name,
-                       &Counter::fail_on, &Counter::report, &Counter::nodes_known>();
+                       &Counter::fail_on, &Counter::report, &Counter::nodes_known,
+                       &Counter::tables>();
 
  private:
   int value_;
@@ -358,18 +365,28 @@ TEST(Mesh, ReducersFoldWithTheirMembersInEveryProc) {  // CA-2
   procs.stop().get();
 }
 
-TEST(Mesh, ProcsForgetTheTreesOfStoppedMeshes) {  // CA-3
+TEST(Mesh, ProcsForgetStoppedMeshes) {  // CA-3, and the node's tables
   auto procs = this_host().spawn_procs({{"gpus", 2}});
   auto keeper = procs.spawn<Counter>("keeper", 0);
-  const ValueMesh<std::size_t> before = keeper.call(&Counter::nodes_known).get();
-  for (int i = 0; i < 200; ++i) {
+  const auto round = [&](int i) {
     auto m = procs.spawn<Counter>("m" + std::to_string(i), i);
     EXPECT_EQ(m.reduce(sum, &Counter::value).get(), 2 * i);
     m.slice("gpus", 0).stop().get();  // one member: the other's node stays
     m.slice("gpus", 1).stop().get();  // the last: every proc drops the mesh's node
-  }
+  };
+  // After one mesh came and went (links between the procs are up by then), nothing grows.
+  round(0);
+  const ValueMesh<std::size_t> before = keeper.call(&Counter::nodes_known).get();
+  const auto workers = keeper.call(&Counter::tables).get().values();
+  auto& ctl = Runtime::get().proc().state();
+  const detail::TableSizes controller = detail::table_sizes(ctl);
+  for (int i = 1; i < 200; ++i) round(i);
   EXPECT_EQ(keeper.call(&Counter::nodes_known).get().values(), before.values());
   EXPECT_EQ(before.values(), (std::vector<std::size_t>{1, 1}));  // the keeper's own
+  EXPECT_EQ(keeper.call(&Counter::tables).get().values(), workers);
+  EXPECT_EQ(Counter::sizes(detail::table_sizes(ctl)), Counter::sizes(controller));
+  EXPECT_EQ(workers.at(0).at(1), 2U);  // live actors: the proc's agent and the keeper
+  EXPECT_EQ(workers.at(0).at(2), 0U);  // no stopped member is remembered once its mesh is gone
   procs.stop().get();
 }
 

@@ -115,7 +115,15 @@ ActorRef<RdmaAgent> agent() {
   std::lock_guard lock(slot->mu);
   if (slot->ref.id().proc.name.empty()) {
     Proc& proc = Runtime::get().proc();
-    detail::add_stop_hook(proc, [] { Registry::get().close(); });
+    // The agent's ref holds its proc, which holds the node that holds this slot: let go of it
+    // when the proc stops, or the node would never go.
+    detail::add_stop_hook(proc, [weak = std::weak_ptr<AgentSlot>(slot)] {
+      Registry::get().close();
+      if (auto s = weak.lock()) {
+        std::lock_guard l(s->mu);
+        s->ref = {};
+      }
+    });
     slot->ref = proc.spawn<RdmaAgent>("rdma");
   }
   return slot->ref;
