@@ -88,12 +88,25 @@ Hop child_hop(const Hop& parent, const CastChild& child) {
   return hop;
 }
 
+/// A forwarding node sends on the I/O thread, which must not wait for room on a full link: the
+/// link the cast came in on stops reading instead, until the full one is down to half, so the
+/// sender upstream waits in its turn (as for a full mailbox). Nothing is dropped.
+void backpressure(const std::shared_ptr<net::Link>& from, net::Link& to) {
+  if (!to.full()) return;
+  from->pause_reading();
+  const bool full = to.when_room([weak = std::weak_ptr<net::Link>(from)] {
+    if (auto f = weak.lock()) f->resume_reading();
+  });
+  if (!full) from->resume_reading();
+}
+
 /// The member at a location of the subtree a node forwards to.
 using MemberAt = std::function<const CastMember&(std::size_t loc)>;
 
 void send_child(const std::shared_ptr<ProcState>& local, const ActorId& sender, const Hop& parent,
                 const CastChild& child, const std::shared_ptr<const ViewIndex>& view,
-                const Body& args, const std::shared_ptr<Gather>& gather, const MemberAt& member_at);
+                const Body& args, const std::shared_ptr<Gather>& gather, const MemberAt& member_at,
+                const std::shared_ptr<net::Link>& from);
 
 /// CA-4: `child`'s head cannot be reached (its proc died, or nothing answers there): its own
 /// member is reported lost, and the members behind it are reached through its children, as if
@@ -101,7 +114,8 @@ void send_child(const std::shared_ptr<ProcState>& local, const ActorId& sender, 
 void route_around(const std::shared_ptr<ProcState>& local, const ActorId& sender, const Hop& parent,
                   const CastChild& child, const std::shared_ptr<const ViewIndex>& view,
                   const Body& args, const std::shared_ptr<Gather>& gather,
-                  const MemberAt& member_at, const std::string& why) {
+                  const MemberAt& member_at, const std::string& why,
+                  const std::shared_ptr<net::Link>& from) {
   std::vector<CastChild> grandchildren;
   for (auto [b, e] : split(child.loc + 1, child.end, kCastFanOut)) {
     if (view->any_in(b, e)) grandchildren.push_back({b, e, member_at(b)});
@@ -111,15 +125,15 @@ void route_around(const std::shared_ptr<ProcState>& local, const ActorId& sender
     gather->add(failures(*view, CastChild{child.loc, child.loc + 1, child.head}, why));
   }
   for (const auto& g : grandchildren) {
-    send_child(local, sender, parent, g, view, args, gather, member_at);
+    send_child(local, sender, parent, g, view, args, gather, member_at, from);
   }
 }
 
 /// Sends the hop for `child` to its head's proc: inline if it lives in this process.
 void send_child(const std::shared_ptr<ProcState>& local, const ActorId& sender, const Hop& parent,
                 const CastChild& child, const std::shared_ptr<const ViewIndex>& view,
-                const Body& args, const std::shared_ptr<Gather>& gather,
-                const MemberAt& member_at) {
+                const Body& args, const std::shared_ptr<Gather>& gather, const MemberAt& member_at,
+                const std::shared_ptr<net::Link>& from) {
   Hop hop = child_hop(parent, child);
   const ProcId& head = child.head.actor.proc;
   Done child_done;
@@ -134,13 +148,13 @@ void send_child(const std::shared_ptr<ProcState>& local, const ActorId& sender, 
   if (!local) return lost("no proc in this process can link to " + head.name);
   if (proc_failure(head)) {
     return route_around(local, sender, parent, child, view, args, gather, member_at,
-                        "its proc failed");
+                        "its proc failed", from);
   }
   remember_address(head, child.head.address);
   auto [link, owner] = route_to(head);
   if (!link || !owner) {
     return route_around(local, sender, parent, child, view, args, gather, member_at,
-                        "proc " + head.name + " cannot be reached");
+                        "proc " + head.name + " cannot be reached", from);
   }
   if (gather) {
     hop.reply_to =
@@ -159,6 +173,7 @@ void send_child(const std::shared_ptr<ProcState>& local, const ActorId& sender, 
   } catch (const net::LinkFullError& e) {
     failed = e.what();  // backpressure ran out of patience: this subtree is not reached
   }
+  if (failed.empty() && from && from != link) backpressure(from, *link);
   if (!failed.empty() && gather && hop.reply_to) {
     if (auto sink = resolve_port(*hop.reply_to)) sink->link_lost(failed);
   }
@@ -202,7 +217,7 @@ void fan_out(const std::shared_ptr<ProcState>& local, const ActorId& sender, con
                        from);
   }
   for (const CastChild* c : addressed) {
-    send_child(local, sender, hop, *c, view, args, gather, member_at);
+    send_child(local, sender, hop, *c, view, args, gather, member_at, from);
   }
   if (gather && addressed.empty() && !my_rank) gather->add({});  // nothing addressed below
 }

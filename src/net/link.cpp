@@ -320,6 +320,7 @@ void StreamLink::shutdown(const std::string& reason, bool tell_peer) {
     unsent.swap(out_);
     out_bytes_ = 0;
     ctl_.clear();
+    room_came_locked();  // a closed link has room: nobody waits on it any more
   }
   room_.notify_all();
   if (std::getenv("BATON_DEBUG_LINKS") != nullptr) {

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <future>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -117,6 +118,39 @@ TEST_P(LinkTest, AReceiverThatStopsReadingMakesItsSenderWaitThenFailClearly) {
   std::lock_guard lock(server_in.mu);
   EXPECT_EQ(server_in.envelopes.size(), sent);
   for (std::uint64_t i = 0; i < sent; ++i) ASSERT_EQ(server_in.envelopes[i].dest.port, i);
+}
+
+TEST_P(LinkTest, ASenderThatMustNotWaitHearsWhenThereIsRoomAgain) {
+  Inbox server_in;
+  std::shared_ptr<Link> server_side;
+  std::mutex mu;
+  auto listener = Listener::listen(io, address(), [&](const std::shared_ptr<Link>& link) {
+    std::lock_guard lock(mu);
+    server_side = link;
+    return server_in.handler([weak = std::weak_ptr<Link>(link), first = true](Envelope&) mutable {
+      if (auto l = weak.lock(); l && std::exchange(first, false)) l->pause_reading();
+    });
+  });
+  LinkOptions options;
+  options.max_queued_bytes = std::size_t{64} * 1024;
+  Inbox client_in;
+  auto client = Link::connect(io, listener->address(), client_in.handler(), options);
+  std::promise<void> room;
+  EXPECT_FALSE(client->when_room([] { FAIL() << "ran although the link had room"; }));
+  // A send that finds room never waits, so sending until full() never blocks.
+  std::uint64_t sent = 0;
+  while (!client->full() && sent < 1000000) ASSERT_TRUE(client->send(make(sent++, 1000)));
+  ASSERT_TRUE(client->full()) << "a link to a receiver that reads nothing never filled";
+  ASSERT_TRUE(client->when_room([&room] { room.set_value(); }));
+  auto ran = room.get_future();
+  ASSERT_TRUE(server_in.wait_envelopes(1));
+  {
+    std::lock_guard lock(mu);
+    server_side->resume_reading();
+  }
+  EXPECT_EQ(ran.wait_for(30s), std::future_status::ready);
+  EXPECT_FALSE(client->full());
+  ASSERT_TRUE(server_in.wait_envelopes(sent));
 }
 
 TEST_P(LinkTest, PeerCloseIsReportedWithAReason) {

@@ -109,6 +109,8 @@ class StreamLink final : public Link {
 
   // link_writer.cpp
   std::size_t queued_bytes() const override;
+  bool full() const override;
+  bool when_room(std::function<void()> f) override;
 
  private:
   std::shared_ptr<StreamLink> shared() {
@@ -211,8 +213,10 @@ class StreamLink final : public Link {
   // Writing state, under mu_. out_ holds every data frame not yet acknowledged, from seq
   // out_base_seq_ on; the first written_ of them are on the wire.
   mutable std::mutex mu_;
-  std::condition_variable room_;  // send() waits here while the link is full
-  std::size_t out_bytes_ = 0;     // bytes in out_
+  std::condition_variable room_;                     // send() waits here while the link is full
+  std::vector<std::function<void()>> room_waiters_;  // when_room(), posted when there is room
+  void room_came_locked();
+  std::size_t out_bytes_ = 0;  // bytes in out_
   std::deque<Frame> out_;
   std::deque<Frame> ctl_;
   std::uint64_t out_base_seq_ = 0;

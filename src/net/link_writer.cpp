@@ -38,7 +38,25 @@ void StreamLink::pop_front_locked() {
   out_bytes_ -= out_.front().size();
   out_.pop_front();
   ++out_base_seq_;
-  if (out_bytes_ <= options_.max_queued_bytes / 2) room_.notify_all();
+  if (out_bytes_ <= options_.max_queued_bytes / 2) room_came_locked();
+}
+
+void StreamLink::room_came_locked() {
+  room_.notify_all();
+  for (auto& f : room_waiters_) asio::post(ctx_, std::move(f));
+  room_waiters_.clear();
+}
+
+bool StreamLink::full() const {
+  std::lock_guard lock(mu_);
+  return !closed_ && out_bytes_ > options_.max_queued_bytes;
+}
+
+bool StreamLink::when_room(std::function<void()> f) {
+  std::lock_guard lock(mu_);
+  if (closed_ || out_bytes_ <= options_.max_queued_bytes) return false;
+  room_waiters_.push_back(std::move(f));
+  return true;
 }
 
 void StreamLink::send_ack() {

@@ -145,6 +145,12 @@ class Link : public std::enable_shared_from_this<Link> {
   virtual void resume_reading() = 0;
   /// Bytes held for sending now.
   virtual std::size_t queued_bytes() const = 0;
+  /// True while the link holds more than LinkOptions::max_queued_bytes (a send would wait).
+  virtual bool full() const = 0;
+  /// For senders that must not wait (the I/O thread): if the link holds more than
+  /// LinkOptions::max_queued_bytes, keeps `f` to run (on the I/O thread) once it is down to half,
+  /// or closed, and returns true; otherwise returns false and drops `f`.
+  virtual bool when_room(std::function<void()> f) = 0;
   /// Closes the link; the handler's on_closed runs with `reason`.
   virtual void close(const std::string& reason) = 0;
   /// Like close(), and returns once the link is closed; never call it on the I/O thread.
