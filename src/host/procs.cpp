@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "actor/cell.hpp"
+#include "log/log.hpp"
 #include "runtime_impl.hpp"
 
 extern char** environ;
@@ -23,7 +24,7 @@ namespace {
 bool is_bootstrap(std::string_view entry) {
   for (std::string_view var :
        {kProcVar, kControllerVar, kControllerAddrVar, kParentVar, kDirVar, kSecretVar, kTlsCertVar,
-        kTlsKeyVar, kTlsCaVar, "BATON_RANK", "BATON_WORLD_SIZE"}) {
+        kTlsKeyVar, kTlsCaVar, "BATON_RANK", "BATON_WORLD_SIZE", "BATON_LOG"}) {
     if (entry.size() > var.size() && entry.substr(0, var.size()) == var &&
         entry[var.size()] == '=') {
       return true;
@@ -294,6 +295,8 @@ ProcMesh HostMesh::spawn_procs(const std::vector<std::pair<std::string, std::siz
     }
     detail::remember_address(name, "unix://" + (st.dir / (name.name + ".sock")).string());
     env.push_back("BATON_RANK=" + std::to_string(r));
+    // The controller's level, so a BATON_LOG value it warned about is not warned about again.
+    env.push_back("BATON_LOG=" + std::string(detail::log_level_name(detail::log_level())));
     env.push_back("BATON_WORLD_SIZE=" + std::to_string(shape.len()));
     if (shape.has("gpus")) {
       env.push_back("CUDA_VISIBLE_DEVICES=" + std::to_string(p["gpus"]));

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "actor/cell.hpp"
+#include "log/log.hpp"
 #include "runtime_impl.hpp"
 
 namespace baton {
@@ -39,6 +40,7 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
   state_->spawner = std::make_unique<Spawner>();
   state_->stops = std::make_unique<StopWorker>();
   if (std::getenv(kProcVar) != nullptr) run_worker();
+  detail::set_log_proc("ctl");  // the controller's proc, made below
   state_->dir = make_job_dir();
   state_->own_dir = true;
   state_->secret = net::new_job_secret();

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "actor/cell.hpp"
+#include "log/log.hpp"
 #include "runtime_impl.hpp"
 
 namespace baton {
@@ -21,6 +22,7 @@ void Runtime::run_worker() {
   const char* parent = std::getenv(kParentVar);
   if (parent != nullptr && ::getppid() != std::atoi(parent)) std::_Exit(1);
   const char* name = std::getenv(kProcVar);
+  detail::set_log_proc(name);
   // `ps` and `ss` show the proc's name (its command line says "baton <name>" in full).
   ::prctl(PR_SET_NAME, ("baton " + std::string(name)).substr(0, 15).c_str());
   // A terminal's Ctrl-C reaches every process of its foreground group: the controller stops
