@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <stdexcept>
@@ -161,10 +160,10 @@ void LocalProcGroup::run(std::chrono::milliseconds grace) {
     auto deadline = Clock::now() + grace;
     for (std::size_t i = 0; i < acks.size(); ++i) {
       if (!acks[i].state()->wait_until(deadline)) {
-        std::fprintf(stderr,
-                     "baton: proc %s did not finish stopping its actors within %lld ms "
-                     "(an on_stop hook still running?); it gets SIGTERM now\n",
-                     children[i].name.name.c_str(), static_cast<long long>(grace.count()));
+        detail::log_warn(
+            "proc {} did not finish stopping its actors within {} ms (an on_stop hook still "
+            "running?); it gets SIGTERM now",
+            children[i].name.name, grace.count());
       }
     }
     // 2. SIGTERM, then SIGKILL for whatever is still running after the grace.
@@ -172,8 +171,8 @@ void LocalProcGroup::run(std::chrono::milliseconds grace) {
     deadline = Clock::now() + grace;
     for (auto& c : children) {
       if (!watcher_.wait(c.pid, deadline)) {
-        std::fprintf(stderr, "baton: proc %s ignored SIGTERM for %lld ms; sending SIGKILL\n",
-                     c.name.name.c_str(), static_cast<long long>(grace.count()));
+        detail::log_warn("proc {} ignored SIGTERM for {} ms; sending SIGKILL", c.name.name,
+                         grace.count());
         ::kill(c.pid, SIGKILL);
         if (!watcher_.wait(c.pid, Clock::now() + kKillWait)) {
           failed +=
@@ -253,8 +252,7 @@ ProcMesh HostMesh::spawn_procs(const std::vector<std::pair<std::string, std::siz
       *st.watcher, *st.stops, st.stop_grace, [&st](const std::vector<ProcId>& gone) {
         for (const auto& name : gone) {
           if (!st.proc->wait_unlinked(name, kUnlinkWait)) {
-            std::fprintf(stderr, "baton: the link to stopped proc %s is still open\n",
-                         name.name.c_str());
+            detail::log_warn("the link to stopped proc {} is still open", name.name);
           }
         }
         st.output->flush();

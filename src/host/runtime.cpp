@@ -85,15 +85,15 @@ void Runtime::unhandled(const MeshFailure& event) {
     try {
       if (handler(event)) return;
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "baton: the controller's supervise hook threw: %s\n", e.what());
+      detail::log_error("the controller's supervise hook threw: {}", e.what());
     }
   }
   state_->output->flush();
-  std::fprintf(stderr,
-               "baton: a failure that nothing handled stops this program:\n  %s\n"
-               "  (an owner may handle failures in Actor::supervise, the controller in "
-               "RuntimeOptions::supervise)\n",
-               event.to_string().c_str());
+  detail::log_error(
+      "a failure that nothing handled stops this program:\n  {}\n"
+      "  (an owner may handle failures in Actor::supervise, the controller in "
+      "RuntimeOptions::supervise)",
+      event.to_string());
   state_->remove_job_dir();
   std::fflush(stdout);
   std::fflush(stderr);

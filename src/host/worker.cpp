@@ -31,10 +31,8 @@ void Runtime::run_worker() {
   const char* controller = std::getenv(kControllerVar);
   const char* controller_addr = std::getenv(kControllerAddrVar);
   if (controller == nullptr || controller_addr == nullptr) {
-    std::fprintf(stderr,
-                 "baton: worker %s started without %s/%s; it must be started by a "
-                 "baton controller\n",
-                 name, kControllerVar, kControllerAddrVar);
+    detail::log_error("worker {} started without {}/{}; it must be started by a baton controller",
+                      name, kControllerVar, kControllerAddrVar);
     std::_Exit(2);
   }
   const char* dir = std::getenv(kDirVar);
@@ -51,8 +49,7 @@ void Runtime::run_worker() {
     }
   }
   if (state_->secret.empty()) {
-    std::fprintf(stderr, "baton: worker %s started without the job's secret (%s)\n", name,
-                 kSecretVar);
+    detail::log_error("worker {} started without the job's secret ({})", name, kSecretVar);
     std::_Exit(2);
   }
   // Output goes to the controller over a pipe: lines, not blocks, so they come back promptly.
@@ -64,10 +61,8 @@ void Runtime::run_worker() {
     ProcOptions proc_options{
         .name = name, .on_unhandled_failure = [spawner](const MeshFailure& ev) {
           if (detail::forward_failure(spawner, ev)) return;
-          std::fprintf(stderr,
-                       "baton: unhandled failure, and its owner %s cannot be reached:\n  %s\n",
-                       spawner.to_string().c_str(), ev.to_string().c_str());
-          std::fflush(stderr);
+          detail::log_error("unhandled failure, and its owner {} cannot be reached:\n  {}",
+                            spawner.to_string(), ev.to_string());
           std::_Exit(1);
         }};
     proc_options.link = state_->link;
