@@ -1,4 +1,5 @@
 #include "actor/cell.hpp"
+#include "log/log.hpp"
 
 #include <cstdio>
 
@@ -188,6 +189,7 @@ bool Cell::has_work() const {
 void Cell::run() {
   CellPtr self = std::move(keepalive_);
   Cell* prev_cell = std::exchange(t_current_cell, this);
+  const LogActorScope log_scope(&id_);  // lines logged here name this actor
   ResumeContext* prev_ctx = std::exchange(current_resume_context(), this);
   const std::size_t batch = proc_->options.max_batch;
   for (std::size_t i = 0; i < batch; ++i) {

@@ -6,11 +6,11 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 
 #include "actor/cell.hpp"
+#include "log/log.hpp"
 #include "runtime_impl.hpp"
 
 namespace baton {
@@ -192,7 +192,7 @@ void ChildWatcher::run() {
     }
     if (::poll(fds.data(), fds.size(), -1) < 0) {
       if (errno == EINTR) continue;
-      std::fprintf(stderr, "baton: the child watcher's poll failed: %s\n", std::strerror(errno));
+      detail::log_error("the child watcher's poll failed: {}", std::strerror(errno));
       return;
     }
     if ((fds[0].revents & POLLIN) != 0) {

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "log/log.hpp"
 #include "runtime_impl.hpp"
 
 namespace baton {
@@ -69,8 +70,8 @@ void remove_stale_job_dirs(const std::filesystem::path& tmp) {
     std::error_code removed;
     std::filesystem::remove_all(entry.path(), removed);
     if (!removed) {
-      std::fprintf(stderr, "baton: removed %s: its controller (pid %d) is gone\n",
-                   entry.path().c_str(), static_cast<int>(pid));
+      detail::log_info("removed {}: its controller (pid {}) is gone", entry.path().string(),
+                       static_cast<int>(pid));
     }
   }
 }
@@ -180,9 +181,7 @@ void StopSignals::run() {
 using namespace internal;
 
 void Runtime::stop_on_signal(int sig) {
-  std::fprintf(stderr, "baton: %s: stopping the job (send it again to kill it at once)\n",
-               signal_name(sig).c_str());
-  std::fflush(stderr);
+  detail::log_warn("{}: stopping the job (send it again to kill it at once)", signal_name(sig));
   state_->stop_groups();
   state_->output->flush();
   state_->remove_job_dir();
@@ -192,7 +191,7 @@ void Runtime::stop_on_signal(int sig) {
 }
 
 void Runtime::kill_on_signal(int sig) {
-  std::fprintf(stderr, "baton: %s again: killing the job's processes\n", signal_name(sig).c_str());
+  detail::log_warn("{} again: killing the job's processes", signal_name(sig));
   state_->watcher->signal_all(SIGKILL);
   state_->remove_job_dir();
   std::fflush(stdout);

@@ -4,13 +4,13 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <stdexcept>
 #include <string_view>
 
 #include "actor/cell.hpp"
+#include "log/log.hpp"
 #include "runtime_impl.hpp"
 
 extern char** environ;
@@ -23,7 +23,7 @@ namespace {
 bool is_bootstrap(std::string_view entry) {
   for (std::string_view var :
        {kProcVar, kControllerVar, kControllerAddrVar, kParentVar, kDirVar, kSecretVar, kTlsCertVar,
-        kTlsKeyVar, kTlsCaVar, "BATON_RANK", "BATON_WORLD_SIZE"}) {
+        kTlsKeyVar, kTlsCaVar, "BATON_RANK", "BATON_WORLD_SIZE", "BATON_LOG"}) {
     if (entry.size() > var.size() && entry.substr(0, var.size()) == var &&
         entry[var.size()] == '=') {
       return true;
@@ -160,10 +160,10 @@ void LocalProcGroup::run(std::chrono::milliseconds grace) {
     auto deadline = Clock::now() + grace;
     for (std::size_t i = 0; i < acks.size(); ++i) {
       if (!acks[i].state()->wait_until(deadline)) {
-        std::fprintf(stderr,
-                     "baton: proc %s did not finish stopping its actors within %lld ms "
-                     "(an on_stop hook still running?); it gets SIGTERM now\n",
-                     children[i].name.name.c_str(), static_cast<long long>(grace.count()));
+        detail::log_warn(
+            "proc {} did not finish stopping its actors within {} ms (an on_stop hook still "
+            "running?); it gets SIGTERM now",
+            children[i].name.name, grace.count());
       }
     }
     // 2. SIGTERM, then SIGKILL for whatever is still running after the grace.
@@ -171,8 +171,8 @@ void LocalProcGroup::run(std::chrono::milliseconds grace) {
     deadline = Clock::now() + grace;
     for (auto& c : children) {
       if (!watcher_.wait(c.pid, deadline)) {
-        std::fprintf(stderr, "baton: proc %s ignored SIGTERM for %lld ms; sending SIGKILL\n",
-                     c.name.name.c_str(), static_cast<long long>(grace.count()));
+        detail::log_warn("proc {} ignored SIGTERM for {} ms; sending SIGKILL", c.name.name,
+                         grace.count());
         ::kill(c.pid, SIGKILL);
         if (!watcher_.wait(c.pid, Clock::now() + kKillWait)) {
           failed +=
@@ -252,8 +252,7 @@ ProcMesh HostMesh::spawn_procs(const std::vector<std::pair<std::string, std::siz
       *st.watcher, *st.stops, st.stop_grace, [&st](const std::vector<ProcId>& gone) {
         for (const auto& name : gone) {
           if (!st.proc->wait_unlinked(name, kUnlinkWait)) {
-            std::fprintf(stderr, "baton: the link to stopped proc %s is still open\n",
-                         name.name.c_str());
+            detail::log_warn("the link to stopped proc {} is still open", name.name);
           }
         }
         detail::forget_procs(gone);  // what this process knew of them
@@ -295,6 +294,8 @@ ProcMesh HostMesh::spawn_procs(const std::vector<std::pair<std::string, std::siz
     }
     detail::remember_address(name, "unix://" + (st.dir / (name.name + ".sock")).string());
     env.push_back("BATON_RANK=" + std::to_string(r));
+    // The controller's level, so a BATON_LOG value it warned about is not warned about again.
+    env.push_back("BATON_LOG=" + std::string(detail::log_level_name(detail::log_level())));
     env.push_back("BATON_WORLD_SIZE=" + std::to_string(shape.len()));
     if (shape.has("gpus")) {
       env.push_back("CUDA_VISIBLE_DEVICES=" + std::to_string(p["gpus"]));

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "actor/cell.hpp"
+#include "log/log.hpp"
 #include "runtime_impl.hpp"
 
 namespace baton {
@@ -36,6 +37,7 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
   state_->spawner = std::make_unique<Spawner>();
   state_->stops = std::make_unique<StopWorker>();
   if (std::getenv(kProcVar) != nullptr) run_worker();
+  detail::set_log_proc("ctl");  // the controller's proc, made below
   state_->dir = make_job_dir();
   state_->own_dir = true;
   state_->secret = net::new_job_secret();
@@ -80,15 +82,15 @@ void Runtime::unhandled(const MeshFailure& event) {
     try {
       if (handler(event)) return;
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "baton: the controller's supervise hook threw: %s\n", e.what());
+      detail::log_error("the controller's supervise hook threw: {}", e.what());
     }
   }
   state_->output->flush();
-  std::fprintf(stderr,
-               "baton: a failure that nothing handled stops this program:\n  %s\n"
-               "  (an owner may handle failures in Actor::supervise, the controller in "
-               "RuntimeOptions::supervise)\n",
-               event.to_string().c_str());
+  detail::log_error(
+      "a failure that nothing handled stops this program:\n  {}\n"
+      "  (an owner may handle failures in Actor::supervise, the controller in "
+      "RuntimeOptions::supervise)",
+      event.to_string());
   state_->remove_job_dir();
   std::fflush(stdout);
   std::fflush(stderr);

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "actor/cell.hpp"
+#include "log/log.hpp"
 #include "runtime_impl.hpp"
 
 namespace baton {
@@ -21,6 +22,7 @@ void Runtime::run_worker() {
   const char* parent = std::getenv(kParentVar);
   if (parent != nullptr && ::getppid() != std::atoi(parent)) std::_Exit(1);
   const char* name = std::getenv(kProcVar);
+  detail::set_log_proc(name);
   // `ps` and `ss` show the proc's name (its command line says "baton <name>" in full).
   ::prctl(PR_SET_NAME, ("baton " + std::string(name)).substr(0, 15).c_str());
   // A terminal's Ctrl-C reaches every process of its foreground group: the controller stops
@@ -29,10 +31,8 @@ void Runtime::run_worker() {
   const char* controller = std::getenv(kControllerVar);
   const char* controller_addr = std::getenv(kControllerAddrVar);
   if (controller == nullptr || controller_addr == nullptr) {
-    std::fprintf(stderr,
-                 "baton: worker %s started without %s/%s; it must be started by a "
-                 "baton controller\n",
-                 name, kControllerVar, kControllerAddrVar);
+    detail::log_error("worker {} started without {}/{}; it must be started by a baton controller",
+                      name, kControllerVar, kControllerAddrVar);
     std::_Exit(2);
   }
   const char* dir = std::getenv(kDirVar);
@@ -49,8 +49,7 @@ void Runtime::run_worker() {
     }
   }
   if (state_->secret.empty()) {
-    std::fprintf(stderr, "baton: worker %s started without the job's secret (%s)\n", name,
-                 kSecretVar);
+    detail::log_error("worker {} started without the job's secret ({})", name, kSecretVar);
     std::_Exit(2);
   }
   // Output goes to the controller over a pipe: lines, not blocks, so they come back promptly.
@@ -62,10 +61,8 @@ void Runtime::run_worker() {
     ProcOptions proc_options{
         .name = name, .on_unhandled_failure = [spawner](const MeshFailure& ev) {
           if (detail::forward_failure(spawner, ev)) return;
-          std::fprintf(stderr,
-                       "baton: unhandled failure, and its owner %s cannot be reached:\n  %s\n",
-                       spawner.to_string().c_str(), ev.to_string().c_str());
-          std::fflush(stderr);
+          detail::log_error("unhandled failure, and its owner {} cannot be reached:\n  {}",
+                            spawner.to_string(), ev.to_string());
           std::_Exit(1);
         }};
     proc_options.link = state_->link;

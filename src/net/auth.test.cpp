@@ -307,20 +307,18 @@ TEST(Auth, RefusalLinesAreLimitedPerWindowAndTheRestSummedUp) {
   EXPECT_FALSE(log.refused("d", t0 + 30ms));
   EXPECT_EQ(log.window_end(), t0 + 1000ms);
   ASSERT_EQ(lines.size(), 2u);
-  EXPECT_EQ(lines[0], "baton: unix:///x refused a connection: a");
-  EXPECT_EQ(lines[1], "baton: unix:///x refused a connection: b");
+  EXPECT_EQ(lines[0], "unix:///x refused a connection: a");
+  EXPECT_EQ(lines[1], "unix:///x refused a connection: b");
   // The first refusal after the window: the window's summary, then a line of its own.
   EXPECT_FALSE(log.refused("e", t0 + 1500ms));
   ASSERT_EQ(lines.size(), 4u);
-  EXPECT_EQ(lines[2],
-            "baton: unix:///x refused 2 more connections in the last 1.5 s (last reason: d)");
-  EXPECT_EQ(lines[3], "baton: unix:///x refused a connection: e");
+  EXPECT_EQ(lines[2], "unix:///x refused 2 more connections in the last 1.5 s (last reason: d)");
+  EXPECT_EQ(lines[3], "unix:///x refused a connection: e");
   EXPECT_FALSE(log.refused("f", t0 + 1600ms));
   EXPECT_TRUE(log.refused("g", t0 + 1700ms));
   log.flush(t0 + 2500ms);  // the window's end, as its owner's timer calls it
   ASSERT_EQ(lines.size(), 6u);
-  EXPECT_EQ(lines[5],
-            "baton: unix:///x refused 1 more connection in the last 1.0 s (last reason: g)");
+  EXPECT_EQ(lines[5], "unix:///x refused 1 more connection in the last 1.0 s (last reason: g)");
   log.flush(t0 + 2600ms);  // nothing held back: no line
   EXPECT_EQ(lines.size(), 6u);
 }

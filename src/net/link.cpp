@@ -5,8 +5,6 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include <cstdio>
-#include <cstdlib>
 #include <future>
 #include <random>
 
@@ -77,9 +75,10 @@ std::uint64_t new_session_id() {
   return id;
 }
 
-void log_line(const LinkOptions& options, const std::string& line) {
+void log_line(const LinkOptions& options, detail::LogLevel level, const std::string& line) {
+  if (!detail::log_enabled(level)) return;
   if (options.log) return options.log(line);
-  std::fprintf(stderr, "%s\n", line.c_str());
+  detail::log_write(level, line);
 }
 
 StreamLink::StreamLink(asio::io_context& ctx, Protocol::socket socket, std::string description,
@@ -323,8 +322,8 @@ void StreamLink::shutdown(const std::string& reason, bool tell_peer) {
     room_came_locked();  // a closed link has room: nobody waits on it any more
   }
   room_.notify_all();
-  if (std::getenv("BATON_DEBUG_LINKS") != nullptr) {
-    log_line(options_, "baton: link " + description_ + " closed: " + reason);
+  if (detail::log_enabled(detail::LogLevel::debug)) {
+    log_line(options_, detail::LogLevel::debug, "link " + description_ + " closed: " + reason);
   }
   if (sessions_ && session_ != 0) {
     std::lock_guard lock(sessions_->mu);

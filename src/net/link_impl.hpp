@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "baton/net/link.hpp"
+#include "log/log.hpp"
 
 namespace baton::net {
 
@@ -61,8 +62,9 @@ Frame control_frame(std::string_view kind, std::uint64_t a, std::uint64_t b = 0)
 
 std::uint64_t new_session_id();
 
-/// Logs `line` where `options` say (stderr by default).
-void log_line(const LinkOptions& options, const std::string& line);
+/// Logs `line` at `level`, if the log takes that level, where `options` say (the library's log
+/// by default).
+void log_line(const LinkOptions& options, detail::LogLevel level, const std::string& line);
 
 /// The TLS context of links with `tls`: mutual, TLS 1.2 or later, peers checked against the CA.
 std::shared_ptr<asio::ssl::context> make_tls_context(const TlsOptions& tls);

@@ -1,7 +1,6 @@
 // The frame reader of a link: prefix, header, then each part into its own buffer; link control
 // frames (hello, ack, bye), and a hello that hands a connection to its session's link.
 
-#include <cstdio>
 #include <tuple>
 
 #include "net/link_impl.hpp"
@@ -78,7 +77,8 @@ void StreamLink::deliver(std::uint64_t epoch) {
     try {
       handler_.on_envelope(std::move(incoming_));
     } catch (const std::exception& e) {
-      log_line(options_, "baton: link " + description_ + ": envelope handler threw: " + e.what());
+      log_line(options_, detail::LogLevel::error,
+               "link " + description_ + ": envelope handler threw: " + e.what());
     }
   }
   if (epoch != epoch_) return;

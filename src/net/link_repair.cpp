@@ -1,9 +1,6 @@
 // Heartbeats, and a broken connection: repaired (the dialler redials with backoff, the listener
 // waits for the peer), or closed for good.
 
-#include <cstdio>
-#include <cstdlib>
-
 #include "net/auth.hpp"
 #include "net/link_impl.hpp"
 
@@ -48,8 +45,9 @@ void StreamLink::broken(std::uint64_t epoch, const asio::error_code& ec) {
     asio::error_code ignored;
     lowest().close(ignored);
   }
-  if (std::getenv("BATON_DEBUG_LINKS") != nullptr) {
-    log_line(options_, "baton: link " + description_ + " broken (" + reason + "); repairing");
+  if (detail::log_enabled(detail::LogLevel::debug)) {
+    log_line(options_, detail::LogLevel::debug,
+             "link " + description_ + " broken (" + reason + "); repairing");
   }
   repair_deadline_ = Clock::now() + options_.reconnect_for;
   repair_reason_ = reason;

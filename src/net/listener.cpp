@@ -58,7 +58,9 @@ struct AcceptCore : std::enable_shared_from_this<AcceptCore> {
   /// Starts accepting, once the address is final (a tcp port 0 is the real port by now).
   void start() {
     refusals.emplace(address.to_string(), options.refusal_log_lines, options.refusal_log_window,
-                     [this](const std::string& line) { internal::log_line(options, line); });
+                     [this](const std::string& line) {
+                       internal::log_line(options, detail::LogLevel::warn, line);
+                     });
     accept();
   }
 

@@ -18,7 +18,7 @@ bool RefusalLog::refused(const std::string& reason, Clock::time_point now) {
   }
   if (logged_ < lines_) {
     ++logged_;
-    sink_("baton: " + where_ + " refused a connection: " + reason);
+    sink_(where_ + " refused a connection: " + reason);
     return false;
   }
   last_reason_ = reason;
@@ -30,7 +30,7 @@ void RefusalLog::flush(Clock::time_point now) {
   char seconds[32];
   std::snprintf(seconds, sizeof(seconds), "%.1f",
                 std::chrono::duration<double>(now - start_).count());
-  sink_("baton: " + where_ + " refused " + std::to_string(held_) + " more connection" +
+  sink_(where_ + " refused " + std::to_string(held_) + " more connection" +
         (held_ == 1 ? "" : "s") + " in the last " + seconds + " s (last reason: " + last_reason_ +
         ")");
   held_ = 0;

@@ -87,8 +87,9 @@ struct LinkOptions {
   /// TLS on TCP connections (after the secret's handshake, before any frame); off when empty.
   /// A peer whose certificate does not chain to ca_file is refused.
   TlsOptions tls;
-  /// Where the lines that links and listeners log go (one line a call, no newline); empty:
-  /// stderr.
+  /// Where the lines that links and listeners log go (one line a call, no newline), those at or
+  /// above BATON_LOG's level (refused connections: warn; repairs and closes: debug); empty:
+  /// baton's log on stderr.
   std::function<void(const std::string& line)> log;
   /// A listener logs at most this many refused connections per refusal_log_window; the others
   /// are counted, and one line at the window's end says how many there were and the last
