@@ -189,7 +189,7 @@ bool Cell::has_work() const {
 void Cell::run() {
   CellPtr self = std::move(keepalive_);
   Cell* prev_cell = std::exchange(t_current_cell, this);
-  const LogActorScope log_scope(&id_);  // lines logged here name this actor
+  const LogActorScope log_scope(&id());  // lines logged here name this actor
   ResumeContext* prev_ctx = std::exchange(current_resume_context(), this);
   const std::size_t batch = proc_->options.max_batch;
   for (std::size_t i = 0; i < batch; ++i) {
@@ -422,8 +422,7 @@ void Cell::do_stop(Message& m) {
     try {
       actor_->on_stop();
     } catch (...) {
-      std::fprintf(stderr, "baton: %s on_stop() threw: %s\n", id().to_string().c_str(),
-                   describe(std::current_exception()).c_str());
+      log_warn("{} on_stop() threw: {}", id().to_string(), describe(std::current_exception()));
     }
   }
   status_.store(Status::stopped, std::memory_order_release);

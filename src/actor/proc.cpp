@@ -4,6 +4,7 @@
 #include <unordered_set>
 
 #include "actor/cell.hpp"
+#include "log/log.hpp"
 
 namespace baton {
 namespace detail {
@@ -47,16 +48,14 @@ std::uint64_t register_factory(std::string_view key, Factory factory, const Acto
   std::lock_guard lock(r.mu);
   auto [it, inserted] = r.by_id.try_emplace(id, std::string(key), Factories{factory, type});
   if (!inserted && it->second.first != key) {
-    std::fprintf(stderr, "baton: factory id collision between %s and %.*s\n",
-                 it->second.first.c_str(), static_cast<int>(key.size()), key.data());
+    log_error("factory id collision between {} and {}", it->second.first, key);
     std::abort();
   }
   // Two endpoints of one type hashing alike would misroute calls: a bug to stop at once.
   for (std::size_t i = 0; i < type->endpoint_count; ++i) {
     for (std::size_t j = i + 1; j < type->endpoint_count; ++j) {
       if (type->endpoints[i].id == type->endpoints[j].id) {
-        std::fprintf(stderr, "baton: endpoint id collision in %.*s\n",
-                     static_cast<int>(type->name.size()), type->name.data());
+        log_error("endpoint id collision in {}", type->name);
         std::abort();
       }
     }
@@ -154,8 +153,8 @@ void deliver_undeliverable(const ActorId& from, Undeliverable u) {
   // The sender lives in another process: send the message back there.
   Router* router = router_here();
   if (router != nullptr && router->return_undeliverable(from, u)) return;
-  std::fprintf(stderr, "baton: undeliverable message from %s to %s: %s\n", from.to_string().c_str(),
-               u.dest.to_string().c_str(), u.message.c_str());
+  log_warn("undeliverable message from {} to {}: {}", from.to_string(), u.dest.to_string(),
+           u.message);
 }
 
 void send_call(const ActorId& target, const CellPtr& cached, const EndpointInfo& endpoint,
@@ -401,12 +400,11 @@ void ProcState::report_unhandled(const SupervisionEvent& ev) {
     options.on_unhandled_failure(ev);
     return;
   }
-  std::fprintf(stderr,
-               "baton: unhandled actor failure in proc %s\n  %s\n"
-               "  (no parent handled it; install Proc::Options::on_unhandled_failure or override "
-               "Actor::supervise to handle failures)\n",
-               id.name.c_str(), ev.to_string().c_str());
-  std::fflush(stderr);
+  log_error(
+      "unhandled actor failure in proc {}\n  {}\n"
+      "  (no parent handled it; install Proc::Options::on_unhandled_failure or override "
+      "Actor::supervise to handle failures)",
+      id.name, ev.to_string());
   std::_Exit(1);
 }
 
@@ -415,8 +413,7 @@ void ProcState::report_undeliverable(const Undeliverable& u) {
     options.on_undeliverable(u);
     return;
   }
-  std::fprintf(stderr, "baton: undeliverable message to %s: %s\n", u.dest.to_string().c_str(),
-               u.message.c_str());
+  log_warn("undeliverable message to {}: {}", u.dest.to_string(), u.message);
 }
 
 }  // namespace detail

@@ -2,6 +2,7 @@
 // and the status-tagged replies of calls (see remote_impl.hpp for the format).
 
 #include "actor/remote_impl.hpp"
+#include "log/log.hpp"
 
 namespace baton::detail {
 namespace remote {
@@ -75,11 +76,10 @@ std::shared_ptr<StateBase> reply_over(std::shared_ptr<net::Link> link, ActorId f
         env.body = std::move(body);
         try {
           if (!link->send(std::move(env))) {
-            std::fprintf(stderr, "baton: reply to %s lost: link %s is closed\n",
-                         to.to_string().c_str(), link->describe().c_str());
+            log_warn("reply to {} lost: link {} is closed", to.to_string(), link->describe());
           }
         } catch (const std::exception& e) {
-          std::fprintf(stderr, "baton: reply to %s lost: %s\n", to.to_string().c_str(), e.what());
+          log_warn("reply to {} lost: {}", to.to_string(), e.what());
         }
       });
 }
@@ -169,16 +169,15 @@ void deliver_envelope(const std::shared_ptr<ProcState>& local,
     }
   }
   if (!sink) {
-    std::fprintf(stderr, "baton: proc %s: value for unknown port %s from %s dropped\n",
-                 local->id.name.c_str(), env.dest.to_string().c_str(),
-                 env.sender.to_string().c_str());
+    log_warn("value for unknown port {} from {} dropped", env.dest.to_string(),
+             env.sender.to_string());
     return;
   }
   try {
     sink->deliver(env.body);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "baton: port %s rejected a value from %s: %s\n",
-                 env.dest.to_string().c_str(), env.sender.to_string().c_str(), e.what());
+    log_warn("port {} rejected a value from {}: {}", env.dest.to_string(), env.sender.to_string(),
+             e.what());
   }
   if (is_reply) router_of(*local->node).reply_arrived(env.sender.proc.name, env.dest.port);
 }
@@ -265,8 +264,8 @@ void route_remote_port_or_local(const PortId& port, const Body& body, const Acto
     try {
       sink->deliver(body);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "baton: port %s rejected a value from %s: %s\n",
-                   port.to_string().c_str(), from.to_string().c_str(), e.what());
+      log_warn("port {} rejected a value from {}: {}", port.to_string(), from.to_string(),
+               e.what());
     }
     return;
   }
@@ -274,11 +273,10 @@ void route_remote_port_or_local(const PortId& port, const Body& body, const Acto
     Router* router = nullptr;
     if (auto node = node_here()) router = node->router();
     if (router != nullptr && router->route_port(port, body, from)) return;
-    std::fprintf(stderr, "baton: value from %s for port %s lost: its proc cannot be reached\n",
-                 from.to_string().c_str(), port.to_string().c_str());
+    log_warn("value from {} for port {} lost: its proc cannot be reached", from.to_string(),
+             port.to_string());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "baton: value from %s for port %s lost: %s\n", from.to_string().c_str(),
-                 port.to_string().c_str(), e.what());
+    log_warn("value from {} for port {} lost: {}", from.to_string(), port.to_string(), e.what());
   }
 }
 

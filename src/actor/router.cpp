@@ -2,6 +2,7 @@
 // of them died; dialling on first use; and Proc's serve() and connect().
 
 #include "actor/remote_impl.hpp"
+#include "log/log.hpp"
 
 namespace baton::detail {
 namespace remote {
@@ -166,8 +167,7 @@ std::pair<std::shared_ptr<net::Link>, std::shared_ptr<ProcState>> RemoteRouter::
   try {
     connect_state(home, peer, Address::parse(where), nullptr);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "baton: proc %s cannot reach proc %s: %s\n", home->id.name.c_str(),
-                 peer.name.c_str(), e.what());
+    log_warn("proc {} cannot reach proc {}: {}", home->id.name, peer.name, e.what());
     return {};
   }
   std::lock_guard lock(routes_mu);
