@@ -26,6 +26,7 @@
 #include <fstream>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -593,6 +594,48 @@ TEST(Supervision, AMemberLostBehindAForwarderIsReportedWithHowItsProcDied) {
     EXPECT_THAT(e.what(), HasSubstr("was killed by signal SIGKILL"));
   }
   EXPECT_EQ(seen().next().rank, 2);
+  procs.stop().get();
+}
+
+TEST(Supervision, AStreamYieldsALostMemberAtOnceAndThenEveryOtherMemberOnce) {  // CA-1
+  // 12 members: the controller sends to rank 3 directly; rank 2 is reached through rank 1.
+  // Every live member stays blocked until both lost members came out of the stream.
+  auto procs = this_host().spawn_procs({{"gpus", 12}});
+  auto workers = procs.spawn<Worker>("streamed", -1);
+  auto releasers = procs.spawn<Releaser>("releasers");
+  const int pid2 = workers.slice("gpus", 2).call_one(&Worker::pid).get();
+  const int pid3 = workers.slice("gpus", 3).call_one(&Worker::pid).get();
+  auto s = workers.stream(&Worker::block);
+  ASSERT_EQ(::kill(pid2, SIGKILL), 0);
+  ASSERT_EQ(::kill(pid3, SIGKILL), 0);
+  std::set<std::string> lost;
+  for (int i = 0; i < 2; ++i) {
+    try {
+      auto item = s.next(kBound);
+      ADD_FAILURE() << "a blocked member answered first: "
+                    << (item ? item->first.to_string() : std::string("the end"));
+    } catch (const SupervisionError& e) {
+      lost.insert(e.where());
+      EXPECT_THAT(e.what(), HasSubstr(e.where() + ": proc "));
+      EXPECT_THAT(e.what(), HasSubstr("was killed by signal SIGKILL"));
+    } catch (const TimeoutError&) {
+      ADD_FAILURE() << "the lost member waited for the blocked ones";  // before the fix
+    }
+  }
+  EXPECT_EQ(lost, (std::set<std::string>{"rank 2 {gpus: 2}", "rank 3 {gpus: 3}"}));
+  for (int i = 0; i < 2; ++i) (void)seen().next();
+  // Calls, not broadcasts: a forwarded release could arrive after the stop.
+  releasers.slice("gpus", 0, 2).call(&Releaser::release).get(kBound);
+  releasers.slice("gpus", 4, 12).call(&Releaser::release).get(kBound);
+  std::set<std::size_t> answered;
+  for (int i = 0; i < 10; ++i) {
+    auto item = s.next(kBound);
+    ASSERT_TRUE(item.has_value());
+    EXPECT_EQ(item->second, 0);
+    answered.insert(item->first.rank);
+  }
+  EXPECT_EQ(answered, (std::set<std::size_t>{0, 1, 4, 5, 6, 7, 8, 9, 10, 11}));
+  EXPECT_FALSE(s.next(kBound).has_value());  // one item per member, no more
   procs.stop().get();
 }
 
