@@ -228,6 +228,8 @@ class ProcAgent : public Actor {
                        &ProcAgent::stop_actor, &ProcAgent::forget, &ProcAgent::shutdown>();
 };
 
+class ProcMesh;
+
 /// One actor of type A per member of a shape. Copies and slices are views of the same actors.
 /// Calls travel down the cast tree (see baton/mesh/cast.hpp); FIFO per (sender, actor) holds
 /// for everything sent through meshes, whichever adverb sent it.
@@ -395,6 +397,8 @@ class ActorMesh {
   }
 
  private:
+  friend class ProcMesh;  // notes the members it spawned (detail::note_hosted)
+
   struct Base {
     std::vector<ActorRef<A>> refs;  // by location
     std::uint64_t key = 0;          // its tree's, in every member's proc (CA-3)
