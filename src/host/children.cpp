@@ -252,6 +252,8 @@ void Runtime::child_exited(pid_t pid, const std::string& what) {
     name = n->second;
     c = state_->children.at(name);
   }
+  // The members of actor meshes it hosted, not stopped since (forgotten, however it ended).
+  const std::vector<detail::HostedMember> hosted = detail::take_hosted(name);
   if (c.stopping->load() || !c.started) return;  // a stop, or a failed spawn (which throws)
   std::string report = "proc " + name + " (rank " + std::to_string(c.rank) + " of " + c.mesh +
                        ", pid " + std::to_string(pid) + ") " + what;
@@ -267,10 +269,20 @@ void Runtime::child_exited(pid_t pid, const std::string& what) {
   }
   state_->children_cv.notify_all();
   detail::mark_proc_failed(name, report);  // later calls fail at once
-  // The owner of its mesh hears of it.
-  SupervisionEvent ev{
-      ActorId{ProcId{name}, "agent", 0}, report, c.mesh, static_cast<std::int64_t>(c.rank), {}};
-  detail::report_failure_to(c.owner, std::move(ev), state_->proc->state());
+  // The owner of each actor mesh with a member there hears of its member: the user's actor,
+  // mesh, rank and point, not the runtime's agent. A proc that hosted none is reported as
+  // itself to the owner of its proc mesh.
+  if (hosted.empty()) {
+    SupervisionEvent ev{
+        ActorId{ProcId{name}, "agent", 0}, report, c.mesh, static_cast<std::int64_t>(c.rank), {}};
+    detail::report_failure_to(c.owner, std::move(ev), state_->proc->state());
+    return;
+  }
+  for (const auto& m : hosted) {
+    SupervisionEvent ev{
+        m.actor, "member " + m.point.to_string() + " lost: its " + report, m.mesh, m.rank, {}};
+    detail::report_failure_to(m.owner, std::move(ev), state_->proc->state());
+  }
 }
 
 std::optional<std::string> Runtime::exit_report(const std::string& proc_name) {

@@ -26,6 +26,7 @@
 #include <fstream>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -285,11 +286,33 @@ struct Seen {
     events.erase(events.begin());
     return f;
   }
+  /// The next `n` events (one per actor mesh a dead proc hosted), sorted by mesh name.
+  std::vector<MeshFailure> next(std::size_t n) {
+    std::vector<MeshFailure> out;
+    for (std::size_t i = 0; i < n; ++i) out.push_back(next());
+    std::sort(out.begin(), out.end(),
+              [](const MeshFailure& a, const MeshFailure& b) { return a.mesh < b.mesh; });
+    return out;
+  }
   std::size_t count() {
     std::lock_guard lock(mu);
     return events.size();
   }
 };
+
+/// Checks that `f` reports the death of the proc that hosted member `rank` of the actor mesh
+/// `mesh`, naming that member (its actor, rank and point), not the runtime's agent.
+void expect_member_died(const MeshFailure& f, const std::string& mesh, std::int64_t rank,
+                        const std::string& point) {
+  EXPECT_EQ(f.mesh, mesh);
+  EXPECT_EQ(f.rank, rank);
+  EXPECT_THAT(f.actor.to_string(),
+              ::testing::MatchesRegex("procs[0-9]+\\.[0-9]+/" + mesh + "\\[0\\]"));
+  EXPECT_THAT(f.message, HasSubstr("member " + point + " lost: its proc procs"));
+  EXPECT_THAT(f.to_string(), HasSubstr("(rank " + std::to_string(rank) + " of mesh '" + mesh +
+                                       "'): member " + point));
+  EXPECT_THAT(f.to_string(), ::testing::Not(HasSubstr("agent")));
+}
 Seen& seen() {
   static Seen s;
   return s;
@@ -462,9 +485,7 @@ TEST_P(ProcessDeath, IsReportedToTheOwnerAndFailsPendingAndLaterCalls) {
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   std::printf("%s: death to failed future %.1f ms\n", d.name, ms);
   const MeshFailure f = seen().next();
-  EXPECT_EQ(f.rank, 1);
-  EXPECT_THAT(f.mesh, ::testing::MatchesRegex("procs[0-9]+"));
-  EXPECT_THAT(f.actor.to_string(), HasSubstr(".1/agent[0]"));
+  expect_member_died(f, "mortal", 1, "{gpus: 1}");
   EXPECT_THAT(f.message, HasSubstr(d.report));
   // Later calls touching it fail at once; slices without it keep working.
   EXPECT_THROW(rank1.call_one(&Worker::value).get(), SupervisionError);
@@ -482,6 +503,34 @@ INSTANTIATE_TEST_SUITE_P(Ways, ProcessDeath,
                                            Death{"sigkill", -1,
                                                  "was killed by signal SIGKILL (Killed)"}),
                          [](const auto& param_info) { return std::string(param_info.param.name); });
+
+TEST(Supervision, AProcsDeathIsReportedAsTheMemberOfEachUserMeshItHosted) {
+  // Proc 3 hosts rank 1 of "trainer" (spawned on procs 2 and 3), rank 3 of "helpers", and
+  // rank 3 of "gone", stopped before the death.
+  auto procs = this_host().spawn_procs({{"gpus", 4}});
+  auto trainer = procs.slice("gpus", 2, 4).spawn<Worker>("trainer", -1);
+  auto helpers = procs.spawn<Worker>("helpers", -1);
+  auto gone = procs.spawn<Worker>("gone", -1);
+  gone.stop().get();
+  const int pid = trainer.slice("gpus", 1).call_one(&Worker::pid).get();
+  ASSERT_EQ(helpers.slice("gpus", 3).call_one(&Worker::pid).get(), pid);
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  // One event per live user mesh there, each naming that mesh's own member.
+  const auto events = seen().next(2);
+  expect_member_died(events[0], "helpers", 3, "{gpus: 3}");
+  expect_member_died(events[1], "trainer", 1, "{gpus: 1}");
+  for (const auto& f : events) {
+    EXPECT_EQ(f.actor.proc, procs.proc(3));
+    EXPECT_THAT(f.message, HasSubstr("its proc " + procs.proc(3).name + " (rank 3 of "));
+    EXPECT_THAT(f.message, HasSubstr("pid " + std::to_string(pid) +
+                                     ") was killed by signal "
+                                     "SIGKILL"));
+  }
+  EXPECT_THROW(trainer.call(&Worker::value).get(kBound), SupervisionError);
+  EXPECT_EQ(trainer.slice("gpus", 0).call_one(&Worker::value).get(kBound), 0);
+  procs.stop().get();
+  EXPECT_EQ(seen().count(), 0u);  // nothing for the stopped mesh, nor for the stop
+}
 
 TEST(Supervision, GetWithATimeoutOnAHungActorLeavesTheFutureUsable) {
   auto procs = this_host().spawn_procs({{"gpus", 1}});
@@ -515,7 +564,10 @@ TEST(Supervision, TwentyKillsDuringABroadcastNeverHangAndLeaveNoProcess) {
     } catch (const SupervisionError& e) {
       EXPECT_THAT(e.what(), HasSubstr("rank " + std::to_string(victim) + " of"));
     }
-    EXPECT_EQ(seen().next().rank, static_cast<std::int64_t>(victim));
+    const std::string point = "{gpus: " + std::to_string(victim) + "}";
+    const auto events = seen().next(2);  // one per actor mesh it hosted
+    expect_member_died(events[0], "releasers", static_cast<std::int64_t>(victim), point);
+    expect_member_died(events[1], "victims", static_cast<std::int64_t>(victim), point);
     procs.stop().get();
     EXPECT_EQ(children().size(), before) << "run " << run << " left a process behind";
   }
@@ -540,7 +592,7 @@ TEST(Supervision, AGatherReportsADeadMemberWithoutWaitingForTheSlowestLiveOne) {
       EXPECT_THAT(e.what(), HasSubstr("SIGKILL"));
     }
   }
-  EXPECT_EQ(seen().next().rank, 2);
+  for (const auto& f : seen().next(2)) EXPECT_EQ(f.rank, 2);  // releasers and slow
   // Sticky: frees both waits. Calls, not broadcasts: a forwarded release could arrive after
   // the stop, which would then wait for its grace.
   releasers.slice("gpus", 0, 2).call(&Releaser::release).get(kBound);
@@ -557,7 +609,7 @@ TEST(Supervision, ADeadForwarderNeverCutsOffTheMembersBehindIt) {  // CA-4
   ASSERT_EQ(workers.call(&Worker::value).get(kBound).values(), std::vector<int>(20, 1));
   const int pid = workers.slice("gpus", 2).call_one(&Worker::pid).get();
   ASSERT_EQ(::kill(pid, SIGKILL), 0);
-  EXPECT_EQ(seen().next().rank, 2);
+  expect_member_died(seen().next(), "behind", 2, "{gpus: 2}");
   // Everything that excludes rank 2 keeps working, through the tree or to one member.
   EXPECT_EQ(workers.slice("gpus", 3).call_one(&Worker::value).get(kBound), 1);
   EXPECT_EQ(workers.slice("gpus", 4).call_one(&Worker::value).get(kBound), 1);
@@ -592,7 +644,51 @@ TEST(Supervision, AMemberLostBehindAForwarderIsReportedWithHowItsProcDied) {
     EXPECT_THAT(e.what(), HasSubstr("rank 2 of"));
     EXPECT_THAT(e.what(), HasSubstr("was killed by signal SIGKILL"));
   }
-  EXPECT_EQ(seen().next().rank, 2);
+  for (const auto& f : seen().next(2)) EXPECT_EQ(f.rank, 2);  // deep and releasers
+  procs.stop().get();
+}
+
+TEST(Supervision, AStreamYieldsALostMemberAtOnceAndThenEveryOtherMemberOnce) {  // CA-1
+  // 12 members: the controller sends to rank 3 directly; rank 2 is reached through rank 1.
+  // Every live member stays blocked until both lost members came out of the stream.
+  auto procs = this_host().spawn_procs({{"gpus", 12}});
+  auto workers = procs.spawn<Worker>("streamed", -1);
+  auto releasers = procs.spawn<Releaser>("releasers");
+  const int pid2 = workers.slice("gpus", 2).call_one(&Worker::pid).get();
+  const int pid3 = workers.slice("gpus", 3).call_one(&Worker::pid).get();
+  auto s = workers.stream(&Worker::block);
+  ASSERT_EQ(::kill(pid2, SIGKILL), 0);
+  ASSERT_EQ(::kill(pid3, SIGKILL), 0);
+  std::set<std::string> lost;
+  for (int i = 0; i < 2; ++i) {
+    try {
+      auto item = s.next(kBound);
+      ADD_FAILURE() << "a blocked member answered first: "
+                    << (item ? item->first.to_string() : std::string("the end"));
+    } catch (const SupervisionError& e) {
+      lost.insert(e.where());
+      EXPECT_THAT(e.what(), HasSubstr(e.where() + ": proc "));
+      EXPECT_THAT(e.what(), HasSubstr("was killed by signal SIGKILL"));
+    } catch (const TimeoutError&) {
+      ADD_FAILURE() << "the lost member waited for the blocked ones";  // before the fix
+    }
+  }
+  EXPECT_EQ(lost, (std::set<std::string>{"rank 2 {gpus: 2}", "rank 3 {gpus: 3}"}));
+  for (const auto& f : seen().next(4)) {  // each dead proc hosted a streamed and a releaser
+    EXPECT_TRUE(f.rank == 2 || f.rank == 3) << f.to_string();
+  }
+  // Calls, not broadcasts: a forwarded release could arrive after the stop.
+  releasers.slice("gpus", 0, 2).call(&Releaser::release).get(kBound);
+  releasers.slice("gpus", 4, 12).call(&Releaser::release).get(kBound);
+  std::set<std::size_t> answered;
+  for (int i = 0; i < 10; ++i) {
+    auto item = s.next(kBound);
+    ASSERT_TRUE(item.has_value());
+    EXPECT_EQ(item->second, 0);
+    answered.insert(item->first.rank);
+  }
+  EXPECT_EQ(answered, (std::set<std::size_t>{0, 1, 4, 5, 6, 7, 8, 9, 10, 11}));
+  EXPECT_FALSE(s.next(kBound).has_value());  // one item per member, no more
   procs.stop().get();
 }
 
@@ -725,10 +821,13 @@ TEST(Supervision, ANestedFailureClimbsToTheControllerWithItsChain) {
   EXPECT_THAT(f.actor.to_string(), ::testing::MatchesRegex("procs[0-9]+\\.0/mid\\[0\\]"));
   EXPECT_THAT(f.message, HasSubstr("did not handle the failure of procs"));
   ASSERT_EQ(f.causes.size(), 1u);
-  EXPECT_THAT(f.causes[0],
-              ::testing::MatchesRegex("procs[0-9]+\\.0-procs0\\.1/agent\\[0\\] \\(rank 1 of mesh "
-                                      "'procs[0-9]+\\.0-procs0'\\): proc .* was killed by signal "
-                                      "SIGKILL(.|\n)*"));
+  // Mid heard of its own mesh's member, not of the runtime's agent in the dead proc.
+  EXPECT_THAT(
+      f.causes[0],
+      ::testing::MatchesRegex("procs[0-9]+\\.0-procs0\\.1/leaf\\[0\\] \\(rank 1 of mesh 'leaf'\\): "
+                              "member \\{leaves: 1\\} lost: its proc procs[0-9]+\\.0-procs0\\.1 "
+                              "\\(rank 1 of procs[0-9]+\\.0-procs0, pid [0-9]+\\) was killed by "
+                              "signal SIGKILL(.|\n)*"));
   EXPECT_THAT(f.to_string(), HasSubstr("\n  because procs"));
   EXPECT_THROW(mid.call_one(&Mid::alive).get(), SupervisionError);
   procs.stop().get();
@@ -771,6 +870,7 @@ TEST(Supervision, WhenAnOwnersProcessDiesTheProcsItStartedGoWithIt) {
     ::close(fd);
   }
   const MeshFailure f = seen().next();  // the controller owns the dead worker's mesh
+  expect_member_died(f, "mid", 0, "{gpus: 0}");
   EXPECT_THAT(f.message, HasSubstr("was killed by signal SIGKILL"));
   procs.stop().get();
 }

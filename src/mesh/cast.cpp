@@ -193,8 +193,17 @@ void fan_out(const std::shared_ptr<ProcState>& local, const ActorId& sender, con
       self != nullptr ? hop.view.rank_of_location(hop.loc) : std::nullopt;
   std::shared_ptr<Gather> gather;
   if (hop.mode != CastMode::none) {
+    Done lost;
+    if (hop.mode == CastMode::stream) {
+      // Lost members go to the stream's port at once, like replies, not up the tree behind
+      // the members still busy (the port's end attributes them: see open_stream_port).
+      lost = [to = *hop.stream_to,
+              from = local ? local->client : sender](const std::vector<CastItem>& items) {
+        for (const auto& item : items) route_remote_port_or_local(to, encode(item), from);
+      };
+    }
     gather = std::make_shared<Gather>(addressed.size() + (my_rank ? 1 : 0), hop.mode, hop.reducer,
-                                      hop.reducer_state, std::move(done));
+                                      hop.reducer_state, std::move(done), std::move(lost));
   }
   // Our own member first: what the sender sent earlier to it is already queued in this order.
   if (my_rank) {
@@ -341,9 +350,36 @@ void cast(CastRequest request) {
           nullptr);
 }
 
+std::exception_ptr name_member(std::exception_ptr e, const std::string& where) {
+  if (!e || where.empty()) return e;
+  try {
+    std::rethrow_exception(e);
+  } catch (const ActorError& a) {
+    if (a.where().empty()) {
+      return std::make_exception_ptr(
+          ActorError(a.actor(), a.endpoint(), a.remote_message(), where));
+    }
+  } catch (const SupervisionError& s) {
+    if (s.where().empty()) return std::make_exception_ptr(SupervisionError(s.what(), where));
+  } catch (const UndeliverableError& u) {
+    if (u.where().empty()) {
+      return std::make_exception_ptr(UndeliverableError(u.reason(), u.what(), where));
+    }
+  } catch (...) {
+  }
+  return e;
+}
+
 void complete_item(StateBase& state, const CastItem& item, std::string_view endpoint,
                    std::string_view where) {
-  complete_from_reply(state, item.reply, endpoint, where);
+  if (where.empty() || !reply_is_member_lost(item.reply)) {
+    complete_from_reply(state, item.reply, endpoint, where);  // an ActorError names it here
+    return;
+  }
+  // A member found failed or unreachable: its error names it too, as an endpoint's throw does.
+  State<void> lost;
+  complete_from_reply(lost, item.reply, endpoint, where);
+  state.set_exception(name_member(lost.error(), std::string(where)));
 }
 
 void complete_item(StateBase& state, const CastItem& item, std::string_view endpoint,
@@ -352,7 +388,7 @@ void complete_item(StateBase& state, const CastItem& item, std::string_view endp
   if (shape != nullptr && item.rank < shape->len()) {
     where = "rank " + std::to_string(item.rank) + " " + shape->point(item.rank).to_string();
   }
-  complete_from_reply(state, item.reply, endpoint, where);
+  complete_item(state, item, endpoint, std::string_view(where));
 }
 
 }  // namespace baton::detail

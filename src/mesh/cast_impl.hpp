@@ -69,15 +69,21 @@ std::vector<CastItem> fold(std::uint64_t reducer, const std::string& state,
 /// live member: the result fails anyway, and it must fail within the detection bound. Later
 /// results are dropped. An endpoint's own throw waits like a value, so the lowest-ranked throw
 /// still wins.
+///
+/// A stream's node hands each lost member to `lost` as soon as it learns of it (the node sends
+/// it straight to the stream's port, as its member sends its reply), so the stream yields it
+/// without waiting for the members that are still busy; `done` then runs, with no items, once
+/// every result is in.
 class Gather {
  public:
   Gather(std::size_t expected, CastMode mode, std::uint64_t reducer, std::string reducer_state,
-         Done done)
+         Done done, Done lost = nullptr)
       : left_(expected),
         mode_(mode),
         reducer_(reducer),
         reducer_state_(std::move(reducer_state)),
-        done_(std::move(done)) {}
+        done_(std::move(done)),
+        lost_(std::move(lost)) {}
 
   /// `n` more results to wait for: a dead child's children, reached around it (CA-4).
   void expect(std::size_t n) {
@@ -88,13 +94,19 @@ class Gather {
   void add(std::vector<CastItem> more) {
     std::unique_lock lock(mu_);
     if (left_ == 0) return;  // reported already (CA-1)
+    if (mode_ == CastMode::stream) {
+      const bool last = --left_ == 0;
+      lock.unlock();
+      if (!more.empty() && lost_) lost_(std::move(more));
+      if (last && done_) done_({});
+      return;
+    }
     bool lost = false;
     for (auto& it : more) {
       lost = lost || reply_is_member_lost(it.reply);
       items_.push_back(std::move(it));
     }
-    const bool early = lost && mode_ != CastMode::stream;
-    if (early) {
+    if (lost) {
       left_ = 0;
     } else if (--left_ != 0) {
       return;
@@ -112,6 +124,7 @@ class Gather {
   std::uint64_t reducer_;
   std::string reducer_state_;
   Done done_;
+  Done lost_;  // stream mode: where lost members go at once
   std::vector<CastItem> items_;
 };
 

@@ -4,14 +4,12 @@
 
 namespace baton::detail {
 
-bool StreamQueue::deliver(const Body& body) {
-  auto item = decode<CastItem>(body);
+void StreamQueue::push(CastItem item) {
   {
     std::lock_guard lock(mu_);
     q_.push_back(std::move(item));
   }
   cv_.notify_one();
-  return true;
 }
 
 std::optional<CastItem> StreamQueue::pop(
@@ -26,12 +24,52 @@ std::optional<CastItem> StreamQueue::pop(
   return std::move(q_[head_++]);
 }
 
-PortId open_stream_port(const std::vector<CastMember>& base, std::shared_ptr<StreamQueue> q) {
-  auto local = cast_impl::root_proc(base);
+namespace {
+
+/// A stream's port: its items go to the queue, a member lost with a link attributed first.
+class StreamPort final : public PortSink {
+ public:
+  StreamPort(std::shared_ptr<StreamQueue> q, std::shared_ptr<const std::vector<CastMember>> base,
+             Slice view, std::weak_ptr<ProcState> proc)
+      : q_(std::move(q)), base_(std::move(base)), view_(std::move(view)), proc_(std::move(proc)) {}
+
+  bool deliver(const Body& body) override {
+    auto item = decode<CastItem>(body);
+    if (!reply_is_link_lost(item.reply)) {
+      q_->push(std::move(item));
+      return true;
+    }
+    // Waiting for an exit may take a moment: not on the I/O thread that brought the item.
+    auto work = [q = q_, base = base_, view = view_, item = std::move(item)]() mutable {
+      std::vector<CastItem> items{std::move(item)};
+      cast_impl::attribute_lost(*base, view, items, {0});
+      q->push(std::move(items[0]));
+    };
+    if (auto proc = proc_.lock()) {
+      proc->post_background(std::move(work));
+    } else {
+      work();
+    }
+    return true;
+  }
+
+ private:
+  std::shared_ptr<StreamQueue> q_;
+  std::shared_ptr<const std::vector<CastMember>> base_;
+  Slice view_;
+  std::weak_ptr<ProcState> proc_;
+};
+
+}  // namespace
+
+PortId open_stream_port(std::shared_ptr<const std::vector<CastMember>> base, const Slice& view,
+                        std::shared_ptr<StreamQueue> q) {
+  auto local = cast_impl::root_proc(*base);
   if (!local) throw UsageError("stream(): no proc in this process to receive the replies");
+  auto port = std::make_shared<StreamPort>(std::move(q), std::move(base), view, local);
   std::lock_guard lock(local->mu);
   const std::uint64_t n = local->next_port++;
-  local->ports.emplace(n, std::move(q));
+  local->ports.emplace(n, std::move(port));
   return PortId{local->client, n};
 }
 

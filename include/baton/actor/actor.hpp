@@ -43,7 +43,9 @@ class ActorRef;
 /// A failure reported to the owner of what failed: an actor's parent, or the actor (or the
 /// controller) that spawned the mesh it belongs to; it climbs while nobody handles it.
 struct SupervisionEvent {
-  ActorId actor;           // the actor that failed; for a process that died, its proc's agent
+  /// The actor that failed; for a process that died, the member of the owner's actor mesh it
+  /// hosted (one event per such mesh), or its proc's agent if it hosted none.
+  ActorId actor;
   std::string message;     // what happened
   std::string mesh;        // the mesh the failed actor or proc belongs to, if any
   std::int64_t rank = -1;  // its rank in that mesh, if any

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace baton {
 
@@ -31,22 +32,40 @@ class ActorError : public std::runtime_error {
   std::string where_;
 };
 
-/// The actor that would have answered failed or stopped before it replied.
+/// The actor that would have answered failed or stopped before it replied (or its process
+/// died).
 class SupervisionError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+  /// `where`, if given, is the actor's place in a mesh ("rank 2 {gpus: 2}"); what() starts
+  /// with it.
+  SupervisionError(const std::string& message, std::string where)
+      : std::runtime_error(where.empty() ? message : where + ": " + message),
+        where_(std::move(where)) {}
+  /// The actor's rank and coordinates in the mesh it was called through, if it was.
+  const std::string& where() const { return where_; }
+
+ private:
+  std::string where_;
 };
 
 /// A message could not be delivered; `reason()` says why.
 class UndeliverableError : public std::runtime_error {
  public:
   enum class Reason { unknown_actor, actor_stopped, actor_failed, link_lost, timeout };
-  UndeliverableError(Reason reason, const std::string& what)
-      : std::runtime_error(what), reason_(reason) {}
+  /// `where`, if given, is the receiver's place in a mesh ("rank 2 {gpus: 2}"); what() starts
+  /// with it.
+  UndeliverableError(Reason reason, const std::string& what, std::string where = {})
+      : std::runtime_error(where.empty() ? what : where + ": " + what),
+        reason_(reason),
+        where_(std::move(where)) {}
   Reason reason() const { return reason_; }
+  /// The receiver's rank and coordinates in the mesh it was called through, if it was.
+  const std::string& where() const { return where_; }
 
  private:
   Reason reason_;
+  std::string where_;
 };
 
 /// `Future::get(timeout)` ran out of time; the future stays usable.

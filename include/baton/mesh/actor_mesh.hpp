@@ -29,8 +29,8 @@ namespace baton {
 
 namespace detail {
 
-/// `f`, whose ActorError (if it fails with one) names the member as `where` (its rank and point
-/// in the mesh it was called through), as a cast's reply does.
+/// `f`, whose failure (an ActorError, SupervisionError or UndeliverableError) names the member
+/// as `where` (its rank and point in the mesh it was called through), as a cast's reply does.
 template <class R>
 Future<R> naming_member(Future<R> f, std::string where) {
   auto next = std::make_shared<State<R>>();
@@ -43,11 +43,8 @@ Future<R> naming_member(Future<R> f, std::string where) {
       } else {
         next->set_value(std::move(src->value()));  // the caller's future is gone: ours alone
       }
-    } catch (const ActorError& e) {
-      next->set_exception(std::make_exception_ptr(
-          e.where().empty() ? ActorError(e.actor(), e.endpoint(), e.remote_message(), where) : e));
     } catch (...) {
-      next->set_exception(std::current_exception());
+      next->set_exception(name_member(std::current_exception(), where));
     }
   });
   return Future<R>(std::move(next));
@@ -115,22 +112,36 @@ void finish_gather(const Shape& shape, std::string_view endpoint, std::vector<Ca
 
 }  // namespace detail
 
-/// Replies of ActorMesh::stream(), in the order they arrive.
+/// Replies of ActorMesh::stream(), in the order they arrive: exactly one item per member, its
+/// value or its failure.
+///
+/// A member's failure is thrown from next() and the stream goes on after it; the exception
+/// names the member's rank and point, as a gather's does: an endpoint's throw is an ActorError
+/// (see ActorError::where()); a member that was lost, its process dead (or stopped) or its
+/// link gone, is a SupervisionError (or an UndeliverableError where how it was lost is not
+/// known), whose where() names it. A lost member comes out as soon as it is found lost,
+/// without waiting for the members still working (as a gather fails at once, CA-1). A member
+/// reached through a forwarder whose process died is reported lost with it, and a reply it
+/// sends afterwards is dropped: each member appears once.
 template <class V>
 class MeshStream {
  public:
   MeshStream(Shape shape, PortId port, std::shared_ptr<detail::StreamQueue> q,
              std::string_view endpoint)
-      : shape_(std::move(shape)), port_(std::move(port)), q_(std::move(q)), endpoint_(endpoint) {}
+      : shape_(std::move(shape)),
+        port_(std::move(port)),
+        q_(std::move(q)),
+        endpoint_(endpoint),
+        seen_ranks_(shape_.len(), false) {}
   MeshStream(MeshStream&&) noexcept = default;
   MeshStream& operator=(MeshStream&&) noexcept = default;
   ~MeshStream() {
     if (q_) detail::close_stream_port(port_);
   }
 
-  /// The next reply and its member's Point; nullopt once every member has replied. A member's
-  /// failure is thrown (ActorError, UndeliverableError, ...) and the stream goes on after it.
-  /// Blocks: inside an actor it is a UsageError (F-2).
+  /// The next reply and its member's Point; nullopt once every member has had its item. A
+  /// member's failure is thrown (ActorError, SupervisionError, UndeliverableError, ...; see
+  /// above) and the stream goes on after it. Blocks: inside an actor it is a UsageError (F-2).
   std::optional<std::pair<Point, V>> next() { return next_until(std::nullopt); }
   /// Like next(), but throws TimeoutError if no reply comes within `timeout`; the stream stays
   /// usable.
@@ -143,19 +154,23 @@ class MeshStream {
       std::optional<std::chrono::steady_clock::time_point> deadline) {
     detail::check_may_block("MeshStream::next()");
     if (!q_) throw UsageError("use of an empty or moved-from baton::MeshStream");
-    if (seen_ == shape_.len()) return std::nullopt;
-    std::optional<detail::CastItem> popped = q_->pop(deadline);
-    if (!popped) {
-      throw TimeoutError("no reply within the timeout (" + std::to_string(shape_.len() - seen_) +
-                         " of " + std::to_string(shape_.len()) +
-                         " still to come); the stream is still usable: call next() again");
+    for (;;) {
+      if (seen_ == shape_.len()) return std::nullopt;
+      std::optional<detail::CastItem> popped = q_->pop(deadline);
+      if (!popped) {
+        throw TimeoutError("no reply within the timeout (" + std::to_string(shape_.len() - seen_) +
+                           " of " + std::to_string(shape_.len()) +
+                           " still to come); the stream is still usable: call next() again");
+      }
+      detail::CastItem item = std::move(*popped);
+      if (item.rank >= shape_.len()) throw DecodeError("a streamed reply names a rank outside");
+      if (seen_ranks_[item.rank]) continue;  // a second item for a member: the first one won
+      seen_ranks_[item.rank] = true;
+      ++seen_;
+      detail::State<V> state;
+      detail::complete_item(state, item, endpoint_, &shape_);
+      return std::pair<Point, V>(shape_.point(item.rank), std::move(state.value()));
     }
-    detail::CastItem item = std::move(*popped);
-    ++seen_;
-    if (item.rank >= shape_.len()) throw DecodeError("a streamed reply names a rank outside");
-    detail::State<V> state;
-    detail::complete_item(state, item, endpoint_, &shape_);
-    return std::pair<Point, V>(shape_.point(item.rank), std::move(state.value()));
   }
 
   Shape shape_;
@@ -163,6 +178,7 @@ class MeshStream {
   std::shared_ptr<detail::StreamQueue> q_;
   std::string_view endpoint_;
   std::size_t seen_ = 0;
+  std::vector<bool> seen_ranks_;  // which members had their item
 };
 
 namespace detail {
@@ -211,6 +227,8 @@ class ProcAgent : public Actor {
       baton::endpoints<&ProcAgent::spawn, &ProcAgent::learn, &ProcAgent::ping,
                        &ProcAgent::stop_actor, &ProcAgent::forget, &ProcAgent::shutdown>();
 };
+
+class ProcMesh;
 
 /// One actor of type A per member of a shape. Copies and slices are views of the same actors.
 /// Calls travel down the cast tree (see baton/mesh/cast.hpp); FIFO per (sender, actor) holds
@@ -308,14 +326,12 @@ class ActorMesh {
   MeshStream<mesh_value_t<detail::reply_t<F>>> stream(F f, Args&&... args) const {
     const auto& ep = detail::endpoint_for<A>(f);
     auto q = std::make_shared<detail::StreamQueue>();
-    const PortId port = detail::open_stream_port(*base().members, q);
+    Slice view = cast_view();
+    const PortId port = detail::open_stream_port(base().members, view, q);
+    // Every item goes to the port, a member the tree found lost too, as soon as it is found.
     auto req = request(ep, detail::encode_call_args<F>(std::forward<Args>(args)...),
-                       detail::CastMode::stream, cast_view());
+                       detail::CastMode::stream, std::move(view));
     req.stream_to = port;
-    // The tree reports members it could not reach; put them in the stream as failures.
-    req.done = [q](const std::vector<detail::CastItem>& failed) {
-      for (auto& item : failed) q->deliver(encode(item));
-    };
     detail::cast(std::move(req));
     return MeshStream<mesh_value_t<detail::reply_t<F>>>(shape_, port, std::move(q), ep.name);
   }
@@ -381,6 +397,8 @@ class ActorMesh {
   }
 
  private:
+  friend class ProcMesh;  // notes the members it spawned (detail::note_hosted)
+
   struct Base {
     std::vector<ActorRef<A>> refs;  // by location
     std::uint64_t key = 0;          // its tree's, in every member's proc (CA-3)

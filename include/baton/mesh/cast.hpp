@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -111,7 +112,7 @@ enum class CastMode : std::uint8_t {
   none = 0,    // broadcast: no replies
   gather = 1,  // every reply, by rank
   reduce = 2,  // replies folded by a registered reducer on the way up
-  stream = 3,  // each reply straight to a port as it comes; the tree reports only failures
+  stream = 3,  // each reply straight to a port as it comes, a lost member's failure too
 };
 
 /// A cast as the sender describes it.
@@ -125,8 +126,9 @@ struct CastRequest {
   std::uint64_t reducer = 0;
   std::string reducer_state;  // the reducer object's members, for every node that folds
   std::optional<PortId> stream_to;
-  /// For gather, reduce and stream: called once with the replies (reduce: at most one item;
-  /// stream: only members that could not be reached), on whichever thread completes the cast.
+  /// For gather and reduce: called once with the replies (reduce: at most one item), on
+  /// whichever thread completes the cast. For stream: called once, with no items, when the
+  /// tree is done (every item, a failure included, goes to `stream_to`).
   std::function<void(std::vector<CastItem>)> done;
 };
 
@@ -144,12 +146,16 @@ bool cast_direct(std::size_t loc, std::size_t n);
 void install_cast();
 
 /// Completes `state` from a cast reply (the value, or the member's failure).
-/// `shape`, if given, is the cast's: an ActorError then names the member's rank and point.
+/// `shape`, if given, is the cast's: a failure (ActorError, SupervisionError,
+/// UndeliverableError) then names the member's rank and point (see name_member).
 void complete_item(StateBase& state, const CastItem& item, std::string_view endpoint,
                    const Shape* shape = nullptr);
-/// The same, naming the member as `where` in an ActorError.
+/// The same, naming the member as `where` in its failure.
 void complete_item(StateBase& state, const CastItem& item, std::string_view endpoint,
                    std::string_view where);
+/// `e`, naming the member that failed as `where` ("rank 2 {gpus: 2}") if it is an ActorError,
+/// a SupervisionError or an UndeliverableError that names none yet; otherwise `e` itself.
+std::exception_ptr name_member(std::exception_ptr e, const std::string& where);
 
 /// Folds encoded values of one type, in order, into one, with a reducer rebuilt from `state`;
 /// registered by id in every process.
@@ -207,9 +213,9 @@ struct ReducerRegistration {
 };
 
 /// Replies of a streamed cast, queued as they arrive.
-class StreamQueue final : public PortSink {
+class StreamQueue {
  public:
-  bool deliver(const Body& body) override;
+  void push(CastItem item);
   /// The next item; waits for it until `deadline` (nullopt once it passed).
   std::optional<CastItem> pop(std::optional<std::chrono::steady_clock::time_point> deadline);
 
@@ -219,8 +225,13 @@ class StreamQueue final : public PortSink {
   std::vector<CastItem> q_;
   std::size_t head_ = 0;
 };
-/// Opens a port for a stream on the proc that sends the cast.
-PortId open_stream_port(const std::vector<CastMember>& base, std::shared_ptr<StreamQueue> q);
+/// Opens a port for a stream to the members of `base` at `view` on the proc that sends the
+/// cast; what arrives there goes to `q`. An item saying that its member was lost with a link
+/// (all a forwarder can tell) becomes its proc's SupervisionError first, where that proc is
+/// known (or seen, waiting a little) to have died, as in a gather; that runs on the proc's
+/// background thread.
+PortId open_stream_port(std::shared_ptr<const std::vector<CastMember>> base, const Slice& view,
+                        std::shared_ptr<StreamQueue> q);
 /// Closes a port opened by open_stream_port.
 void close_stream_port(const PortId& id);
 

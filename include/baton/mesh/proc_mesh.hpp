@@ -37,6 +37,26 @@ class ProcGroup {
   /// Set once the group is told to stop, by whomever.
   virtual std::shared_ptr<std::atomic<bool>> stopped_flag() const = 0;
 };
+
+/// A member of an actor mesh as the process that spawned it remembers it, so that if its proc
+/// dies the owner of its mesh hears of that member: its actor, its mesh's name, its rank and
+/// point (not of the proc's agent).
+struct HostedMember {
+  ActorId actor;
+  ActorId owner;  // the mesh's (see ProcMesh::spawn)
+  std::string mesh;
+  std::int64_t rank = 0;
+  Point point;
+  std::shared_ptr<const MeshLife> life;  // whether it was stopped since
+  std::size_t loc = 0;                   // its location in the mesh
+};
+/// Remembers the members a spawn placed, each under its actor's proc; forgets, by the way,
+/// those stopped since they were noted.
+void note_hosted(std::vector<HostedMember> members);
+/// The members noted under the proc `proc` and not stopped since, forgotten as they are
+/// returned (its process is gone). A member stopped through a handle that came from another
+/// process is not seen as stopped here.
+std::vector<HostedMember> take_hosted(const std::string& proc);
 }  // namespace detail
 
 /// Procs laid out on a shape; spawns one actor per proc.
@@ -73,7 +93,10 @@ class ProcMesh {
 
   /// Spawns an A named `name` in every proc; constructor arguments are serialized. The caller
   /// (the running actor, or the controller) owns the new mesh: its members' failures go to
-  /// the caller's supervise() hook, or to the controller's (RuntimeOptions::supervise).
+  /// the caller's supervise() hook, or to the controller's (RuntimeOptions::supervise). If a
+  /// proc dies, the owner of each actor mesh with a live member there hears of that member
+  /// (its actor, the mesh's name, its rank, and its point in the message); the proc mesh's
+  /// owner hears of the proc itself only if it hosted no such member.
   template <class A, class... Args>
   ActorMesh<A> spawn(const std::string& name, Args&&... args) const {
     using Reg = detail::FactoryRegistration<A, std::decay_t<Args>...>;
@@ -117,7 +140,15 @@ class ProcMesh {
       learned.push_back(agent.call(&ProcAgent::learn, key, nodes[r]));
     }
     for (auto& f : learned) detail::block_on(f);
-    return ActorMesh<A>(mesh_shape, std::move(refs), name, key, stopped_);
+    ActorMesh<A> mesh(mesh_shape, std::move(refs), name, key, stopped_);
+    std::vector<detail::HostedMember> hosted;
+    hosted.reserve(size());
+    for (std::size_t r = 0; r < size(); ++r) {
+      hosted.push_back({mesh.at(r).id(), place.owner, name, static_cast<std::int64_t>(r),
+                        mesh_shape.point(r), mesh.base().life, r});
+    }
+    detail::note_hosted(std::move(hosted));
+    return mesh;
   }
 
   /// The procs with `dim` in [begin, end): a view.
