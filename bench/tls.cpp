@@ -89,7 +89,7 @@ std::vector<double> round_trips(const std::string& mode, const net::LinkOptions&
   {
     Proc client(ProcOptions{.name = "bench-" + mode, .threads = 1, .link = options});
     client.connect(ProcId{name}, Address::parse(address));
-    ActorRef<TcpEcho> echo(ActorId{ProcId{name}, "echo", 0}, nullptr);
+    ActorRef<TcpEcho> echo(ActorId{ProcId{name}, "echo", 0});
     const Bytes payload = Bytes::copy(std::string(64, 'p'));
     us.reserve(static_cast<std::size_t>(n));
     for (int i = 0; i < n + n / 10; ++i) {

@@ -456,6 +456,10 @@ Proc::~Proc() {
   state_->node->remove_proc(*state_);
 }
 
+detail::ProcState& detail::state_of(Proc& proc) {
+  return *proc.state_;
+}
+
 const ProcId& Proc::id() const {
   return state_->id;
 }
@@ -472,7 +476,7 @@ void detail::ProcState::run_stop_hooks() {
 }
 
 void detail::add_stop_hook(Proc& proc, std::function<void()> hook) {
-  auto& st = proc.state();
+  auto& st = detail::state_of(proc);
   std::lock_guard lock(st.mu);
   if (!st.hooks_ran) st.stop_hooks.push_back(std::move(hook));
 }
@@ -503,10 +507,10 @@ void Proc::stop() {
 }
 
 Future<void> detail::stop_all_but(Proc& proc, const ActorId& keep) {
-  proc.state().run_stop_hooks();
+  detail::state_of(proc).run_stop_hooks();
   std::vector<CellPtr> roots;
   {
-    auto& st = proc.state();
+    auto& st = detail::state_of(proc);
     std::lock_guard lock(st.mu);
     for (auto& [id, cell] : st.actors) {
       if (cell->parent() == nullptr && id != keep) roots.push_back(cell);

@@ -231,7 +231,7 @@ class Forwarder : public Actor {
 // to an unknown actor, a call fails with the reason and a one-way send comes back.
 TEST_F(Fixture, UnknownActorIsUndeliverableWithTheReason) {
   Proc proc(options(), exec);
-  ActorRef<Recorder> ghost(ActorId::parse("test/ghost[0]"), nullptr);
+  ActorRef<Recorder> ghost(ActorId::parse("test/ghost[0]"));
   auto call = ghost.call(&Recorder::fail_if, 1);
   ASSERT_TRUE(call.ready());  // fails at once: nothing to wait for
   try {

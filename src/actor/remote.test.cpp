@@ -110,7 +110,7 @@ TEST(Remote, CallsResultsErrorsAndLargeArgumentsCrossProcesses) {
   RemoteProc remote;  // forked before this process has any thread
   Proc local(ProcOptions{.name = "local", .threads = 2});
   local.connect(ProcId{"remote"}, remote.address());
-  ActorRef<Worker> worker(ActorId::parse("remote/worker[0]"), nullptr);
+  ActorRef<Worker> worker(ActorId::parse("remote/worker[0]"));
 
   EXPECT_EQ(worker.call(&Worker::add, 2, 40).get(), 42);
   EXPECT_EQ(worker.call(&Worker::whoami).get(), "remote/worker[0]");
@@ -129,7 +129,7 @@ TEST(Remote, CallsResultsErrorsAndLargeArgumentsCrossProcesses) {
   }
   EXPECT_EQ(worker.call(&Worker::add, 1, 1).get(), 2);  // still serving after the throw
 
-  ActorRef<Worker> ghost(ActorId::parse("remote/ghost[0]"), nullptr);
+  ActorRef<Worker> ghost(ActorId::parse("remote/ghost[0]"));
   try {
     ghost.call(&Worker::add, 1, 2).get();
     FAIL() << "expected UndeliverableError";
@@ -143,7 +143,7 @@ TEST(Remote, AKilledProcessFailsPendingAndLaterCallsInsteadOfHanging) {
   RemoteProc remote;
   Proc local(ProcOptions{.name = "local", .threads = 2});
   local.connect(ProcId{"remote"}, remote.address());
-  ActorRef<Worker> worker(ActorId::parse("remote/worker[0]"), nullptr);
+  ActorRef<Worker> worker(ActorId::parse("remote/worker[0]"));
   EXPECT_EQ(worker.call(&Worker::add, 1, 2).get(), 3);
 
   auto pending = worker.call(&Worker::hang);
@@ -197,7 +197,7 @@ TEST(Remote, AnUnauthenticatedPeerCannotDeliverAMessage) {
     options.link.secret = net::new_job_secret();
     Proc stranger(options);
     stranger.connect(ProcId{"remote"}, remote.address());
-    ActorRef<Worker> worker(ActorId::parse("remote/worker[0]"), nullptr);
+    ActorRef<Worker> worker(ActorId::parse("remote/worker[0]"));
     // Refused during the handshake (or, if the refusal came first, no link to send on).
     auto refused = worker.call(&Worker::hits);
     EXPECT_THROW(refused.get(30s), UndeliverableError);
@@ -207,7 +207,7 @@ TEST(Remote, AnUnauthenticatedPeerCannotDeliverAMessage) {
   options.link.secret = secret;
   Proc local(options);
   local.connect(ProcId{"remote"}, remote.address());
-  ActorRef<Worker> worker(ActorId::parse("remote/worker[0]"), nullptr);
+  ActorRef<Worker> worker(ActorId::parse("remote/worker[0]"));
   EXPECT_EQ(worker.call(&Worker::hits).get(), 0);
   worker.send(&Worker::bump);
   EXPECT_EQ(worker.call(&Worker::hits).get(), 1);
@@ -235,7 +235,7 @@ TEST(Remote, AOneWayMessageALinkNeverDeliveredComesBackToItsSender) {
   options.link.dead_after = 200ms;
   Proc local(options);
   local.connect(ProcId{"remote"}, remote.address());
-  ActorRef<Worker> worker(ActorId::parse("remote/worker[0]"), nullptr);
+  ActorRef<Worker> worker(ActorId::parse("remote/worker[0]"));
   EXPECT_EQ(worker.call(&Worker::add, 1, 2).get(), 3);
 
   auto [port, reports] = local.open_port<std::string>();

@@ -275,13 +275,13 @@ void Runtime::child_exited(pid_t pid, const std::string& what) {
   if (hosted.empty()) {
     SupervisionEvent ev{
         ActorId{ProcId{name}, "agent", 0}, report, c.mesh, static_cast<std::int64_t>(c.rank), {}};
-    detail::report_failure_to(c.owner, std::move(ev), state_->proc->state());
+    detail::report_failure_to(c.owner, std::move(ev), detail::state_of(*state_->proc));
     return;
   }
   for (const auto& m : hosted) {
     SupervisionEvent ev{
         m.actor, "member " + m.point.to_string() + " lost: its " + report, m.mesh, m.rank, {}};
-    detail::report_failure_to(m.owner, std::move(ev), state_->proc->state());
+    detail::report_failure_to(m.owner, std::move(ev), detail::state_of(*state_->proc));
   }
 }
 

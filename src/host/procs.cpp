@@ -155,7 +155,8 @@ void LocalProcGroup::run(std::chrono::milliseconds grace) {
     std::vector<Future<int>> acks;
     for (auto& c : children) {
       const ActorId agent{c.name, "agent", 0};
-      acks.push_back(ActorRef<ProcAgent>(agent, nullptr).call(&ProcAgent::shutdown));
+      acks.push_back(
+          detail::make_ref<detail::ProcAgent>(agent, nullptr).call(&detail::ProcAgent::shutdown));
     }
     auto deadline = Clock::now() + grace;
     for (std::size_t i = 0; i < acks.size(); ++i) {
@@ -212,24 +213,22 @@ void LocalProcGroup::run(std::chrono::milliseconds grace) {
 
 using namespace internal;
 
-namespace {
-std::vector<std::shared_ptr<LocalProcGroup>> live_groups(Runtime::State& st) {
+std::vector<std::shared_ptr<LocalProcGroup>> Runtime::State::live_groups() {
   std::vector<std::shared_ptr<LocalProcGroup>> live;
-  std::lock_guard lock(st.mu);
-  for (auto& w : st.groups) {
+  std::lock_guard lock(mu);
+  for (auto& w : groups) {
     if (auto g = w.lock()) live.push_back(std::move(g));
   }
   return live;
 }
-}  // namespace
 
 void Runtime::State::stop_groups() {
-  for (auto& g : live_groups(*this)) g->stop_here(stop_grace);
+  for (auto& g : live_groups()) g->stop_here(stop_grace);
 }
 
 Future<void> Runtime::State::stop_groups_async() {
   std::vector<Future<void>> stopped;
-  for (auto& g : live_groups(*this)) stopped.push_back(g->stop(stop_grace));
+  for (auto& g : live_groups()) stopped.push_back(g->stop(stop_grace));
   return all_of(stopped);
 }
 

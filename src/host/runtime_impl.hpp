@@ -290,6 +290,8 @@ struct Runtime::State {
   void stop_groups();
   /// Starts the stop of every live proc group; the future completes once all are over.
   Future<void> stop_groups_async();
+  /// The proc groups not yet gone.
+  std::vector<std::shared_ptr<internal::LocalProcGroup>> live_groups();
 };
 
 }  // namespace baton

@@ -881,7 +881,7 @@ TEST(Supervision, AnUndeliverableMessageComesBackToItsSender) {
   auto senders = procs.slice("gpus", 0).spawn<Sender>("handler", true, port);
   auto workers = procs.slice("gpus", 1).spawn<Worker>("target", -1);
   // An actor that does not exist in the other worker.
-  const ActorRef<Worker> ghost(ActorId{procs.proc(1), "ghost", 0}, nullptr);
+  const ActorRef<Worker> ghost(ActorId{procs.proc(1), "ghost", 0});
   senders.call_one(&Sender::poke, ghost).get();
   const std::string back = reports.recv(kBound);
   EXPECT_THAT(back, HasSubstr("unknown actor"));

@@ -70,7 +70,7 @@ void Runtime::run_worker() {
     proc_options.mailbox_limit = state_->mailbox_limit;
     state_->proc = std::make_unique<Proc>(std::move(proc_options));
     Proc& proc = *state_->proc;
-    proc.spawn<ProcAgent>("agent");
+    proc.spawn<detail::ProcAgent>("agent");
     state_->prefix = std::string(name) + "-";
     // Other workers link here when a cast or a passed reference sends them our way.
     if (dir != nullptr) {

@@ -39,7 +39,7 @@ class Counter : public Actor {
   /// How many meshes' tree nodes this member's proc knows (CA-3).
   std::size_t nodes_known() { return detail::cast_nodes_known(proc()); }
   /// The sizes of the tables this member's process keeps (see detail::table_sizes).
-  std::vector<std::size_t> tables() { return sizes(detail::table_sizes(proc().state())); }
+  std::vector<std::size_t> tables() { return sizes(detail::table_sizes(detail::state_of(proc()))); }
   static std::vector<std::size_t> sizes(const detail::TableSizes& t) {
     return {t.procs, t.actors, t.ended, t.ports, t.routes, t.addresses, t.failures};
   }
@@ -378,7 +378,7 @@ TEST(Mesh, ProcsForgetStoppedMeshes) {  // CA-3, and the node's tables
   round(0);
   const ValueMesh<std::size_t> before = keeper.call(&Counter::nodes_known).get();
   const auto workers = keeper.call(&Counter::tables).get().values();
-  auto& ctl = Runtime::get().proc().state();
+  auto& ctl = detail::state_of(Runtime::get().proc());
   const detail::TableSizes controller = detail::table_sizes(ctl);
   for (int i = 1; i < 200; ++i) round(i);
   EXPECT_EQ(keeper.call(&Counter::nodes_known).get().values(), before.values());

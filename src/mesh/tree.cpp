@@ -50,13 +50,13 @@ std::vector<CastChild> children_of(const CastNode& node) {
 }
 
 void learn_cast_node(Proc& proc, std::uint64_t key, CastNode node) {
-  auto table = proc.state().extension<cast_impl::NodeTable>();
+  auto table = state_of(proc).extension<cast_impl::NodeTable>();
   std::lock_guard lock(table->mu);
   table->by_key[key] = std::move(node);
 }
 
 void forget_cast_node(Proc& proc, std::uint64_t key) {
-  auto table = proc.state().extension<cast_impl::NodeTable>();
+  auto table = state_of(proc).extension<cast_impl::NodeTable>();
   std::optional<ActorId> member;
   {
     std::lock_guard lock(table->mu);
@@ -66,11 +66,11 @@ void forget_cast_node(Proc& proc, std::uint64_t key) {
     table->by_key.erase(it);
   }
   // The whole mesh is gone: its member here need not be remembered as ended any more.
-  proc.state().forget_ended(*member);
+  state_of(proc).forget_ended(*member);
 }
 
 std::size_t cast_nodes_known(Proc& proc) {
-  auto table = proc.state().extension<cast_impl::NodeTable>();
+  auto table = state_of(proc).extension<cast_impl::NodeTable>();
   std::lock_guard lock(table->mu);
   return table->by_key.size();
 }

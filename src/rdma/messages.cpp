@@ -45,7 +45,7 @@ void Pump::move_by_message(std::size_t at, std::size_t len) {
   auto self = shared_from_this();
   const auto id = buffer.descriptor().id;
   if (dst != nullptr) {
-    auto reply = buffer.owner().call(&RdmaAgent::read, id, offset + at, len);
+    auto reply = detail::owner_of(buffer).call(&RdmaAgent::read, id, offset + at, len);
     const auto& state = reply.state();
     state->on_ready([self, state, at, len] {
       std::string error;
@@ -64,8 +64,8 @@ void Pump::move_by_message(std::size_t at, std::size_t len) {
   if (!op->guarded([&] { copy_any(staged.data(), src + at, len, device); })) {
     return op->done(true);  // failed already: nothing to send
   }
-  auto reply =
-      buffer.owner().call(&RdmaAgent::write, id, offset + at, Bytes::adopt(std::move(staged)));
+  auto reply = detail::owner_of(buffer).call(&RdmaAgent::write, id, offset + at,
+                                             Bytes::adopt(std::move(staged)));
   when_done(std::move(reply), buffer, [self](const std::string& error) { self->finished(error); });
 }
 

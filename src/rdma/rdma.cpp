@@ -75,7 +75,7 @@ RdmaBackend choose(const RdmaBuffer& b, const void* local, bool* local_device) {
 std::string describe(const char* verb, const RdmaBuffer& b, std::size_t size, std::size_t offset) {
   return std::string(verb) + " of " + std::to_string(size) + " bytes at offset " +
          std::to_string(offset) + " of RdmaBuffer #" + std::to_string(b.descriptor().id) +
-         " (owner " + b.owner().id().to_string() + ")";
+         " (owner " + detail::owner_of(b).id().to_string() + ")";
 }
 
 }  // namespace

@@ -13,10 +13,11 @@ std::string reason(const std::exception_ptr& e, const RdmaBuffer& buffer) {
   } catch (const ActorError& a) {
     return a.remote_message();
   } catch (const SupervisionError& s) {
-    return "the owner " + buffer.owner().id().to_string() + " is gone (" + s.what() +
+    return "the owner " + detail::owner_of(buffer).id().to_string() + " is gone (" + s.what() +
            "); its memory is lost: register it again in a live proc";
   } catch (const std::exception& x) {
-    return "the owner " + buffer.owner().id().to_string() + " cannot be reached: " + x.what();
+    return "the owner " + detail::owner_of(buffer).id().to_string() +
+           " cannot be reached: " + x.what();
   }
 }
 
@@ -37,7 +38,7 @@ void forget_cached(const RdmaBuffer::Descriptor& d) {
 /// or IPC error says little about why), else the part's own error stands.
 void part_done(const TransferPtr& op, const RdmaBuffer& b, bool guarded, const std::string& error) {
   if (error.empty()) return op->done(guarded);
-  when_done(b.owner().call(&RdmaAgent::check, b.descriptor().id, 0, 0), b,
+  when_done(detail::owner_of(b).call(&RdmaAgent::check, b.descriptor().id, 0, 0), b,
             [op, guarded, error](const std::string& owner) {
               op->done(guarded, owner.empty() || dropped(owner) ? error : owner);
             });

@@ -162,7 +162,7 @@ void check_then(const TransferPtr& op, const RdmaBuffer& b, std::size_t offset, 
                 F then) {
   op->add(true);
   const auto& d = b.descriptor();
-  when_done(b.owner().call(&RdmaAgent::check, d.id, offset, size), b,
+  when_done(detail::owner_of(b).call(&RdmaAgent::check, d.id, offset, size), b,
             [op, b, d, then = std::move(then)](const std::string& error) mutable {
               if (!error.empty()) {
                 if (dropped(error)) forget_cached(d);

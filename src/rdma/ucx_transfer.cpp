@@ -73,7 +73,7 @@ void watch_owner(const std::weak_ptr<Transfer>& weak, const RdmaBuffer& b) {
   Workers::get().at(std::chrono::steady_clock::now() + std::chrono::milliseconds(250), [weak, b] {
     auto op = weak.lock();
     if (op == nullptr || op->completed()) return;
-    when_done(b.owner().call(&RdmaAgent::check, b.descriptor().id, 0, 0), b,
+    when_done(detail::owner_of(b).call(&RdmaAgent::check, b.descriptor().id, 0, 0), b,
               [weak, b](const std::string& error) {
                 auto running = weak.lock();
                 if (running == nullptr) return;

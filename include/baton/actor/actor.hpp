@@ -98,6 +98,10 @@ namespace detail {
 
 class Cell;
 using CellPtr = std::shared_ptr<Cell>;
+/// A reference to the actor `id`, with its cell if it lives in this process (for the runtime:
+/// users get references from spawn).
+template <class A>
+ActorRef<A> make_ref(ActorId id, CellPtr cell);
 
 using Factory = std::unique_ptr<Actor> (*)(const Body& args);
 
@@ -207,7 +211,7 @@ class Actor {
   /// A reference to this actor, to hand to others.
   template <class A>
   ActorRef<A> self() const {
-    return ActorRef<A>(id(), detail::cell_ptr(*cell_));
+    return detail::make_ref<A>(id(), detail::cell_ptr(*cell_));
   }
   /// Spawns a child actor in this proc; its failures are reported to this actor's supervise().
   template <class A, class... Args>
@@ -228,7 +232,8 @@ template <class A>
 class ActorRef {
  public:
   ActorRef() = default;
-  ActorRef(ActorId id, detail::CellPtr cell) : id_(std::move(id)), cell_(std::move(cell)) {}
+  /// A reference to the actor `id`, wherever it lives (its proc is found when it is called).
+  explicit ActorRef(ActorId id) : id_(std::move(id)) {}
 
   const ActorId& id() const { return id_; }
 
@@ -269,6 +274,15 @@ class ActorRef {
  private:
   ActorId id_;
   detail::CellPtr cell_;
+
+  ActorRef(ActorId id, detail::CellPtr cell) : id_(std::move(id)), cell_(std::move(cell)) {}
+  template <class B>
+  friend ActorRef<B> detail::make_ref(ActorId id, detail::CellPtr cell);
 };
+
+template <class A>
+ActorRef<A> detail::make_ref(ActorId id, CellPtr cell) {
+  return ActorRef<A>(std::move(id), std::move(cell));
+}
 
 }  // namespace baton

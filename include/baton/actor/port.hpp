@@ -82,12 +82,31 @@ class QueueSink final : public PortSink {
 
 }  // namespace detail
 
+template <class T>
+class Port;
+template <class T>
+class OncePort;
+template <class T>
+class PortReceiver;
+
+namespace detail {
+/// A port with its sink, as the proc that opened it makes it (users get ports from open_port).
+template <class P>
+P make_port(PortId id, PortSinkPtr sink) {
+  return P(std::move(id), std::move(sink));
+}
+/// The receiving end of a queue port.
+template <class T>
+PortReceiver<T> make_receiver(std::shared_ptr<QueueSink<T>> sink) {
+  return PortReceiver<T>(std::move(sink));
+}
+}  // namespace detail
+
 /// Where values of type T can be sent.
 template <class T>
 class Port {
  public:
   Port() = default;
-  Port(PortId id, detail::PortSinkPtr sink) : id_(std::move(id)), sink_(std::move(sink)) {}
 
   const PortId& id() const { return id_; }
   void send(const T& value) const { detail::send_port(id_, sink_, encode(value)); }
@@ -105,7 +124,13 @@ class Port {
     sink_ = detail::resolve_port(id_);
   }
 
+ protected:
+  Port(PortId id, detail::PortSinkPtr sink) : id_(std::move(id)), sink_(std::move(sink)) {}
+
  private:
+  template <class P>
+  friend P detail::make_port(PortId id, detail::PortSinkPtr sink);
+
   PortId id_;
   detail::PortSinkPtr sink_;
 };
@@ -114,15 +139,18 @@ class Port {
 template <class T>
 class OncePort : public Port<T> {
  public:
-  using Port<T>::Port;
+  OncePort() = default;
+
+ private:
+  OncePort(PortId id, detail::PortSinkPtr sink) : Port<T>(std::move(id), std::move(sink)) {}
+  template <class P>
+  friend P detail::make_port(PortId id, detail::PortSinkPtr sink);
 };
 
 /// The receiving end of a Port<T> opened outside actors.
 template <class T>
 class PortReceiver {
  public:
-  explicit PortReceiver(std::shared_ptr<detail::QueueSink<T>> sink) : sink_(std::move(sink)) {}
-
   /// Blocks until a value arrives.
   T recv() {
     std::unique_lock lock(sink_->mu_);
@@ -148,6 +176,9 @@ class PortReceiver {
   }
 
  private:
+  explicit PortReceiver(std::shared_ptr<detail::QueueSink<T>> sink) : sink_(std::move(sink)) {}
+  friend PortReceiver<T> detail::make_receiver<T>(std::shared_ptr<detail::QueueSink<T>> sink);
+
   std::shared_ptr<detail::QueueSink<T>> sink_;
 };
 

@@ -29,7 +29,13 @@ struct TraceEvent {
 
 namespace detail {
 class ProcState;
-}
+class ProcAgent;
+}  // namespace detail
+class Proc;
+namespace detail {
+/// The internal state of a proc (for the runtime's layers).
+ProcState& state_of(Proc& proc);
+}  // namespace detail
 
 /// How a Proc runs; every field has a working default.
 struct ProcOptions {
@@ -80,7 +86,7 @@ class Proc {
   std::pair<Port<T>, PortReceiver<T>> open_port() {
     auto sink = std::make_shared<detail::QueueSink<T>>();
     PortId id = register_port(sink);
-    return {Port<T>(std::move(id), sink), PortReceiver<T>(sink)};
+    return {detail::make_port<Port<T>>(std::move(id), sink), detail::make_receiver<T>(sink)};
   }
   /// Opens a port that accepts one value, delivered to the returned future.
   template <class T>
@@ -88,7 +94,7 @@ class Proc {
     auto state = std::make_shared<detail::State<T>>();
     auto sink = std::make_shared<detail::OnceSink>(state);
     PortId id = register_port(sink);
-    return {OncePort<T>(std::move(id), sink), Future<T>(state)};
+    return {detail::make_port<OncePort<T>>(std::move(id), sink), Future<T>(state)};
   }
 
   /// Accepts links from procs in other processes at `address` (unix:// or tcp://; tcp port 0
@@ -112,25 +118,24 @@ class Proc {
   /// Stops every actor after its queued messages and waits for them; idempotent.
   void stop();
 
+ private:
+  friend class Actor;
+  friend class detail::ProcAgent;
+  friend detail::ProcState& detail::state_of(Proc& proc);
+
   /// Spawns from a registered constructor id and serialized arguments (for remote spawns).
   /// With `supervisor`, a failure of the actor goes to that owner instead of this proc.
   ActorId spawn_from(const std::string& name, std::uint64_t factory, Body args,
                      std::optional<detail::Supervisor> supervisor = std::nullopt) {
     return spawn_erased(nullptr, name, factory, std::move(args), std::move(supervisor)).first;
   }
-
-  /// The internal state (for the runtime).
-  detail::ProcState& state() { return *state_; }
-
- private:
-  friend class Actor;
   template <class A, class... Args>
   ActorRef<A> spawn_as_child(detail::Cell* parent, const std::string& name, Args&&... args) {
     static_assert(std::is_base_of_v<Actor, A>, "actors must derive from baton::Actor");
     using Reg = detail::FactoryRegistration<A, std::decay_t<Args>...>;
     auto [id, cell] = spawn_erased(parent, name, Reg::id,
                                    encode(static_cast<const std::decay_t<Args>&>(args)...));
-    return ActorRef<A>(std::move(id), std::move(cell));
+    return detail::make_ref<A>(std::move(id), std::move(cell));
   }
   std::pair<ActorId, detail::CellPtr> spawn_erased(
       detail::Cell* parent, const std::string& name, std::uint64_t factory, Body args,
@@ -156,7 +161,7 @@ template <class T, class F>
 Port<T> Actor::open_port(F handler) {
   auto [id, sink] = detail::open_actor_port(
       *cell_, [h = std::move(handler)](const Body& body) mutable { h(decode<T>(body)); });
-  return Port<T>(std::move(id), std::move(sink));
+  return detail::make_port<Port<T>>(std::move(id), std::move(sink));
 }
 
 template <class A, class... Args>

@@ -84,9 +84,8 @@ class Runtime {
   /// Replaces the controller's supervise hook (see RuntimeOptions::supervise).
   void set_supervise(std::function<bool(const MeshFailure&)> handler);
 
-  struct State;
-
  private:
+  struct State;
   [[noreturn]] void run_worker();
   /// What became of a worker whose link closed, if it was ours and it exited.
   std::optional<std::string> exit_report(const std::string& proc_name);

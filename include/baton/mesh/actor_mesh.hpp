@@ -188,6 +188,8 @@ void set_shutdown_hook(std::function<void()> hook);
 void run_shutdown_hook();
 }  // namespace detail
 
+namespace detail {
+
 /// The runtime's agent in every proc: spawns and stops actors there for the controller.
 class ProcAgent : public Actor {
  public:
@@ -227,6 +229,8 @@ class ProcAgent : public Actor {
       baton::endpoints<&ProcAgent::spawn, &ProcAgent::learn, &ProcAgent::ping,
                        &ProcAgent::stop_actor, &ProcAgent::forget, &ProcAgent::shutdown>();
 };
+
+}  // namespace detail
 
 class ProcMesh;
 
@@ -363,16 +367,16 @@ class ActorMesh {
       base().life->stop(loc);
       const ActorId& id = base().refs[loc].id();
       ActorId agent{id.proc, "agent", 0};
-      parts.push_back(ActorRef<ProcAgent>(agent, detail::resolve_actor(agent))
-                          .call(&ProcAgent::stop_actor, id));
+      parts.push_back(detail::make_ref<detail::ProcAgent>(agent, detail::resolve_actor(agent))
+                          .call(&detail::ProcAgent::stop_actor, id));
     }
     if (!parts.empty() && base().life->all_stopped()) {
       // The last members went: every proc of the mesh drops its node of the tree. (A node
       // whose own member stopped still forwards to live members behind it until then.)
       for (const auto& ref : base().refs) {
         ActorId agent{ref.id().proc, "agent", 0};
-        parts.push_back(ActorRef<ProcAgent>(agent, detail::resolve_actor(agent))
-                            .call(&ProcAgent::forget, base().key));
+        parts.push_back(detail::make_ref<detail::ProcAgent>(agent, detail::resolve_actor(agent))
+                            .call(&detail::ProcAgent::forget, base().key));
       }
     }
     return when_all(std::move(parts));

@@ -112,11 +112,11 @@ class ProcMesh {
     std::vector<Future<ActorId>> ids;
     ids.reserve(size());
     for (std::size_t r = 0; r < size(); ++r) {
-      ActorRef<ProcAgent> agent(ActorId{proc(r), "agent", 0},
-                                detail::resolve_actor(ActorId{proc(r), "agent", 0}));
+      auto agent = detail::make_ref<detail::ProcAgent>(
+          ActorId{proc(r), "agent", 0}, detail::resolve_actor(ActorId{proc(r), "agent", 0}));
       place.rank = static_cast<std::int64_t>(r);
       place.proc_point = base_shape_.point(shape_.location(r));
-      ids.push_back(agent.call(&ProcAgent::spawn, Reg::id, body.head, body.parts, place));
+      ids.push_back(agent.call(&detail::ProcAgent::spawn, Reg::id, body.head, body.parts, place));
     }
     // The actor mesh is dense over this (possibly sliced) proc mesh's members, in rank order.
     std::vector<ActorRef<A>> refs;
@@ -127,7 +127,7 @@ class ProcMesh {
       ActorId id = detail::block_on(ids[r]);
       members.push_back({id, detail::address_text(id.proc)});
       auto cell = detail::resolve_actor(id);
-      refs.emplace_back(std::move(id), std::move(cell));
+      refs.push_back(detail::make_ref<A>(std::move(id), std::move(cell)));
     }
     // CA-3: every member's proc learns its node of the mesh's tree before anyone can cast.
     const std::uint64_t key = detail::new_mesh_key();
@@ -135,9 +135,9 @@ class ProcMesh {
     std::vector<Future<int>> learned;
     learned.reserve(size());
     for (std::size_t r = 0; r < size(); ++r) {
-      ActorRef<ProcAgent> agent(ActorId{proc(r), "agent", 0},
-                                detail::resolve_actor(ActorId{proc(r), "agent", 0}));
-      learned.push_back(agent.call(&ProcAgent::learn, key, nodes[r]));
+      auto agent = detail::make_ref<detail::ProcAgent>(
+          ActorId{proc(r), "agent", 0}, detail::resolve_actor(ActorId{proc(r), "agent", 0}));
+      learned.push_back(agent.call(&detail::ProcAgent::learn, key, nodes[r]));
     }
     for (auto& f : learned) detail::block_on(f);
     ActorMesh<A> mesh(mesh_shape, std::move(refs), name, key, stopped_);

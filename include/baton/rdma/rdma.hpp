@@ -49,9 +49,12 @@ class RdmaError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+class RdmaBuffer;
 namespace detail {
 class RdmaAgent;
-}
+/// The rdma actor of the proc that registered `buffer` (for the rdma layer).
+const ActorRef<RdmaAgent>& owner_of(const RdmaBuffer& buffer);
+}  // namespace detail
 
 class RdmaBuffer {
  public:
@@ -95,7 +98,6 @@ class RdmaBuffer {
   Future<void> drop() const;
 
   const Descriptor& descriptor() const;
-  const ActorRef<detail::RdmaAgent>& owner() const { return owner_; }
 
   template <class Ar>
   void save(Ar& ar) const {
@@ -109,9 +111,14 @@ class RdmaBuffer {
   }
 
  private:
+  friend const ActorRef<detail::RdmaAgent>& detail::owner_of(const RdmaBuffer& buffer);
   std::shared_ptr<const Descriptor> desc_;
   ActorRef<detail::RdmaAgent> owner_;
 };
+
+inline const ActorRef<detail::RdmaAgent>& detail::owner_of(const RdmaBuffer& buffer) {
+  return buffer.owner_;
+}
 
 /// The backend a transfer between `buffer` and the local memory at `local` uses from this
 /// process.
