@@ -32,10 +32,13 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
   state_->mailbox_limit = options.mailbox_limit;
   state_->supervise = std::move(options.supervise);
   state_->output = std::make_unique<OutputForwarder>(output_options(std::move(options.output)));
-  state_->watcher = std::make_unique<ChildWatcher>(
-      [this](pid_t pid, const std::string& what) { child_exited(pid, what); });
+  state_->watcher = std::make_unique<ChildWatcher>([this](pid_t pid, const std::string& what) {
+    state_->start_exited(pid, what);
+    child_exited(pid, what);
+  });
   state_->spawner = std::make_unique<Spawner>();
   state_->stops = std::make_unique<StopWorker>();
+  state_->timers = std::make_unique<Timers>();
   if (std::getenv(kProcVar) != nullptr) run_worker();
   detail::set_log_proc("ctl");  // the controller's proc, made below
   state_->dir = make_job_dir();
@@ -102,7 +105,8 @@ Runtime::~Runtime() {
   detail::set_exit_probe(nullptr);
   detail::set_shutdown_hook(nullptr);
   state_->stop_groups();
-  state_->stops.reset();  // what is still queued finds its group stopped
+  state_->timers.reset();  // no start-up deadline may fire into what goes below
+  state_->stops.reset();   // what is still queued finds its group stopped
   state_->proc.reset();
   state_->spawner.reset();
   state_->watcher.reset();

@@ -7,7 +7,8 @@
 //   children.cpp  starting processes (the spawner thread), reaping them (the child watcher,
 //                 oom_kill counts), what a worker's death means to its mesh
 //   worker.cpp    a worker's side: bootstrap from the environment, serving its proc
-//   procs.cpp     HostMesh: spawn_procs, the proc groups it makes and their orderly stop
+//   procs.cpp     HostMesh: spawn_procs_async (workers starting until they link), the proc
+//                 groups it makes and their orderly stop
 
 #include <signal.h>
 #include <spawn.h>
@@ -21,6 +22,7 @@
 #include <deque>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -43,6 +45,9 @@ constexpr const char* kControllerVar = "BATON_CONTROLLER";
 constexpr const char* kControllerAddrVar = "BATON_CONTROLLER_ADDR";
 constexpr const char* kParentVar = "BATON_PARENT_PID";
 constexpr const char* kDirVar = "BATON_DIR";  // where the job's sockets live
+// The port of the spawning proc to which a worker sends one value once it has linked: the
+// news that it is up, which completes spawn_procs_async without a thread waiting for it.
+constexpr const char* kReadyVar = "BATON_READY_PORT";
 // The job's secret: every link proves it holds it (net::LinkOptions::secret). It travels in
 // the environment, never on a command line, and a worker removes it from its own environment.
 constexpr const char* kSecretVar = "BATON_JOB_SECRET";
@@ -59,6 +64,13 @@ constexpr auto kUnlinkWait = 2s;
 // in an uninterruptible wait in the kernel outlives SIGKILL). Generous: on a loaded machine a
 // large process was seen to take over 10 s to exit after SIGKILL.
 constexpr auto kKillWait = 60s;
+
+/// The runtime's state, for the host layer's own code (it is private to users).
+struct RuntimeAccess {
+  using State = Runtime::State;
+  static State& state(Runtime& rt) { return *rt.state_; }
+};
+using RuntimeState = RuntimeAccess::State;
 
 /// Where the node keeps the runtime of this process (Runtime::get()), set once it is ready.
 struct RuntimeSlot {
@@ -164,6 +176,29 @@ class ChildWatcher {
   std::thread thread_;
 };
 
+/// Runs jobs at given times, on one thread started by the first job: deadlines that nothing
+/// else would wake up for (a worker that never links).
+class Timers {
+ public:
+  Timers() = default;
+  /// Joins the thread; jobs not yet due are dropped.
+  ~Timers();
+  Timers(const Timers&) = delete;
+  Timers& operator=(const Timers&) = delete;
+
+  /// Runs `job` on the timers' thread at `when`; it must not block.
+  void at(std::chrono::steady_clock::time_point when, std::function<void()> job);
+
+ private:
+  void run();
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::multimap<std::chrono::steady_clock::time_point, std::function<void()>> jobs_;
+  bool quit_ = false;
+  std::thread thread_;
+};
+
 /// Runs the orderly stops of proc groups on a thread that lives as long as the runtime, so
 /// that stop() returns its future at once. Stops run one after another.
 class StopWorker {
@@ -201,9 +236,12 @@ class LocalProcGroup final : public detail::ProcGroup,
   /// Set before the group's processes are told to stop, so their exits read as stops.
   std::shared_ptr<std::atomic<bool>> stopping = std::make_shared<std::atomic<bool>>(false);
 
-  void add(pid_t pid, ProcId name) {
+  /// False, adding nothing, once the group began to stop: the caller must kill `pid` itself.
+  bool add(pid_t pid, ProcId name) {
     std::lock_guard lock(mu_);
+    if (phase_ != Phase::idle) return false;
     children_.push_back({pid, std::move(name)});
+    return true;
   }
 
   std::chrono::milliseconds default_grace() const override { return grace_; }
@@ -237,6 +275,8 @@ class LocalProcGroup final : public detail::ProcGroup,
   Promise<void> done_;
   std::vector<Child> children_;
 };
+
+class ProcStart;
 
 }  // namespace internal
 
@@ -275,7 +315,10 @@ struct Runtime::State {
   std::function<bool(const MeshFailure&)> supervise;  // under mu
   std::unique_ptr<internal::ChildWatcher> watcher;
   std::unique_ptr<internal::Spawner> spawner;
-  std::unique_ptr<internal::StopWorker> stops;     // where proc groups stop
+  std::unique_ptr<internal::StopWorker> stops;  // where proc groups stop
+  std::unique_ptr<internal::Timers> timers;     // start-up deadlines
+  // spawn_procs_async calls whose workers are not all up yet, by pid (under children_mu).
+  std::unordered_map<pid_t, std::shared_ptr<internal::ProcStart>> starting;
   std::unique_ptr<internal::StopSignals> signals;  // the controller's
 
   /// Removes the job's directory (its sockets, CA and key), if this process made it.
@@ -292,6 +335,9 @@ struct Runtime::State {
   Future<void> stop_groups_async();
   /// The proc groups not yet gone.
   std::vector<std::shared_ptr<internal::LocalProcGroup>> live_groups();
+  /// A child exited: if its spawn_procs_async call is still waiting for it, that call fails.
+  /// Before Runtime::child_exited, on the watcher's thread.
+  void start_exited(pid_t pid, const std::string& what);
 };
 
 }  // namespace baton

@@ -195,8 +195,9 @@ class StopOwner : public Actor {
     // The members report to this actor, over the links they already have to its process.
     auto report =
         open_port<std::string>([this](std::string s) { reports_.push_back(std::move(s)); });
-    procs_ = this_host().spawn_procs({{"leaves", static_cast<std::size_t>(n)}});
-    leaves_ = procs_.spawn<HeldStop>("held", std::move(fifo), report);
+    auto procs = this_host().spawn_procs_async({{"leaves", static_cast<std::size_t>(n)}});
+    procs_ = co_await std::move(procs);
+    leaves_ = co_await procs_.spawn_async<HeldStop>("held", std::move(fifo), report);
     pids_ = (co_await leaves_.call(&HeldStop::pid)).values();
     co_return pids_;
   }
@@ -245,8 +246,9 @@ class Mid : public Actor {
  public:
   Mid(bool handle, Port<std::string> report) : handle_(handle), report_(std::move(report)) {}
   Task<std::vector<int>> start(int n) {
-    procs_.emplace(this_host().spawn_procs({{"leaves", static_cast<std::size_t>(n)}}));
-    leaves_ = procs_->spawn<Leaf>("leaf");
+    auto procs = this_host().spawn_procs_async({{"leaves", static_cast<std::size_t>(n)}});
+    procs_.emplace(co_await std::move(procs));
+    leaves_ = co_await procs_->spawn_async<Leaf>("leaf");
     pids_ = (co_await leaves_.call(&Leaf::pid)).values();
     co_return pids_;
   }
@@ -433,7 +435,9 @@ TEST(Supervision, APortHandlerThrowGoesToTheOwner) {
 
 TEST(Supervision, AConstructorThrowGoesToTheOwner) {
   auto procs = this_host().spawn_procs({{"gpus", 3}});
-  auto workers = procs.spawn<Worker>("fragile", 1);
+  // The spawn completes: a constructor runs after its member is placed, and what it throws is
+  // the owner's to hear, not the spawn's.
+  auto workers = procs.spawn_async<Worker>("fragile", 1).get(kBound);
   const MeshFailure f = seen().next();
   EXPECT_EQ(f.mesh, "fragile");
   EXPECT_EQ(f.rank, 1);
@@ -445,6 +449,31 @@ TEST(Supervision, AConstructorThrowGoesToTheOwner) {
     EXPECT_THAT(e.what(), HasSubstr("cannot load shard 1"));
   }
   EXPECT_EQ(workers.slice("gpus", 2).call_one(&Worker::value).get(), 0);
+  procs.stop().get();
+}
+
+TEST(Supervision, SpawningOnADeadProcFailsTheFutureWithItsDeath) {
+  auto procs = this_host().spawn_procs({{"gpus", 2}});
+  auto first = procs.spawn<Worker>("first", -1);
+  ASSERT_EQ(::kill(first.slice("gpus", 1).call_one(&Worker::pid).get(), SIGKILL), 0);
+  EXPECT_THAT(seen().next().message, HasSubstr("was killed by signal SIGKILL"));
+  Future<ActorMesh<Worker>> second = procs.spawn_async<Worker>("second", -1);
+  std::string async_error;
+  try {
+    (void)second.get(kBound);
+    FAIL() << "expected SupervisionError";
+  } catch (const SupervisionError& e) {
+    async_error = e.what();
+  }
+  EXPECT_THAT(async_error, HasSubstr("was killed by signal SIGKILL"));
+  try {
+    (void)procs.spawn<Worker>("third", -1);
+    FAIL() << "expected SupervisionError";
+  } catch (const SupervisionError& e) {
+    EXPECT_EQ(e.what(), async_error);
+  }
+  // The live proc still serves.
+  EXPECT_EQ(first.slice("gpus", 0).call_one(&Worker::value).get(), 0);
   procs.stop().get();
 }
 

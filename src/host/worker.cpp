@@ -90,6 +90,12 @@ void Runtime::run_worker() {
                    lost = true;
                    cv.notify_all();
                  });
+    // Up: the spawner hears it on its ready port, over the link just made (after our hello).
+    if (const char* ready = std::getenv(kReadyVar)) {
+      const PortId port{ActorId{ProcId::parse(controller), "client", 0},
+                        std::strtoull(ready, nullptr, 10)};
+      Port<int>(port).send(0);
+    }
     std::unique_lock lock(mu);
     cv.wait(lock, [&] { return lost; });  // the controller stopped us or went away
   }

@@ -182,6 +182,11 @@ class Reader {
   std::shared_ptr<S> s_;
 };
 
+/// True for a type a future may hold that never travels between processes (a ProcMesh: worker
+/// processes this one started): no reply can complete its future.
+template <class T>
+struct local_only : std::false_type {};
+
 template <class T>
 class State final : public StateBase {
  public:
@@ -192,10 +197,16 @@ class State final : public StateBase {
     finish(lock);
   }
   void set_body(const Body& body) override {
-    try {
-      set_value(decode<T>(body));
-    } catch (...) {
-      set_exception(std::current_exception());
+    if constexpr (local_only<T>::value) {
+      (void)body;
+      set_exception(std::make_exception_ptr(
+          DecodeError("a reply cannot carry this value: it never leaves its process")));
+    } else {
+      try {
+        set_value(decode<T>(body));
+      } catch (...) {
+        set_exception(std::current_exception());
+      }
     }
   }
   /// The value; rethrows the stored exception. Requires ready().
@@ -408,16 +419,6 @@ class Promise {
  private:
   std::shared_ptr<detail::State<T>> state_;
 };
-
-namespace detail {
-/// Blocks for `f`'s value even on an actor's thread: for the runtime's own paths that still wait
-/// inside actors (a spawn from an endpoint), never for user code (F-2).
-template <class T>
-T block_on(const Future<T>& f) {
-  f.state()->wait();
-  return f.state()->take(false);
-}
-}  // namespace detail
 
 /// A future that is already complete.
 template <class T>

@@ -107,6 +107,8 @@ template <class T>
 class Port {
  public:
   Port() = default;
+  /// The port `id`, wherever it lives (its proc is found when a value is sent).
+  explicit Port(PortId id) : id_(std::move(id)) {}
 
   const PortId& id() const { return id_; }
   void send(const T& value) const { detail::send_port(id_, sink_, encode(value)); }

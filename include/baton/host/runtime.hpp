@@ -11,7 +11,8 @@
 // A worker is started by the controller as this executable with its bootstrap in the
 // environment (never on the command line); it serves its proc, and exits when the controller
 // stops it or goes away. An actor in a worker may spawn procs of its own (this_host() works
-// there too): it owns them, they die with it, and their failures go to its supervise().
+// there too; co_await spawn_procs_async in an endpoint): it owns them, they die with it, and
+// their failures go to its supervise().
 //
 // In the controller, SIGINT or SIGTERM stops the job in order (as HostMesh::stop() does) and
 // exits with status 128 + the signal's number; the same signal again during that stop kills the
@@ -31,6 +32,10 @@
 #include "baton/mesh/mesh.hpp"
 
 namespace baton {
+
+namespace internal {
+struct RuntimeAccess;
+}  // namespace internal
 
 /// How the controller runs; every field has a working default.
 struct RuntimeOptions {
@@ -96,6 +101,7 @@ class Runtime {
   /// The same signal again while that stop runs: kills the workers and exits at once.
   [[noreturn]] void kill_on_signal(int sig);
   friend class HostMesh;
+  friend struct internal::RuntimeAccess;
   std::unique_ptr<State> state_;
 };
 
@@ -104,6 +110,19 @@ class HostMesh {
  public:
   /// Starts one worker process per member of the shape, e.g. {{"gpus", 8}}. With a "gpus"
   /// dimension each proc sees its own device through CUDA_VISIBLE_DEVICES/HIP_VISIBLE_DEVICES.
+  /// Returns once the processes are started, without waiting for them: the future completes
+  /// once every worker has linked to this process, on the thread that saw the last one link.
+  /// It fails (every worker of the call stopped first) if a worker exits before, if one does
+  /// not link within 30 s, or if the procs are stopped before (this_host().stop(), the
+  /// runtime's end). Dropping every copy of the future stops the procs once they are up, as
+  /// dropping the mesh would. Inside an actor, `co_await` it (GCC 12 cannot compile a braced list
+  /// inside a co_await expression: name the future first); the caller (the running actor, or
+  /// the controller) owns the procs.
+  Future<ProcMesh> spawn_procs_async(
+      const std::vector<std::pair<std::string, std::size_t>>& dims) const;
+  /// spawn_procs_async(dims).get(): blocks until the procs are up and rethrows its failures.
+  /// Inside an actor it throws UsageError, as Future::get() does there (F-2): co_await
+  /// spawn_procs_async.
   ProcMesh spawn_procs(const std::vector<std::pair<std::string, std::size_t>>& dims) const;
   /// Stops every proc mesh this process started on the host, each as ProcMesh::stop() does,
   /// without blocking: calls to their actors fail from now on, and the future completes once

@@ -57,6 +57,25 @@ void note_hosted(std::vector<HostedMember> members);
 /// returned (its process is gone). A member stopped through a handle that came from another
 /// process is not seen as stopped here.
 std::vector<HostedMember> take_hosted(const std::string& proc);
+/// The members spawn_members() placed, by rank, and the key of their mesh's cast tree.
+struct SpawnedMembers {
+  std::vector<ActorId> ids;
+  std::uint64_t key = 0;
+
+  template <class Ar>
+  void serialize(Ar& ar) {
+    ar(ids, key);
+  }
+};
+
+/// Asks the agent of `procs[r]` to spawn the member of rank r (at `points[r]` of its proc
+/// mesh) from `factory` and `args`, then teaches every member's proc its node of the mesh's
+/// cast tree (CA-3). Never blocks: each step goes on from the thread that completes the last
+/// reply of the one before. Fails with the lowest-ranked failure of a step, or with UsageError
+/// once `stopped` is set.
+Future<SpawnedMembers> spawn_members(std::vector<ProcId> procs, std::vector<Point> points,
+                                     std::uint64_t factory, Body args, Supervisor place,
+                                     std::shared_ptr<const std::atomic<bool>> stopped);
 }  // namespace detail
 
 /// Procs laid out on a shape; spawns one actor per proc.
@@ -91,64 +110,82 @@ class ProcMesh {
     return (*procs_)[shape_.location(rank)];
   }
 
-  /// Spawns an A named `name` in every proc; constructor arguments are serialized. The caller
-  /// (the running actor, or the controller) owns the new mesh: its members' failures go to
-  /// the caller's supervise() hook, or to the controller's (RuntimeOptions::supervise). If a
-  /// proc dies, the owner of each actor mesh with a live member there hears of that member
-  /// (its actor, the mesh's name, its rank, and its point in the message); the proc mesh's
-  /// owner hears of the proc itself only if it hosted no such member.
+  /// Spawns an A named `name` in every proc; constructor arguments are serialized. Never
+  /// blocks: the future completes once every member is placed in its proc and every proc knows
+  /// the mesh's cast tree, so the mesh can be called at once; each constructor runs on its
+  /// member's strand and calls queue behind it (a constructor that throws fails that member, as
+  /// A-4 says, and calls to it fail with SupervisionError). The future fails with UsageError on
+  /// an empty or stopped proc mesh (also one stopped before the spawn completed), and otherwise
+  /// with the lowest-ranked proc's failure (an invalid name, a proc that died). Inside an actor,
+  /// `co_await` it. The caller (the running actor, or the controller) owns the new mesh: its
+  /// members' failures go to the caller's supervise() hook, or to the controller's
+  /// (RuntimeOptions::supervise). If a proc dies, the owner of each actor mesh with a live
+  /// member there hears of that member (its actor, the mesh's name, its rank, and its point in
+  /// the message); the proc mesh's owner hears of the proc itself only if it hosted no such
+  /// member.
+  template <class A, class... Args>
+  Future<ActorMesh<A>> spawn_async(const std::string& name, Args&&... args) const {
+    using Reg = detail::FactoryRegistration<A, std::decay_t<Args>...>;
+    auto result = std::make_shared<detail::State<ActorMesh<A>>>();
+    try {
+      check();
+      if (stopped_->load(std::memory_order_acquire)) {
+        throw UsageError("spawn('" + name + "'): this proc mesh was stopped");
+      }
+      Body body = encode(static_cast<const std::decay_t<Args>&>(args)...);
+      std::vector<std::pair<std::string, std::size_t>> dims;
+      for (const auto& label : shape_.labels()) dims.emplace_back(label, shape_.size(label));
+      Shape mesh_shape = Shape::of(dims);
+      std::vector<ProcId> procs;
+      std::vector<Point> points;
+      procs.reserve(size());
+      points.reserve(size());
+      for (std::size_t r = 0; r < size(); ++r) {
+        procs.push_back(proc(r));
+        points.push_back(base_shape_.point(shape_.location(r)));
+      }
+      detail::Supervisor place{detail::current_owner(), name, 0, mesh_shape, {}};
+      ActorId owner = place.owner;
+      auto members = detail::spawn_members(std::move(procs), std::move(points), Reg::id,
+                                           std::move(body), std::move(place), stopped_);
+      // The actor mesh is dense over this (possibly sliced) proc mesh's members, in rank order.
+      const auto& src = members.state();
+      src->on_ready([src, result, mesh_shape = std::move(mesh_shape), name, stopped = stopped_,
+                     owner = std::move(owner)]() mutable {
+        try {
+          detail::SpawnedMembers m = std::move(src->value());  // nobody else reads this state
+          std::vector<ActorRef<A>> refs;
+          refs.reserve(m.ids.size());
+          for (auto& id : m.ids) {
+            auto cell = detail::resolve_actor(id);
+            refs.push_back(detail::make_ref<A>(std::move(id), std::move(cell)));
+          }
+          ActorMesh<A> mesh(mesh_shape, std::move(refs), name, m.key, stopped);
+          // If a proc dies, the owner hears of its members here (see note_hosted).
+          std::vector<detail::HostedMember> hosted;
+          hosted.reserve(mesh.size());
+          for (std::size_t r = 0; r < mesh.size(); ++r) {
+            hosted.push_back({mesh.at(r).id(), owner, name, static_cast<std::int64_t>(r),
+                              mesh_shape.point(r), mesh.base().life, r});
+          }
+          detail::note_hosted(std::move(hosted));
+          result->set_value(std::move(mesh));
+        } catch (...) {
+          result->set_exception(std::current_exception());
+        }
+      });
+    } catch (...) {
+      result->set_exception(std::current_exception());
+    }
+    return Future<ActorMesh<A>>(std::move(result));
+  }
+
+  /// spawn_async(...).get(): blocks until the mesh is there, and rethrows its failures. Inside
+  /// an actor it throws UsageError, as Future::get() does there (F-2): co_await spawn_async.
   template <class A, class... Args>
   ActorMesh<A> spawn(const std::string& name, Args&&... args) const {
-    using Reg = detail::FactoryRegistration<A, std::decay_t<Args>...>;
-    check();
-    if (stopped_->load(std::memory_order_acquire)) {
-      throw UsageError("spawn('" + name + "'): this proc mesh was stopped");
-    }
-    const Body body = encode(static_cast<const std::decay_t<Args>&>(args)...);
-    std::vector<std::pair<std::string, std::size_t>> dims;
-    for (const auto& label : shape_.labels()) dims.emplace_back(label, shape_.size(label));
-    const Shape mesh_shape = Shape::of(dims);
-    detail::Supervisor place{detail::current_owner(), name, 0, mesh_shape, {}};
-    std::vector<Future<ActorId>> ids;
-    ids.reserve(size());
-    for (std::size_t r = 0; r < size(); ++r) {
-      auto agent = detail::make_ref<detail::ProcAgent>(
-          ActorId{proc(r), "agent", 0}, detail::resolve_actor(ActorId{proc(r), "agent", 0}));
-      place.rank = static_cast<std::int64_t>(r);
-      place.proc_point = base_shape_.point(shape_.location(r));
-      ids.push_back(agent.call(&detail::ProcAgent::spawn, Reg::id, body.head, body.parts, place));
-    }
-    // The actor mesh is dense over this (possibly sliced) proc mesh's members, in rank order.
-    std::vector<ActorRef<A>> refs;
-    refs.reserve(size());
-    std::vector<detail::CastMember> members;
-    members.reserve(size());
-    for (std::size_t r = 0; r < size(); ++r) {
-      ActorId id = detail::block_on(ids[r]);
-      members.push_back({id, detail::address_text(id.proc)});
-      auto cell = detail::resolve_actor(id);
-      refs.push_back(detail::make_ref<A>(std::move(id), std::move(cell)));
-    }
-    // CA-3: every member's proc learns its node of the mesh's tree before anyone can cast.
-    const std::uint64_t key = detail::new_mesh_key();
-    std::vector<detail::CastNode> nodes = detail::cast_tree(members);
-    std::vector<Future<int>> learned;
-    learned.reserve(size());
-    for (std::size_t r = 0; r < size(); ++r) {
-      auto agent = detail::make_ref<detail::ProcAgent>(
-          ActorId{proc(r), "agent", 0}, detail::resolve_actor(ActorId{proc(r), "agent", 0}));
-      learned.push_back(agent.call(&detail::ProcAgent::learn, key, nodes[r]));
-    }
-    for (auto& f : learned) detail::block_on(f);
-    ActorMesh<A> mesh(mesh_shape, std::move(refs), name, key, stopped_);
-    std::vector<detail::HostedMember> hosted;
-    hosted.reserve(size());
-    for (std::size_t r = 0; r < size(); ++r) {
-      hosted.push_back({mesh.at(r).id(), place.owner, name, static_cast<std::int64_t>(r),
-                        mesh_shape.point(r), mesh.base().life, r});
-    }
-    detail::note_hosted(std::move(hosted));
-    return mesh;
+    detail::check_may_block("ProcMesh::spawn() (co_await spawn_async() instead)");
+    return spawn_async<A>(name, std::forward<Args>(args)...).get();
   }
 
   /// The procs with `dim` in [begin, end): a view.
@@ -190,5 +227,11 @@ class ProcMesh {
   std::shared_ptr<detail::ProcGroup> group_;
   std::shared_ptr<std::atomic<bool>> stopped_;  // shared with the group: a host stop sets it
 };
+
+namespace detail {
+/// A proc mesh stays with the process that started it (Future<ProcMesh> is never a reply).
+template <>
+struct local_only<ProcMesh> : std::true_type {};
+}  // namespace detail
 
 }  // namespace baton
