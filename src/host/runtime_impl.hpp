@@ -7,8 +7,8 @@
 //   children.cpp  starting processes (the spawner thread), reaping them (the child watcher,
 //                 oom_kill counts), what a worker's death means to its mesh
 //   worker.cpp    a worker's side: bootstrap from the environment, serving its proc
-//   procs.cpp     HostMesh: spawn_procs_async (workers starting until they link), the proc
-//                 groups it makes and their orderly stop
+//   start.cpp     HostMesh::spawn_procs_async: workers starting until they link, their deadline
+//   procs.cpp     the proc groups' orderly stop, HostMesh::stop
 
 #include <signal.h>
 #include <spawn.h>
