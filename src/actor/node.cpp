@@ -35,10 +35,7 @@ std::shared_ptr<Node> Node::current() {
 
 Node::~Node() {
   // Upper layers' state first: it may still use the router while it goes.
-  {
-    std::lock_guard lock(extensions_mu_);
-    extensions_.clear();
-  }
+  extensions_.clear();
   router_.store(nullptr, std::memory_order_release);
   router_owned_.reset();
 }

@@ -13,6 +13,7 @@
 #include <typeindex>
 #include <unordered_map>
 
+#include "actor/extensions.hpp"
 #include "baton/actor/actor.hpp"
 
 namespace baton::detail {
@@ -70,10 +71,7 @@ class Node {
   /// registry, the runtime), made on first use and destroyed with the node.
   template <class T>
   std::shared_ptr<T> extension() {
-    std::lock_guard lock(extensions_mu_);
-    auto& slot = extensions_[std::type_index(typeid(T))];
-    if (!slot) slot = std::make_shared<T>();
-    return std::static_pointer_cast<T>(slot);
+    return extensions_.get<T>();
   }
 
  private:
@@ -81,8 +79,7 @@ class Node {
   std::unordered_map<std::string, std::weak_ptr<ProcState>> procs_;
   std::unique_ptr<Router> router_owned_;
   std::atomic<Router*> router_{nullptr};
-  std::mutex extensions_mu_;
-  std::unordered_map<std::type_index, std::shared_ptr<void>> extensions_;
+  Extensions extensions_;
 };
 
 /// The node of the calling thread: its actor's proc's, else the process's (may be null).

@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "actor/extensions.hpp"
 #include "actor/node.hpp"
 #include "baton/actor/proc.hpp"
 #include "baton/net/link.hpp"
@@ -63,8 +64,7 @@ class ProcState : public std::enable_shared_from_this<ProcState> {
   std::atomic<std::uint64_t> envelopes_sent{0};           // over links, by this proc
 
  private:
-  std::mutex extensions_mu_;
-  std::unordered_map<std::type_index, std::shared_ptr<void>> extensions_;
+  Extensions extensions_;
   std::mutex background_mu_;
   std::condition_variable background_cv_;
   std::vector<std::function<void()>> background_;
@@ -84,10 +84,7 @@ class ProcState : public std::enable_shared_from_this<ProcState> {
   /// and gone with the proc.
   template <class T>
   std::shared_ptr<T> extension() {
-    std::lock_guard lock(extensions_mu_);
-    auto& slot = extensions_[std::type_index(typeid(T))];
-    if (!slot) slot = std::make_shared<T>();
-    return std::static_pointer_cast<T>(slot);
+    return extensions_.get<T>();
   }
 
   /// The live actor `id` of this proc, or null.

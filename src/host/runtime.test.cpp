@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "baton/baton.hpp"
+#include "host/children.test.hpp"
 
 extern char** environ;
 
@@ -31,6 +32,7 @@ namespace baton {
 [[noreturn]] void run_doomed_controller();
 namespace {
 
+using test::children;
 using ::testing::HasSubstr;
 
 /// This process's open descriptors, as "3 -> socket:[1234]".
@@ -362,28 +364,6 @@ void hold_start() {
   if (byte == 'x') std::_Exit(3);
 }
 
-/// Child processes of this process (zombies included), from /proc.
-std::size_t children() {
-  std::size_t n = 0;
-  DIR* d = ::opendir("/proc");
-  if (d == nullptr) return n;
-  while (dirent* e = ::readdir(d)) {
-    if (std::atoi(e->d_name) <= 0) continue;
-    std::ifstream stat("/proc/" + std::string(e->d_name) + "/stat");
-    std::string text;
-    std::getline(stat, text);
-    const auto close = text.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(text.substr(close + 1));
-    std::string state;
-    int ppid = 0;
-    rest >> state >> ppid;
-    n += ppid == ::getpid() ? 1 : 0;
-  }
-  ::closedir(d);
-  return n;
-}
-
 TEST(Spawn, SpawnProcsAsyncReturnsBeforeTheWorkersAreUpThenGivesAWorkingMesh) {
   StartGate gate;
   Future<ProcMesh> starting = gate.spawn({{"gpus", 2}});
@@ -398,7 +378,7 @@ TEST(Spawn, SpawnProcsAsyncReturnsBeforeTheWorkersAreUpThenGivesAWorkingMesh) {
 }
 
 TEST(Spawn, AWorkerThatExitsDuringStartUpFailsTheFutureOnceTheOthersAreStopped) {
-  const std::size_t before = children();
+  const std::size_t before = children().size();
   StartGate gate;
   Future<ProcMesh> starting = gate.spawn({{"gpus", 3}});
   gate.open("gxg");  // one of them exits, the others link
@@ -409,7 +389,7 @@ TEST(Spawn, AWorkerThatExitsDuringStartUpFailsTheFutureOnceTheOthersAreStopped) 
     EXPECT_THAT(e.what(), ::testing::MatchesRegex(
                               "worker procs[0-9]+\\.[0-2] exited with status 3 during start-up.*"));
   }
-  EXPECT_EQ(children(), before);  // the future failed once every worker of it was gone
+  EXPECT_EQ(children().size(), before);  // the future failed once every worker of it was gone
   // The blocking form throws the same.
   StartGate again;
   again.open("x");
@@ -420,7 +400,7 @@ TEST(Spawn, AWorkerThatExitsDuringStartUpFailsTheFutureOnceTheOthersAreStopped) 
     EXPECT_THAT(e.what(), ::testing::MatchesRegex(
                               "worker procs[0-9]+\\.0 exited with status 3 during start-up.*"));
   }
-  EXPECT_EQ(children(), before);
+  EXPECT_EQ(children().size(), before);
 }
 
 TEST(Spawn, StoppingTheHostWhileASpawnIsUnderWayFailsIt) {

@@ -31,6 +31,7 @@
 #include <thread>
 
 #include "baton/baton.hpp"
+#include "host/children.test.hpp"
 
 extern char** environ;
 
@@ -40,6 +41,7 @@ namespace baton {
 namespace {
 
 using namespace std::chrono_literals;
+using test::children;
 using ::testing::HasSubstr;
 
 // A bound on every wait below, so a broken build fails instead of hanging; never reached when
@@ -318,29 +320,6 @@ void expect_member_died(const MeshFailure& f, const std::string& mesh, std::int6
 Seen& seen() {
   static Seen s;
   return s;
-}
-
-/// Child processes of this process (zombies included), from /proc.
-std::vector<int> children() {
-  std::vector<int> out;
-  DIR* d = ::opendir("/proc");
-  if (d == nullptr) return out;
-  while (dirent* e = ::readdir(d)) {
-    const int pid = std::atoi(e->d_name);
-    if (pid <= 0) continue;
-    std::ifstream stat("/proc/" + std::string(e->d_name) + "/stat");
-    std::string text;
-    std::getline(stat, text);
-    const auto close = text.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(text.substr(close + 1));
-    std::string state;
-    int ppid = 0;
-    rest >> state >> ppid;
-    if (ppid == ::getpid()) out.push_back(pid);
-  }
-  ::closedir(d);
-  return out;
 }
 
 std::size_t entries(const char* dir) {

@@ -76,18 +76,32 @@ TEST_P(LinkTest, EnvelopesWithLargePartsArriveInOrderBothWays) {
   EXPECT_TRUE(client_in.closed.empty());
 }
 
-TEST_P(LinkTest, AReceiverThatStopsReadingMakesItsSenderWaitThenFailClearly) {
-  Inbox server_in;
-  std::shared_ptr<Link> server_side;
+/// A receiver that reads its first envelope, then nothing more until resumed.
+struct StalledReceiver {
+  Inbox in;
   std::mutex mu;
-  auto listener = Listener::listen(io, address(), [&](const std::shared_ptr<Link>& link) {
-    std::lock_guard lock(mu);
-    server_side = link;
-    // The first envelope fills the receiver: it reads nothing more until resumed.
-    return server_in.handler([weak = std::weak_ptr<Link>(link), first = true](Envelope&) mutable {
-      if (auto l = weak.lock(); l && std::exchange(first, false)) l->pause_reading();
+  std::shared_ptr<Link> side;
+  std::unique_ptr<Listener> listener;
+
+  StalledReceiver(IoThread& io, const Address& at) {
+    listener = Listener::listen(io, at, [this](const std::shared_ptr<Link>& link) {
+      std::lock_guard lock(mu);
+      side = link;
+      return in.handler([weak = std::weak_ptr<Link>(link), first = true](Envelope&) mutable {
+        if (auto l = weak.lock(); l && std::exchange(first, false)) l->pause_reading();
+      });
     });
-  });
+  }
+  void resume() {
+    std::lock_guard lock(mu);
+    side->resume_reading();
+  }
+};
+
+TEST_P(LinkTest, AReceiverThatStopsReadingMakesItsSenderWaitThenFailClearly) {
+  StalledReceiver server(io, address());
+  Inbox& server_in = server.in;
+  auto& listener = server.listener;
   LinkOptions options;
   options.max_queued_bytes = std::size_t{64} * 1024;
   options.send_timeout = 100ms;
@@ -110,10 +124,7 @@ TEST_P(LinkTest, AReceiverThatStopsReadingMakesItsSenderWaitThenFailClearly) {
   EXPECT_GT(client->queued_bytes(), options.max_queued_bytes / 2);  // still full
   ASSERT_TRUE(server_in.wait_envelopes(1));
   // Reading again: everything that was accepted arrives, in order, nothing lost.
-  {
-    std::lock_guard lock(mu);
-    server_side->resume_reading();
-  }
+  server.resume();
   ASSERT_TRUE(server_in.wait_envelopes(sent));
   std::lock_guard lock(server_in.mu);
   EXPECT_EQ(server_in.envelopes.size(), sent);
@@ -121,20 +132,11 @@ TEST_P(LinkTest, AReceiverThatStopsReadingMakesItsSenderWaitThenFailClearly) {
 }
 
 TEST_P(LinkTest, ASenderThatMustNotWaitHearsWhenThereIsRoomAgain) {
-  Inbox server_in;
-  std::shared_ptr<Link> server_side;
-  std::mutex mu;
-  auto listener = Listener::listen(io, address(), [&](const std::shared_ptr<Link>& link) {
-    std::lock_guard lock(mu);
-    server_side = link;
-    return server_in.handler([weak = std::weak_ptr<Link>(link), first = true](Envelope&) mutable {
-      if (auto l = weak.lock(); l && std::exchange(first, false)) l->pause_reading();
-    });
-  });
+  StalledReceiver server(io, address());
   LinkOptions options;
   options.max_queued_bytes = std::size_t{64} * 1024;
   Inbox client_in;
-  auto client = Link::connect(io, listener->address(), client_in.handler(), options);
+  auto client = Link::connect(io, server.listener->address(), client_in.handler(), options);
   std::promise<void> room;
   EXPECT_FALSE(client->when_room([] { FAIL() << "ran although the link had room"; }));
   // A send that finds room never waits, so sending until full() never blocks.
@@ -143,14 +145,11 @@ TEST_P(LinkTest, ASenderThatMustNotWaitHearsWhenThereIsRoomAgain) {
   ASSERT_TRUE(client->full()) << "a link to a receiver that reads nothing never filled";
   ASSERT_TRUE(client->when_room([&room] { room.set_value(); }));
   auto ran = room.get_future();
-  ASSERT_TRUE(server_in.wait_envelopes(1));
-  {
-    std::lock_guard lock(mu);
-    server_side->resume_reading();
-  }
+  ASSERT_TRUE(server.in.wait_envelopes(1));
+  server.resume();
   EXPECT_EQ(ran.wait_for(30s), std::future_status::ready);
   EXPECT_FALSE(client->full());
-  ASSERT_TRUE(server_in.wait_envelopes(sent));
+  ASSERT_TRUE(server.in.wait_envelopes(sent));
 }
 
 TEST_P(LinkTest, PeerCloseIsReportedWithAReason) {
