@@ -428,8 +428,8 @@ void Cell::do_stop(Message& m) {
   status_.store(Status::stopped, std::memory_order_release);
   actor_.reset();
   maybe_drained(true);
+  ended(false, {});  // before anyone hears it stopped: they may forget its mesh at once
   if (m.x().stopped) m.x().stopped->set_value();
-  ended(false, {});
   proc_->cell_finished();
 }
 
@@ -470,6 +470,7 @@ void Cell::fail(const std::string& reason, const SupervisionEvent* cause) {
     ev.mesh = supervisor_->mesh;
     ev.rank = supervisor_->rank;
   }
+  ended(true, reason);  // before anyone hears of it
   if (parent_ != nullptr) {
     auto* m = new Message;
     m->kind = Message::Kind::child_failed;
@@ -481,7 +482,6 @@ void Cell::fail(const std::string& reason, const SupervisionEvent* cause) {
   } else {
     proc_->report_unhandled(ev);
   }
-  ended(true, reason);
   proc_->cell_finished();
 }
 
