@@ -63,7 +63,7 @@ CellPtr cell_ptr(Cell& c) {
 Cell::Cell(std::shared_ptr<ProcState> proc, const ActorId& id, CellPtr parent,
            std::optional<Supervisor> supervisor)
     : proc_(std::move(proc)),
-      id_(new SharedId(id)),
+      id_(id),
       parent_(std::move(parent)),
       supervisor_(std::move(supervisor)) {
   context_.id = id;
@@ -85,9 +85,7 @@ Cell::Cell(std::shared_ptr<ProcState> proc, const ActorId& id, CellPtr parent,
   }
 }
 
-Cell::~Cell() {
-  id_->release();
-}
+Cell::~Cell() = default;
 
 void Cell::add_port(std::uint64_t port) {
   std::lock_guard lock(children_mu_);
@@ -150,7 +148,7 @@ void Cell::post_port(std::function<void()> thunk) {
   auto* m = new Message;
   m->kind = Message::Kind::port;
   m->sender = &proc_->client;
-  if (Cell* c = current_cell()) m->sent_by(c->shared_id());
+  if (Cell* c = current_cell()) m->sent_by(c->id());
   m->x().thunk = std::move(thunk);
   enqueue(m);
 }
@@ -474,7 +472,7 @@ void Cell::fail(const std::string& reason, const SupervisionEvent* cause) {
   if (parent_ != nullptr) {
     auto* m = new Message;
     m->kind = Message::Kind::child_failed;
-    m->sent_by(*id_);
+    m->sent_by(id_);
     m->x().event = std::make_unique<SupervisionEvent>(std::move(ev));
     parent_->enqueue(m);
   } else if (supervisor_) {

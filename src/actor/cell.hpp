@@ -29,9 +29,7 @@ class Cell final : public Runnable,
        std::optional<Supervisor> supervisor = std::nullopt);
   ~Cell();
 
-  const ActorId& id() const { return id_->id(); }
-  /// The id, counted: a message this actor sends holds it (Message::sent_by).
-  SharedId& shared_id() const { return *id_; }
+  const ActorId& id() const { return id_; }
   const ActorContext& context() const { return context_; }
   ProcState& proc() const { return *proc_; }
   Cell* parent() const { return parent_.get(); }
@@ -73,7 +71,7 @@ class Cell final : public Runnable,
   void ended(bool failed, const std::string& why);
 
   std::shared_ptr<ProcState> proc_;
-  SharedId* id_;    // counted: messages this actor sent may outlive it
+  const ActorId id_;
   CellPtr parent_;  // held: a child reports to its parent even after the parent ended
   std::optional<Supervisor> supervisor_;  // for a top-level actor of a mesh
   ActorContext context_;

@@ -20,27 +20,6 @@ struct MessageExtra {
   std::shared_ptr<State<void>> stopped;   // completed when a stop finishes
   std::function<void(bool alive)> later;  // a continuation registered by then() (F-3)
   std::uint64_t endpoint_id = 0;          // a call from another process, not yet resolved
-  ActorId remote_sender;                  // the sender of a message from another process
-};
-
-/// An actor's id, shared by its cell and the messages it sent: a message may outlive its
-/// sender, and a pointer to a counted id keeps the common message free of strings.
-class SharedId {
- public:
-  explicit SharedId(ActorId id) : id_(std::move(id)) {}
-  SharedId(const SharedId&) = delete;
-  SharedId& operator=(const SharedId&) = delete;
-
-  const ActorId& id() const { return id_; }
-  void retain() { refs_.fetch_add(1, std::memory_order_relaxed); }
-  void release() {
-    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
-  }
-
- private:
-  ~SharedId() = default;
-  ActorId id_;
-  std::atomic<std::uint32_t> refs_{1};
 };
 
 struct alignas(64) Message {
@@ -62,11 +41,12 @@ struct alignas(64) Message {
     std::uint64_t factory;                   // for construct
     void* resume;                            // for resume: a coroutine handle's address
   };
-  // The sender's id, valid while the message lives: the id of a cell this message holds
-  // (`sender_hold`), of the receiving proc's client, of the receiver itself or of its parent
-  // (each outlives the messages in the receiver's mailbox), or `extra->remote_sender`.
+  // The sender's id, valid while the message lives: the receiving proc's client's, the
+  // receiver's own or its parent's (each outlives the messages in the receiver's mailbox), or
+  // the copy in `from` (a sender that may end first: another actor, another process). A copy
+  // of short names costs less than a count shared across threads (see bench inproc).
   const ActorId* sender = nullptr;
-  SharedId* sender_hold = nullptr;
+  ActorId from;
   Body body;
   std::shared_ptr<StateBase> reply;  // null for one-way messages
   std::unique_ptr<MessageExtra> extra;
@@ -74,16 +54,12 @@ struct alignas(64) Message {
   Message() = default;
   Message(const Message&) = delete;
   Message& operator=(const Message&) = delete;
-  ~Message() {
-    if (sender_hold != nullptr) sender_hold->release();
-  }
+  ~Message() = default;
 
-  /// Sends as `from`, holding its id for as long as the message lives.
-  void sent_by(SharedId& from) {
-    from.retain();
-    if (sender_hold != nullptr) sender_hold->release();
-    sender_hold = &from;
-    sender = &from.id();
+  /// Sends as `id`, a copy of which the message keeps.
+  void sent_by(const ActorId& id) {
+    from = id;
+    sender = &from;
   }
 
   MessageExtra& x() {

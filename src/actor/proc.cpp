@@ -140,8 +140,7 @@ void deliver_undeliverable(const ActorId& from, Undeliverable u) {
   if (CellPtr sender = resolve_actor(from)) {
     auto* back = new Message;
     back->kind = Message::Kind::undeliverable;
-    back->x().remote_sender = from;
-    back->sender = &back->x().remote_sender;
+    back->sent_by(from);
     back->x().undeliverable = std::make_unique<Undeliverable>(std::move(u));
     sender->enqueue(back);
     return;
@@ -173,7 +172,7 @@ void send_call(const ActorId& target, const CellPtr& cached, const EndpointInfo&
   m->reply = std::move(reply);
   Cell* current = current_cell();
   if (current != nullptr) {
-    m->sent_by(current->shared_id());
+    m->sent_by(current->id());
   } else {
     m->sender = &current_sender_id(nullptr);
   }
@@ -204,7 +203,7 @@ Future<void> stop_actor(const ActorId& target, const CellPtr& cached) {
   auto* m = new Message;
   m->kind = Message::Kind::stop;
   if (Cell* current = current_cell()) {
-    m->sent_by(current->shared_id());
+    m->sent_by(current->id());
   } else {
     m->sender = &cell->proc().client;
   }
@@ -331,8 +330,7 @@ void report_failure_to(const ActorId& owner, SupervisionEvent event, ProcState& 
   if (CellPtr cell = resolve_actor(owner)) {
     auto* m = new Message;
     m->kind = Message::Kind::child_failed;
-    m->x().remote_sender = event.actor;
-    m->sender = &m->x().remote_sender;
+    m->sent_by(event.actor);
     m->x().event = std::make_unique<SupervisionEvent>(std::move(event));
     cell->enqueue(m);  // a failed or stopped owner passes it to its proc (see Cell::bounce)
     return;

@@ -300,8 +300,7 @@ void deliver_local_call(ProcState& local, const ActorId& target, std::uint64_t e
   auto* m = new Message;
   m->kind = Message::Kind::call;
   m->x().endpoint_id = endpoint_id;
-  m->x().remote_sender = sender;
-  m->sender = &m->x().remote_sender;
+  m->sent_by(sender);
   m->body = std::move(args);
   m->reply = std::move(reply);
   if (!cell) {
