@@ -87,8 +87,7 @@ CellPtr resolve_actor(const ActorId& id) {
 
 namespace {
 Router* router_here() {
-  if (Cell* c = current_cell()) return c->proc().node->router();
-  auto node = Node::current();
+  auto node = node_here();
   return node ? node->router() : nullptr;
 }
 }  // namespace
@@ -158,10 +157,13 @@ void deliver_undeliverable(const ActorId& from, Undeliverable u) {
 
 void send_call(const ActorId& target, const CellPtr& cached, const EndpointInfo& endpoint,
                Body args, std::shared_ptr<StateBase> reply) {
+  // Without a cached cell, the target's proc is looked up once: its actor, else the router.
   CellPtr resolved;
+  std::shared_ptr<ProcState> proc;
   Cell* cell = cached.get();
   if (cell == nullptr) {
-    resolved = resolve_actor(target);
+    proc = find_proc(target.proc);
+    if (proc) resolved = proc->find_actor(target);
     cell = resolved.get();
   }
   // Owned until handed to a mailbox: a send that throws (a message too large) frees it.
@@ -177,7 +179,6 @@ void send_call(const ActorId& target, const CellPtr& cached, const EndpointInfo&
     m->sender = &current_sender_id(nullptr);
   }
   if (cell == nullptr) {
-    auto proc = find_proc(target.proc);
     if (!proc) {
       Router* router = router_here();
       if (router != nullptr &&
