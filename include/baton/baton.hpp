@@ -3,6 +3,7 @@
 // The whole public API of baton.
 
 #include "baton/actor/actor.hpp"
+#include "baton/actor/actor_ref.hpp"
 #include "baton/actor/errors.hpp"
 #include "baton/actor/executor.hpp"
 #include "baton/actor/future.hpp"

@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "baton/actor/actor.hpp"
+#include "baton/actor/actor_ref.hpp"
 
 namespace baton::detail {
 

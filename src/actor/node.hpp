@@ -14,7 +14,7 @@
 #include <unordered_map>
 
 #include "actor/extensions.hpp"
-#include "baton/actor/actor.hpp"
+#include "baton/actor/actor_ref.hpp"
 
 namespace baton::detail {
 

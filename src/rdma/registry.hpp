@@ -16,7 +16,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "baton/actor/actor.hpp"
+#include "baton/actor/actor_ref.hpp"
 #include "baton/actor/proc.hpp"
 #include "baton/gpu/gpu.hpp"
 #include "baton/rdma/rdma.hpp"

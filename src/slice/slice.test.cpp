@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cereal/archives/binary.hpp>
+#include <cereal/types/string.hpp>
+#include <cereal/types/vector.hpp>
 
 #include <algorithm>
 #include <cstdint>

@@ -10,7 +10,7 @@
 #include <string>
 #include <utility>
 
-#include "baton/actor/actor.hpp"
+#include "baton/actor/actor_ref.hpp"
 #include "baton/actor/executor.hpp"
 #include "baton/actor/port.hpp"
 #include "baton/net/link.hpp"

@@ -34,7 +34,7 @@
 #include <string_view>
 #include <vector>
 
-#include "baton/actor/actor.hpp"
+#include "baton/actor/actor_ref.hpp"
 #include "baton/actor/future.hpp"
 #include "baton/gpu/gpu.hpp"
 

@@ -21,10 +21,6 @@
 #include <utility>
 #include <vector>
 
-#include <cereal/cereal.hpp>
-#include <cereal/types/string.hpp>
-#include <cereal/types/vector.hpp>
-
 namespace baton {
 
 /// A wrong use of mesh geometry: an unknown dimension, an index or range out of bounds.
@@ -41,13 +37,14 @@ inline constexpr std::size_t kMaxLabelSize = 64;
 namespace detail {
 [[noreturn]] void throw_oversized(const char* what, std::uint64_t n, std::size_t limit);
 
-// cereal's own vector and string loaders resize to whatever count the payload claims; these
-// read the count first and refuse it before anything is allocated. The bytes are the same as
-// cereal's, so saving goes through cereal's own overloads.
+// The encoders of these types are templates over the archive, so this header needs no
+// serialization library: they are instantiated only where an archive is. Saving goes through
+// the archive's own vector and string overloads; loading reads each count first (a 64-bit size,
+// as binary archives lay it out) and refuses it before anything is allocated.
 template <class Ar>
 std::size_t load_count(Ar& ar, const char* what, std::size_t limit) {
-  cereal::size_type n = 0;
-  ar(cereal::make_size_tag(n));
+  std::uint64_t n = 0;
+  ar(n);
   if (n > limit) throw_oversized(what, n, limit);
   return static_cast<std::size_t>(n);
 }
@@ -62,12 +59,8 @@ template <class Ar>
 void load_labels(Ar& ar, std::vector<std::string>& out) {
   out.resize(load_count(ar, "labels", kMaxDims));
   for (auto& s : out) {
-    if constexpr (cereal::traits::is_input_serializable<cereal::BinaryData<char>, Ar>::value) {
-      s.resize(load_count(ar, "label characters", kMaxLabelSize));
-      ar(cereal::binary_data(s.data(), s.size()));
-    } else {
-      ar(s);  // text archives hold the whole string already
-    }
+    s.resize(load_count(ar, "label characters", kMaxLabelSize));
+    for (char& c : s) ar(c);
   }
 }
 }  // namespace detail

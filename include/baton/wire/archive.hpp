@@ -31,23 +31,12 @@
 #include <cereal/types/variant.hpp>
 #include <cereal/types/vector.hpp>
 
+#include "baton/wire/body.hpp"
 #include "baton/wire/bytes.hpp"
 #include "baton/wire/error.hpp"
 #include "baton/wire/limits.hpp"
 
 namespace baton {
-
-/// A message body: inline bytes (the arguments) plus out-of-band parts (large buffers).
-struct Body {
-  std::string head;
-  std::vector<Bytes> parts;
-
-  std::size_t total_size() const {
-    std::size_t n = head.size();
-    for (const auto& p : parts) n += p.size();
-    return n;
-  }
-};
 
 class OutputArchive : public cereal::OutputArchive<OutputArchive, cereal::AllowEmptyClassElision> {
  public:
