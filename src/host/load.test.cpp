@@ -6,14 +6,17 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "baton/baton.hpp"
+#include "mesh/cast_impl.hpp"
 
 namespace baton {
 namespace {
@@ -144,6 +147,68 @@ TEST(Load, AFullMailboxStopsItsLinkAndTheSendersWaitInBoundedMemory) {
   std::printf(" KiB\n");
   EXPECT_LT(sink_peak, kBoundKib);
   for (auto p : source_peaks.values()) EXPECT_LT(p, kBoundKib);
+  procs.stop().get();
+}
+
+/// A member of a broadcast mesh; those whose rank is listed are slower than the links that bring
+/// their messages.
+class Slow : public Actor {
+ public:
+  explicit Slow(const std::vector<std::size_t>& slow_ranks)
+      : slow_(std::find(slow_ranks.begin(), slow_ranks.end(), context().rank) != slow_ranks.end()) {
+  }
+
+  void take(std::int64_t seq, const Bytes& payload) {
+    if (seq != last_ + 1) ++disorder_;
+    last_ = seq;
+    bytes_ += static_cast<std::int64_t>(payload.size());
+    // Slow without taking a core from the sender (13 processes share 2 here): a pause, not
+    // busy work. It orders nothing; it only makes this member slower than its link.
+    if (slow_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::int64_t last() { return last_; }
+  std::int64_t disorder() { return disorder_; }
+  std::int64_t bytes() { return bytes_; }
+  std::int64_t peak() { return peak_rss_kib() - start_kib_; }
+  static constexpr auto endpoints =
+      baton::endpoints<&Slow::take, &Slow::last, &Slow::disorder, &Slow::bytes, &Slow::peak>();
+
+ private:
+  bool slow_;
+  std::int64_t last_ = -1;
+  std::int64_t disorder_ = 0;
+  std::int64_t bytes_ = 0;
+  std::int64_t start_kib_ = peak_rss_kib();
+};
+
+// A broadcast to 12 members goes through the cast tree: the controller sends to the head of each
+// subtree, and each head forwards to the members behind it on its I/O thread, which cannot wait
+// for room. Here the heads are quick and the members behind them slow, so a head's link to its
+// slow member fills; the head must then stop reading from the controller rather than queue, so
+// that the controller waits and every process holds a bounded amount. Without that each head
+// would hold most of the 96 MiB sent (about 70 MiB here).
+TEST(Load, CastsForwardedToSlowMembersWaitUpstreamInBoundedMemory) {
+  constexpr std::int64_t kCasts = 6000;  // 16 KiB each: 96 MiB to every member
+  constexpr std::size_t kMembers = 12;   // more than the fan-out: some members are forwarded to
+  auto procs = this_host().spawn_procs({{"procs", kMembers}});
+  std::vector<std::size_t> behind_heads;  // the members a head forwards to
+  for (auto [b, e] : detail::cast_impl::split(0, kMembers, kCastFanOut)) {
+    for (std::size_t r = b + 1; r < e; ++r) behind_heads.push_back(r);
+  }
+  ASSERT_FALSE(behind_heads.empty());
+  auto slow = procs.spawn<Slow>("slow", behind_heads);
+  const Bytes payload = Bytes::copy(std::string(16384, 'c'));
+  for (std::int64_t i = 0; i < kCasts; ++i) slow.broadcast(&Slow::take, i, payload);
+  // FIFO across the tree's paths: this call reaches each member after every broadcast.
+  EXPECT_EQ(slow.call(&Slow::last).get().values(), std::vector<std::int64_t>(kMembers, kCasts - 1));
+  EXPECT_EQ(slow.call(&Slow::disorder).get().values(), std::vector<std::int64_t>(kMembers, 0));
+  EXPECT_EQ(slow.call(&Slow::bytes).get().values(),
+            std::vector<std::int64_t>(kMembers, kCasts * 16384));
+  const ValueMesh<std::int64_t> peaks = slow.call(&Slow::peak).get();
+  std::printf("96 MiB broadcast to %zu members; peak RSS growth, KiB:", kMembers);
+  for (auto p : peaks.values()) std::printf(" %lld", static_cast<long long>(p));
+  std::printf("\n");
+  for (auto p : peaks.values()) EXPECT_LT(p, kBoundKib);
   procs.stop().get();
 }
 
