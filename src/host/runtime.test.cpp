@@ -25,8 +25,7 @@
 
 #include "baton/baton.hpp"
 #include "host/children.test.hpp"
-
-extern char** environ;
+#include "host/self_spawn.test.hpp"
 
 namespace baton {
 [[noreturn]] void run_doomed_controller();
@@ -486,30 +485,16 @@ namespace {
 
 TEST(Failure, NoOrphansWhenTheControllerIsKilled) {
   // A controller of its own, in a child process, so the test can SIGKILL it.
-  int out[2];
-  ASSERT_EQ(::pipe(out), 0);
-  posix_spawn_file_actions_t actions;
-  ::posix_spawn_file_actions_init(&actions);
-  ::posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
-  std::vector<std::string> env_s;
-  for (char** e = environ; *e != nullptr; ++e) env_s.emplace_back(*e);
-  env_s.emplace_back("BATON_TEST_DOOMED_CONTROLLER=1");
   // Its job directory cannot be removed by a controller killed with SIGKILL: keep it in ours.
   std::string tmp = (std::filesystem::temp_directory_path() / "baton-doomed-XXXXXX").string();
   ASSERT_NE(::mkdtemp(tmp.data()), nullptr);
-  env_s.push_back("TMPDIR=" + tmp);
-  std::vector<char*> envp;
-  envp.reserve(env_s.size() + 1);
-  for (auto& e : env_s) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::string self = "doomed-controller";
-  char* child_argv[] = {self.data(), nullptr};
-  pid_t controller = -1;
-  ASSERT_EQ(
-      ::posix_spawn(&controller, "/proc/self/exe", &actions, nullptr, child_argv, envp.data()), 0);
-  ::posix_spawn_file_actions_destroy(&actions);
-  ::close(out[1]);
-  FILE* from = ::fdopen(out[0], "r");
+  auto env = test::environment();
+  env.emplace_back("BATON_TEST_DOOMED_CONTROLLER=1");
+  env.push_back("TMPDIR=" + tmp);
+  const test::SelfChild child =
+      test::start_self("doomed-controller", std::move(env), STDOUT_FILENO);
+  const pid_t controller = child.pid;
+  FILE* from = ::fdopen(child.from, "r");
   char buf[256] = {};
   ASSERT_NE(std::fgets(buf, sizeof(buf), from), nullptr) << "the controller said nothing";
   std::fclose(from);

@@ -24,6 +24,7 @@
 #include <sstream>
 
 #include "baton/baton.hpp"
+#include "host/self_spawn.test.hpp"
 
 extern char** environ;
 
@@ -62,27 +63,13 @@ struct Controller {
   FILE* out = nullptr;
 
   explicit Controller(const std::string& mode, const std::filesystem::path& tmp) {
-    int fds[2];
-    EXPECT_EQ(::pipe2(fds, O_CLOEXEC), 0);
-    posix_spawn_file_actions_t actions;
-    ::posix_spawn_file_actions_init(&actions);
-    ::posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-    std::vector<std::string> env_s;
-    for (char** e = environ; *e != nullptr; ++e) {
-      if (std::string_view(*e).rfind("TMPDIR=", 0) != 0) env_s.emplace_back(*e);
-    }
-    env_s.push_back("BATON_TEST_CONTROLLER=" + mode);
-    env_s.push_back("TMPDIR=" + tmp.string());
-    std::vector<char*> envp;
-    envp.reserve(env_s.size() + 1);
-    for (auto& e : env_s) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    std::string self = mode + "-controller";
-    char* child_argv[] = {self.data(), nullptr};
-    EXPECT_EQ(::posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, child_argv, envp.data()), 0);
-    ::posix_spawn_file_actions_destroy(&actions);
-    ::close(fds[1]);
-    out = ::fdopen(fds[0], "r");
+    auto env = test::environment({"TMPDIR="});
+    env.push_back("BATON_TEST_CONTROLLER=" + mode);
+    env.push_back("TMPDIR=" + tmp.string());
+    const test::SelfChild child =
+        test::start_self(mode + "-controller", std::move(env), STDOUT_FILENO);
+    pid = child.pid;
+    out = ::fdopen(child.from, "r");
     pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
   }
   ~Controller() {

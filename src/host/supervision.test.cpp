@@ -32,8 +32,7 @@
 
 #include "baton/baton.hpp"
 #include "host/children.test.hpp"
-
-extern char** environ;
+#include "host/self_spawn.test.hpp"
 
 namespace baton {
 [[noreturn]] void run_unsupervised_controller();
@@ -931,51 +930,19 @@ TEST(Supervision, TheControllerRespawnsABrokenMesh) {
   fresh.stop().get();
 }
 
-/// How a controller this test started (this binary, as `name`) ended, and what it printed on
-/// stderr.
-struct ControllerRun {
-  int status = 0;
-  std::string text;
-};
-
 /// Runs this binary as the controller `name`, with `env` ahead of this process's environment
-/// (the first of a name wins), and waits for it.
-void run_controller(const std::string& name, const std::vector<std::string>& env,
-                    ControllerRun& out) {
-  int err[2];
-  ASSERT_EQ(::pipe2(err, O_CLOEXEC), 0);
-  posix_spawn_file_actions_t actions;
-  ::posix_spawn_file_actions_init(&actions);
-  ::posix_spawn_file_actions_adddup2(&actions, err[1], STDERR_FILENO);
-  std::vector<std::string> env_s = env;
-  for (char** e = environ; *e != nullptr; ++e) env_s.emplace_back(*e);
-  std::vector<char*> envp;
-  envp.reserve(env_s.size() + 1);
-  for (auto& e : env_s) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::string self = name;
-  char* child_argv[] = {self.data(), nullptr};
-  pid_t controller = -1;
-  ASSERT_EQ(
-      ::posix_spawn(&controller, "/proc/self/exe", &actions, nullptr, child_argv, envp.data()), 0);
-  ::posix_spawn_file_actions_destroy(&actions);
-  ::close(err[1]);
-  char buf[4096];
-  for (;;) {
-    const ssize_t n = ::read(err[0], buf, sizeof buf);
-    if (n <= 0) break;
-    out.text.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(err[0]);
-  ASSERT_EQ(::waitpid(controller, &out.status, 0), controller);
+/// (the first of a name wins), and waits for it; returns its stderr.
+test::SelfRun run_controller(const std::string& name, std::vector<std::string> env) {
+  const auto mine = test::environment();
+  env.insert(env.end(), mine.begin(), mine.end());
+  return test::run_self(name, std::move(env));
 }
 
 TEST(Supervision, AnUnhandledFailureStopsTheControllerWithAReportAndStatus1) {
   std::string tmp = (std::filesystem::temp_directory_path() / "baton-unsupervised-XXXXXX").string();
   ASSERT_NE(::mkdtemp(tmp.data()), nullptr);
-  ControllerRun run;
-  ASSERT_NO_FATAL_FAILURE(run_controller("unsupervised-controller",
-                                         {"TMPDIR=" + tmp, "BATON_TEST_UNSUPERVISED=1"}, run));
+  const test::SelfRun run =
+      run_controller("unsupervised-controller", {"TMPDIR=" + tmp, "BATON_TEST_UNSUPERVISED=1"});
   const std::string& text = run.text;
   ASSERT_TRUE(WIFEXITED(run.status)) << text;
   EXPECT_EQ(WEXITSTATUS(run.status), 1) << text;
@@ -1057,9 +1024,8 @@ TEST(Supervision, AWorkerTheOutOfMemoryKillerEndsIsReportedAsSuch) {
   // kernel kills it.
   MemoryCgroup cgroup(512u << 20);
   if (cgroup.path().empty()) GTEST_SKIP() << "no memory cgroup for this test: " << cgroup.why();
-  ControllerRun run;
-  ASSERT_NO_FATAL_FAILURE(
-      run_controller("oom-controller", {"BATON_TEST_OOM_CGROUP=" + cgroup.path().string()}, run));
+  const test::SelfRun run =
+      run_controller("oom-controller", {"BATON_TEST_OOM_CGROUP=" + cgroup.path().string()});
   const std::string& text = run.text;
   ASSERT_TRUE(WIFEXITED(run.status)) << text;
   EXPECT_EQ(WEXITSTATUS(run.status), 1) << text;  // it reported the failure, nobody handled it

@@ -21,8 +21,7 @@
 #include <vector>
 
 #include "baton/baton.hpp"
-
-extern char** environ;
+#include "host/self_spawn.test.hpp"
 
 namespace baton {
 
@@ -43,48 +42,15 @@ using ::testing::Not;
 
 constexpr const char* kChildVar = "BATON_TEST_LOG_CHILD";
 
-/// How a child ended and what it wrote on stderr.
-struct ChildRun {
-  int status = -1;
-  std::string err;
-};
-
 /// Runs this binary as a child doing `mode`, with BATON_LOG set to `level` (unset: nullopt)
-/// and `extra` added to this process's environment, and waits for it.
-void run_child(const std::string& mode, const std::optional<std::string>& level,
-               const std::vector<std::string>& extra, ChildRun& out) {
-  int err[2];
-  ASSERT_EQ(::pipe2(err, O_CLOEXEC), 0);
-  posix_spawn_file_actions_t actions;
-  ::posix_spawn_file_actions_init(&actions);
-  ::posix_spawn_file_actions_adddup2(&actions, err[1], STDERR_FILENO);
-  std::vector<std::string> env_s;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string_view entry(*e);
-    if (entry.rfind("BATON_LOG=", 0) == 0 || entry.rfind(kChildVar, 0) == 0) continue;
-    env_s.emplace_back(entry);
-  }
-  env_s.push_back(std::string(kChildVar) + "=" + mode);
-  if (level) env_s.push_back("BATON_LOG=" + *level);
-  env_s.insert(env_s.end(), extra.begin(), extra.end());
-  std::vector<char*> envp;
-  envp.reserve(env_s.size() + 1);
-  for (auto& e : env_s) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::string self = "log-" + mode;
-  char* child_argv[] = {self.data(), nullptr};
-  pid_t child = -1;
-  ASSERT_EQ(::posix_spawn(&child, "/proc/self/exe", &actions, nullptr, child_argv, envp.data()), 0);
-  ::posix_spawn_file_actions_destroy(&actions);
-  ::close(err[1]);
-  char buf[4096];
-  for (;;) {
-    const ssize_t n = ::read(err[0], buf, sizeof buf);
-    if (n <= 0) break;
-    out.err.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(err[0]);
-  ASSERT_EQ(::waitpid(child, &out.status, 0), child);
+/// and `extra` added to this process's environment, and waits for it; returns its stderr.
+test::SelfRun run_child(const std::string& mode, const std::optional<std::string>& level,
+                        const std::vector<std::string>& extra) {
+  auto env = test::environment({"BATON_LOG=", kChildVar});
+  env.push_back(std::string(kChildVar) + "=" + mode);
+  if (level) env.push_back("BATON_LOG=" + *level);
+  env.insert(env.end(), extra.begin(), extra.end());
+  return test::run_self("log-" + mode, std::move(env));
 }
 
 std::size_t count(const std::string& text, std::string_view what) {
@@ -104,13 +70,12 @@ TEST(Log, LevelNamesParseBothWays) {
 }
 
 TEST(Log, WarnHidesInfoAndShowsWarnAndError) {
-  ChildRun run;
-  ASSERT_NO_FATAL_FAILURE(run_child("levels", "warn", {}, run));
-  ASSERT_TRUE(WIFEXITED(run.status) && WEXITSTATUS(run.status) == 0) << run.err;
-  EXPECT_THAT(run.err, Not(HasSubstr("a debug line")));
-  EXPECT_THAT(run.err, Not(HasSubstr("an info line")));
-  EXPECT_THAT(run.err, HasSubstr("[baton tester] warn: a warn line\n"));
-  EXPECT_THAT(run.err, HasSubstr("[baton tester] error: an error line\n"));
+  const test::SelfRun run = run_child("levels", "warn", {});
+  ASSERT_TRUE(WIFEXITED(run.status) && WEXITSTATUS(run.status) == 0) << run.text;
+  EXPECT_THAT(run.text, Not(HasSubstr("a debug line")));
+  EXPECT_THAT(run.text, Not(HasSubstr("an info line")));
+  EXPECT_THAT(run.text, HasSubstr("[baton tester] warn: a warn line\n"));
+  EXPECT_THAT(run.text, HasSubstr("[baton tester] error: an error line\n"));
 }
 
 TEST(Log, EachLevelShowsItsLinesAndThoseAbove) {
@@ -125,67 +90,62 @@ TEST(Log, EachLevelShowsItsLinesAndThoseAbove) {
                                    {"off", false, false, false, false}};
   for (const Case& c : cases) {
     SCOPED_TRACE("BATON_LOG=" + c.level.value_or("(unset)"));
-    ChildRun run;
-    ASSERT_NO_FATAL_FAILURE(run_child("levels", c.level, {}, run));
-    ASSERT_TRUE(WIFEXITED(run.status) && WEXITSTATUS(run.status) == 0) << run.err;
-    EXPECT_EQ(count(run.err, "[baton tester] debug: a debug line\n"), c.debug ? 1u : 0u);
-    EXPECT_EQ(count(run.err, "[baton tester] info: an info line\n"), c.info ? 1u : 0u);
-    EXPECT_EQ(count(run.err, "[baton tester] warn: a warn line\n"), c.warn ? 1u : 0u);
-    EXPECT_EQ(count(run.err, "[baton tester] error: an error line\n"), c.error ? 1u : 0u);
+    const test::SelfRun run = run_child("levels", c.level, {});
+    ASSERT_TRUE(WIFEXITED(run.status) && WEXITSTATUS(run.status) == 0) << run.text;
+    EXPECT_EQ(count(run.text, "[baton tester] debug: a debug line\n"), c.debug ? 1u : 0u);
+    EXPECT_EQ(count(run.text, "[baton tester] info: an info line\n"), c.info ? 1u : 0u);
+    EXPECT_EQ(count(run.text, "[baton tester] warn: a warn line\n"), c.warn ? 1u : 0u);
+    EXPECT_EQ(count(run.text, "[baton tester] error: an error line\n"), c.error ? 1u : 0u);
     if (!c.error) {
-      EXPECT_EQ(run.err, "");
+      EXPECT_EQ(run.text, "");
     }
   }
 }
 
 TEST(Log, AnUnknownValueWarnsOnceNamingTheAcceptedValuesAndLogsAtInfo) {
-  ChildRun run;
-  ASSERT_NO_FATAL_FAILURE(run_child("levels", "loud", {}, run));
-  ASSERT_TRUE(WIFEXITED(run.status) && WEXITSTATUS(run.status) == 0) << run.err;
-  EXPECT_EQ(count(run.err,
+  const test::SelfRun run = run_child("levels", "loud", {});
+  ASSERT_TRUE(WIFEXITED(run.status) && WEXITSTATUS(run.status) == 0) << run.text;
+  EXPECT_EQ(count(run.text,
                   "[baton tester] warn: BATON_LOG=loud is not one of debug, info, warn, "
                   "error, off; logging at info\n"),
             1u)
-      << run.err;
-  EXPECT_EQ(count(run.err, "is not one of"), 1u) << run.err;
-  EXPECT_THAT(run.err, Not(HasSubstr("a debug line")));
-  EXPECT_THAT(run.err, HasSubstr("[baton tester] info: an info line\n"));
+      << run.text;
+  EXPECT_EQ(count(run.text, "is not one of"), 1u) << run.text;
+  EXPECT_THAT(run.text, Not(HasSubstr("a debug line")));
+  EXPECT_THAT(run.text, HasSubstr("[baton tester] info: an info line\n"));
 }
 
 TEST(Log, ALineFromAnActorNamesTheProcAndTheActor) {
-  ChildRun run;
-  ASSERT_NO_FATAL_FAILURE(run_child("levels", std::nullopt, {}, run));
-  ASSERT_TRUE(WIFEXITED(run.status) && WEXITSTATUS(run.status) == 0) << run.err;
+  const test::SelfRun run = run_child("levels", std::nullopt, {});
+  ASSERT_TRUE(WIFEXITED(run.status) && WEXITSTATUS(run.status) == 0) << run.text;
   // An actor of the process's own proc by its name, one of another proc in full.
-  EXPECT_THAT(run.err, HasSubstr("[baton tester mine[0]] warn: from an actor of this proc\n"));
-  EXPECT_THAT(run.err, HasSubstr("[baton tester other/theirs[0]] error: from another proc's\n"));
+  EXPECT_THAT(run.text, HasSubstr("[baton tester mine[0]] warn: from an actor of this proc\n"));
+  EXPECT_THAT(run.text, HasSubstr("[baton tester other/theirs[0]] error: from another proc's\n"));
   // Outside actors again (the same thread that called them): no actor.
-  EXPECT_THAT(run.err, HasSubstr("[baton tester] info: after the actors\n"));
+  EXPECT_THAT(run.text, HasSubstr("[baton tester] info: after the actors\n"));
 }
 
 TEST(Log, AWorkersLinesNameItsProcAndActorAndItTakesTheControllersLevel) {
-  ChildRun run;
-  ASSERT_NO_FATAL_FAILURE(run_child("job", "debug", {"BATON_LOG_WINDOW_MS=0"}, run));
-  ASSERT_TRUE(WIFEXITED(run.status) && WEXITSTATUS(run.status) == 0) << run.err;
+  const test::SelfRun run = run_child("job", "debug", {"BATON_LOG_WINDOW_MS=0"});
+  ASSERT_TRUE(WIFEXITED(run.status) && WEXITSTATUS(run.status) == 0) << run.text;
   // The worker's stderr comes back through the controller, behind its mesh and rank.
-  EXPECT_THAT(run.err, HasSubstr("[procs0 0] [baton procs0.0 talkers[0]] warn: from a worker\n"));
-  EXPECT_THAT(run.err, HasSubstr("[procs0 0] [baton procs0.0 talkers[0]] debug: in detail\n"));
-  EXPECT_THAT(run.err, HasSubstr("[baton ctl] info: from the controller\n"));
+  EXPECT_THAT(run.text, HasSubstr("[procs0 0] [baton procs0.0 talkers[0]] warn: from a worker\n"));
+  EXPECT_THAT(run.text, HasSubstr("[procs0 0] [baton procs0.0 talkers[0]] debug: in detail\n"));
+  EXPECT_THAT(run.text, HasSubstr("[baton ctl] info: from the controller\n"));
 }
 
 TEST(Log, AnUnknownValueIsWarnedAboutOnceInAWholeJob) {
-  ChildRun run;
-  ASSERT_NO_FATAL_FAILURE(run_child("job", "loud", {"BATON_LOG_WINDOW_MS=0"}, run));
-  ASSERT_TRUE(WIFEXITED(run.status) && WEXITSTATUS(run.status) == 0) << run.err;
-  EXPECT_EQ(count(run.err,
+  const test::SelfRun run = run_child("job", "loud", {"BATON_LOG_WINDOW_MS=0"});
+  ASSERT_TRUE(WIFEXITED(run.status) && WEXITSTATUS(run.status) == 0) << run.text;
+  EXPECT_EQ(count(run.text,
                   "[baton ctl] warn: BATON_LOG=loud is not one of debug, info, warn, "
                   "error, off; logging at info\n"),
             1u)
-      << run.err;
-  EXPECT_EQ(count(run.err, "is not one of"), 1u) << run.err;
+      << run.text;
+  EXPECT_EQ(count(run.text, "is not one of"), 1u) << run.text;
   // The worker logs at info too.
-  EXPECT_THAT(run.err, HasSubstr("[procs0 0] [baton procs0.0 talkers[0]] warn: from a worker\n"));
-  EXPECT_THAT(run.err, Not(HasSubstr("in detail")));
+  EXPECT_THAT(run.text, HasSubstr("[procs0 0] [baton procs0.0 talkers[0]] warn: from a worker\n"));
+  EXPECT_THAT(run.text, Not(HasSubstr("in detail")));
 }
 
 }  // namespace
