@@ -3,9 +3,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 
 #include "baton/mesh/cast.hpp"
+#include "mesh/cast_impl.hpp"
 
 namespace baton::detail {
 namespace {
@@ -77,6 +79,41 @@ TEST(CastTree, ACastsBytesDoNotGrowWithTheMesh) {  // CA-3
   EXPECT_EQ(cast_hop_bytes(request_for(4096, Slice(1, {2048}, {2})), 3, kParent), at_root_small);
   // And the hop is small: no member's id or address travels.
   EXPECT_LT(at_root_small, 200U);
+}
+
+// A node answers which of its subtree's locations a cast addresses from the view's Slice alone;
+// it must agree with the list of the whole view, for views of every kind.
+TEST(CastTree, ANodeFindsTheAddressedLocationsOfItsSubtreeFromTheSliceAlone) {
+  const Shape mesh = Shape::of({{"hosts", 4}, {"gpus", 6}});
+  std::vector<Slice> views = {
+      mesh.slice(),                                                // the whole mesh: contiguous
+      mesh.at("hosts", 2).slice(),                                 // one host: contiguous
+      mesh.range("hosts", 1, 3).slice(),                           // two hosts: contiguous
+      mesh.at("gpus", 5).slice(),                                  // one gpu of each host
+      mesh.range("gpus", 1, 5, 2).slice(),                         // a step
+      mesh.select({{"hosts", {1, 4}}, {"gpus", {2, 4}}}).slice(),  // a block
+      Slice(3, {6, 4}, {1, 6}),                                    // transposed: ranks not in order
+      Slice(7, {}, {}),                                            // one member
+  };
+  for (const auto& view : views) {
+    std::map<std::size_t, std::size_t> rank_at;  // location -> rank
+    for (std::size_t r = 0; r < view.len(); ++r) rank_at[view.location_of_rank(r)] = r;
+    const cast_impl::ViewIndex index(view);
+    for (std::size_t b = 0; b <= 30; ++b) {
+      for (std::size_t e = b; e <= 30; ++e) {
+        std::vector<std::pair<std::size_t, std::size_t>> want;
+        for (auto it = rank_at.lower_bound(b); it != rank_at.end() && it->first < e; ++it) {
+          want.emplace_back(*it);
+        }
+        std::vector<std::pair<std::size_t, std::size_t>> got;
+        index.each_in(b, e,
+                      [&](std::size_t loc, std::size_t rank) { got.emplace_back(loc, rank); });
+        ASSERT_EQ(got, want) << view.to_string() << " [" << b << ", " << e << ")";
+        ASSERT_EQ(index.any_in(b, e), !want.empty())
+            << view.to_string() << " [" << b << ", " << e << ")";
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -19,25 +19,43 @@ namespace baton::detail::cast_impl {
 
 using Done = std::function<void(std::vector<CastItem>)>;
 
-/// The view's locations in order, and their ranks, shared by a hop's children.
-struct ViewIndex {
-  explicit ViewIndex(const Slice& view) {
+/// Which locations of a subtree a cast addresses, and their ranks in the view. It answers from
+/// the view's Slice without listing the view's members, so a node's work is bounded by its own
+/// subtree, not by the mesh: every node of a cast to N members builds one, and a list of the
+/// whole view at each would cost N at every node.
+class ViewIndex {
+ public:
+  explicit ViewIndex(const Slice& view) : view_(view), lo_(view.offset()) {
+    // Strides are never negative, so the first and last ranks hold the lowest and highest
+    // locations; n distinct locations spanning n places fill the whole run.
     const std::size_t n = view.len();
-    by_loc.reserve(n);
-    for (std::size_t r = 0; r < n; ++r) by_loc.emplace_back(view.location_of_rank(r), r);
-    std::sort(by_loc.begin(), by_loc.end());
+    hi_ = view.location_of_rank(n - 1) + 1;
+    contiguous_ = hi_ - lo_ == n;
   }
-  /// The (location, rank) pairs with location in [b, e).
+  /// Calls f(location, rank) for each location of the view in [b, e), in location order.
   template <class F>
   void each_in(std::size_t b, std::size_t e, F f) const {
-    auto it = std::lower_bound(by_loc.begin(), by_loc.end(), std::make_pair(b, std::size_t{0}));
-    for (; it != by_loc.end() && it->first < e; ++it) f(it->first, it->second);
+    for (std::size_t loc = std::max(b, lo_); loc < std::min(e, hi_); ++loc) {
+      if (auto rank = view_.rank_of_location(loc)) f(loc, *rank);
+    }
   }
+  /// Whether the view has a location in [b, e).
   bool any_in(std::size_t b, std::size_t e) const {
-    auto it = std::lower_bound(by_loc.begin(), by_loc.end(), std::make_pair(b, std::size_t{0}));
-    return it != by_loc.end() && it->first < e;
+    const std::size_t first = std::max(b, lo_);
+    const std::size_t last = std::min(e, hi_);
+    if (first >= last) return false;
+    if (contiguous_) return true;
+    for (std::size_t loc = first; loc < last; ++loc) {
+      if (view_.contains(loc)) return true;
+    }
+    return false;
   }
-  std::vector<std::pair<std::size_t, std::size_t>> by_loc;
+
+ private:
+  Slice view_;
+  std::size_t lo_ = 0;
+  std::size_t hi_ = 0;  // one past the highest location
+  bool contiguous_ = false;
 };
 
 /// [first, end) in at most `fanout` contiguous chunks; each chunk's first location is its head.
