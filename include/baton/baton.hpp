@@ -12,6 +12,7 @@
 #include "baton/actor/task.hpp"
 #include "baton/gpu/gpu.hpp"
 #include "baton/host/runtime.hpp"
+#include "baton/launch/job.hpp"
 #include "baton/mesh/mesh.hpp"
 #include "baton/rdma/rdma.hpp"
 #include "baton/slice/slice.hpp"

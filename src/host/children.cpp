@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "actor/cell.hpp"
+#include "host/hosts.hpp"
 #include "log/log.hpp"
 #include "runtime_impl.hpp"
 
@@ -252,9 +253,10 @@ void Runtime::child_exited(pid_t pid, const std::string& what) {
     name = n->second;
     c = state_->children.at(name);
   }
-  // The members of actor meshes it hosted, not stopped since (forgotten, however it ended).
-  const std::vector<detail::HostedMember> hosted = detail::take_hosted(name);
-  if (c.stopping->load() || !c.started) return;  // a stop, or a failed spawn (which throws)
+  if (c.stopping->load() || !c.started) {  // a stop, or a failed spawn (which throws)
+    (void)detail::take_hosted(name);       // forgotten, however it ended
+    return;
+  }
   std::string report = "proc " + name + " (rank " + std::to_string(c.rank) + " of " + c.mesh +
                        ", pid " + std::to_string(pid) + ") " + what;
   state_->output->flush();  // its last words are in the pipe
@@ -263,11 +265,31 @@ void Runtime::child_exited(pid_t pid, const std::string& what) {
     report += "; its last stderr lines:";
     for (const auto& l : last) report += "\n  " + l;
   }
-  {
-    std::lock_guard lock(state_->children_mu);
-    state_->children.at(name).report = report;
+  if (c.report_to) {
+    // Agent mode: the controller that asked for this proc tells its owners.
+    {
+      std::lock_guard lock(state_->children_mu);
+      state_->children.at(name).report = report;
+    }
+    state_->children_cv.notify_all();
+    (void)detail::take_hosted(name);
+    detail::mark_proc_failed(name, report);
+    detail::make_ref<HostClient>(*c.report_to, nullptr).send(&HostClient::exited, name, report);
+    return;
   }
-  state_->children_cv.notify_all();
+  state_->report_exit(name, c, report);
+}
+
+void Runtime::State::report_exit(const std::string& name, const Child& c,
+                                 const std::string& report) {
+  // The members of actor meshes it hosted, not stopped since (forgotten, however it ended).
+  const std::vector<detail::HostedMember> hosted = detail::take_hosted(name);
+  {
+    std::lock_guard lock(children_mu);
+    auto it = children.find(name);
+    if (it != children.end()) it->second.report = report;
+  }
+  children_cv.notify_all();
   detail::mark_proc_failed(name, report);  // later calls fail at once
   // The owner of each actor mesh with a member there hears of its member: the user's actor,
   // mesh, rank and point, not the runtime's agent. A proc that hosted none is reported as
@@ -275,13 +297,13 @@ void Runtime::child_exited(pid_t pid, const std::string& what) {
   if (hosted.empty()) {
     SupervisionEvent ev{
         ActorId{ProcId{name}, "agent", 0}, report, c.mesh, static_cast<std::int64_t>(c.rank), {}};
-    detail::report_failure_to(c.owner, std::move(ev), detail::state_of(*state_->proc));
+    detail::report_failure_to(c.owner, std::move(ev), detail::state_of(*proc));
     return;
   }
   for (const auto& m : hosted) {
     SupervisionEvent ev{
         m.actor, "member " + m.point.to_string() + " lost: its " + report, m.mesh, m.rank, {}};
-    detail::report_failure_to(m.owner, std::move(ev), detail::state_of(*state_->proc));
+    detail::report_failure_to(m.owner, std::move(ev), detail::state_of(*proc));
   }
 }
 

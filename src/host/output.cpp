@@ -231,6 +231,10 @@ void OutputForwarder::add(int fd, int stream, std::string mesh, std::size_t rank
   state_->poke();
 }
 
+void OutputForwarder::emit(const OutputLine& line) {
+  state_->emit(line);
+}
+
 void OutputForwarder::flush() {
   std::unique_lock lock(state_->mu);
   const std::uint64_t ticket = ++state_->flush_asked;

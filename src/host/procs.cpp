@@ -18,7 +18,6 @@ extern char** environ;
 
 namespace baton {
 namespace internal {
-namespace {
 
 /// One future for several: completes once all have, failing with the first failure.
 Future<void> all_of(const std::vector<Future<void>>& parts) {
@@ -50,8 +49,6 @@ Future<void> all_of(const std::vector<Future<void>>& parts) {
   }
   return join->done.get_future();
 }
-
-}  // namespace
 
 StopWorker::StopWorker() : thread_([this] { run(); }) {}
 
@@ -218,14 +215,6 @@ Future<void> Runtime::State::stop_groups_async() {
   std::vector<Future<void>> stopped;
   for (auto& g : live_groups()) stopped.push_back(g->stop(stop_grace));
   return all_of(stopped);
-}
-
-Future<void> HostMesh::stop() const {
-  return Runtime::get().state_->stop_groups_async();
-}
-
-HostMesh this_host() {
-  return HostMesh{};
 }
 
 }  // namespace baton

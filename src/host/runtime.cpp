@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "actor/cell.hpp"
+#include "host/hosts.hpp"
 #include "log/log.hpp"
 #include "runtime_impl.hpp"
 
@@ -31,7 +32,29 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
   state_->link = options.link;
   state_->mailbox_limit = options.mailbox_limit;
   state_->supervise = std::move(options.supervise);
-  state_->output = std::make_unique<OutputForwarder>(output_options(std::move(options.output)));
+  {
+    // The lines of procs started for a controller on another host go to that controller.
+    OutputOptions out = output_options(std::move(options.output));
+    out.sink = [this, user = std::move(out.sink)](const OutputLine& line) {
+      std::optional<ActorId> to;
+      {
+        std::lock_guard lock(state_->mu);
+        auto it = state_->output_to.find(line.mesh);
+        if (it != state_->output_to.end()) to = it->second;
+      }
+      if (to) {
+        detail::make_ref<HostClient>(*to, nullptr).send(&HostClient::output, line);
+      } else if (user) {
+        user(line);
+      } else {
+        FILE* f = line.stream == 2 ? stderr : stdout;
+        const std::string s = line.to_string() + "\n";
+        std::fwrite(s.data(), 1, s.size(), f);
+        std::fflush(f);
+      }
+    };
+    state_->output = std::make_unique<OutputForwarder>(std::move(out));
+  }
   state_->watcher = std::make_unique<ChildWatcher>([this](pid_t pid, const std::string& what) {
     state_->start_exited(pid, what);
     child_exited(pid, what);
@@ -40,10 +63,19 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
   state_->stops = std::make_unique<StopWorker>();
   state_->timers = std::make_unique<Timers>();
   if (std::getenv(kProcVar) != nullptr) run_worker();
-  detail::set_log_proc("ctl");  // the controller's proc, made below
+  const std::string name = options.name;
+  detail::set_log_proc(name);  // the controller's proc, made below
   state_->dir = make_job_dir();
   state_->own_dir = true;
-  state_->secret = net::new_job_secret();
+  // The job's secret: the options', else that of the credentials the hosts' agents share,
+  // else a fresh one.
+  state_->secret = state_->link.secret;
+  if (const char* dir = std::getenv(kCredentialsVar); dir != nullptr && *dir != '\0') {
+    Credentials c = load_credentials(dir);
+    if (state_->secret.empty()) state_->secret = c.secret;
+    if (!state_->link.tls.enabled()) state_->link.tls = c.tls;
+  }
+  if (state_->secret.empty()) state_->secret = net::new_job_secret();
   // TLS for every link that leaves the host: the user's certificates (options, else the
   // environment), or a CA and certificate made for this job.
   if (!state_->link.tls.enabled()) {
@@ -61,14 +93,22 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
   }
   detail::install_cast();
   ProcOptions proc_options{
-      .name = "ctl", .on_unhandled_failure = [this](const MeshFailure& ev) { unhandled(ev); }};
+      .name = name, .on_unhandled_failure = [this](const MeshFailure& ev) { unhandled(ev); }};
   proc_options.link = state_->link;
   proc_options.link.secret = state_->secret;
   proc_options.mailbox_limit = state_->mailbox_limit;
   state_->proc = std::make_unique<Proc>(std::move(proc_options));
   state_->address =
-      state_->proc->serve(Address::parse("unix://" + (state_->dir / "ctl.sock").string()));
-  detail::set_exit_probe([this](const std::string& peer) { return exit_report(peer); });
+      state_->proc->serve(Address::parse("unix://" + (state_->dir / (name + ".sock")).string()));
+  detail::set_exit_probe([this](const std::string& peer) {
+    std::function<void(const std::string&)> lost;
+    {
+      std::lock_guard lock(state_->mu);
+      lost = state_->peer_lost;
+    }
+    if (lost) lost(peer);
+    return exit_report(peer);
+  });
   detail::set_shutdown_hook([this] { state_->stop_groups(); });
   state_->signals = std::make_unique<StopSignals>([this](int sig) { stop_on_signal(sig); },
                                                   [this](int sig) { kill_on_signal(sig); });

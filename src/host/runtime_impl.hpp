@@ -46,8 +46,12 @@ constexpr const char* kControllerAddrVar = "BATON_CONTROLLER_ADDR";
 constexpr const char* kParentVar = "BATON_PARENT_PID";
 constexpr const char* kDirVar = "BATON_DIR";  // where the job's sockets live
 // The port of the spawning proc to which a worker sends one value once it has linked: the
-// news that it is up, which completes spawn_procs_async without a thread waiting for it.
+// news that it is up, which completes spawn_procs_async without a thread waiting for it. The
+// value is the address the worker serves at.
 constexpr const char* kReadyVar = "BATON_READY_PORT";
+// Set for workers that other hosts must reach: the worker serves TCP on this host (any port)
+// instead of a unix socket in the job's directory.
+constexpr const char* kServeHostVar = "BATON_SERVE_HOST";
 // The job's secret: every link proves it holds it (net::LinkOptions::secret). It travels in
 // the environment, never on a command line, and a worker removes it from its own environment.
 constexpr const char* kSecretVar = "BATON_JOB_SECRET";
@@ -56,6 +60,10 @@ constexpr const char* kSecretVar = "BATON_JOB_SECRET";
 constexpr const char* kTlsCertVar = "BATON_TLS_CERT";
 constexpr const char* kTlsKeyVar = "BATON_TLS_KEY";
 constexpr const char* kTlsCaVar = "BATON_TLS_CA";
+
+// A directory with the job's secret and TLS files (see Credentials): for a controller whose
+// hosts' agents were started by other means, which must share them.
+constexpr const char* kCredentialsVar = "BATON_CREDENTIALS";
 
 constexpr auto kStartTimeout = 30s;
 // After a stop, how long the link of a process that exited may take to close.
@@ -77,11 +85,26 @@ struct RuntimeSlot {
   std::atomic<Runtime*> runtime{nullptr};
 };
 
+/// A job's secret and TLS files, kept in a directory only their owner may read: "secret",
+/// "ca.pem", "cert.pem", "key.pem". How an agent started by a scheduler gets them: the
+/// directory is named by --credentials or BATON_CREDENTIALS, never passed on a command line.
+struct Credentials {
+  std::string secret;
+  net::TlsOptions tls;
+};
+/// Makes `dir` (mode 0700) with a fresh secret and a CA and certificate (files mode 0600).
+Credentials make_credentials(const std::filesystem::path& dir);
+/// Reads `dir`; throws UsageError naming what is missing or readable by others.
+Credentials load_credentials(const std::filesystem::path& dir);
+
 /// Makes the job's directory (only this user may enter it) and records who made it.
 std::filesystem::path make_job_dir();
 
 /// "SIGINT".
 std::string signal_name(int sig);
+
+/// One future for several: completes once all have, failing with the first failure.
+Future<void> all_of(const std::vector<Future<void>>& parts);
 
 /// Turns SIGINT and SIGTERM into calls on a thread of its own: the first signal runs `first`
 /// (on one more thread, so that a second signal is heard while it runs), later ones `again`.
@@ -278,6 +301,20 @@ class LocalProcGroup final : public detail::ProcGroup,
 
 class ProcStart;
 
+/// How one spawn starts its workers; every field has a default that starts this program on
+/// this host for the caller, as HostMesh::spawn_procs does.
+struct LaunchSpec {
+  std::string mesh;                              // the procs' names' stem; empty: the next procsN
+  std::string executable = "/proc/self/exe";     // what each worker runs
+  std::optional<std::vector<std::string>> args;  // its argv[1..]; default: this process's
+  std::optional<std::vector<std::string>> env;   // its environment; default: this process's
+  std::string serve_host;        // workers listen on TCP on this host; empty: on unix sockets
+  std::optional<ActorId> owner;  // who hears of the procs' failures; default: the caller
+  /// A controller's host client (agent mode): the procs' exits and output go there, and that
+  /// controller reports them to their owners.
+  std::optional<ActorId> report_to;
+};
+
 }  // namespace internal
 
 struct Runtime::State {
@@ -290,7 +327,9 @@ struct Runtime::State {
     std::shared_ptr<std::atomic<bool>> stopping;  // its group is being stopped on purpose
     ActorId owner;                                // who hears of its death
     std::optional<std::string> report;            // once it died
-    bool started = false;  // linked: a death before is a failed spawn, not a failure
+    bool started = false;              // linked: a death before is a failed spawn, not a failure
+    std::optional<ActorId> report_to;  // agent mode: the controller's host client
+    std::string host;                  // on another host: its agent's proc name
   };
 
   std::mutex children_mu;
@@ -320,6 +359,17 @@ struct Runtime::State {
   // spawn_procs_async calls whose workers are not all up yet, by pid (under children_mu).
   std::unordered_map<pid_t, std::shared_ptr<internal::ProcStart>> starting;
   std::unique_ptr<internal::StopSignals> signals;  // the controller's
+
+  /// Starts the workers of one proc mesh; the future completes once all have linked.
+  Future<ProcMesh> spawn(const Shape& shape, const internal::LaunchSpec& spec);
+  /// A proc of ours is gone (`report` says how): later calls to it fail at once, and the
+  /// owner of each actor mesh with a member there (else of the proc mesh) hears of it.
+  void report_exit(const std::string& name, const Child& child, const std::string& report);
+  /// Where the output of `mesh` goes instead of this process's sink (agent mode).
+  std::unordered_map<std::string, ActorId> output_to;  // under mu
+  /// Runs when the link to a proc closes for good, before anything else hears of it (agent
+  /// mode: a controller gone); must not block.
+  std::function<void(const std::string& peer)> peer_lost;  // under mu
 
   /// Removes the job's directory (its sockets, CA and key), if this process made it.
   void remove_job_dir() {

@@ -39,9 +39,12 @@ struct SelfChild {
   int from = -1;
 };
 
-/// Starts this binary as `name` (its argv[0]) with environment `env`, its `stream`
-/// (STDOUT_FILENO or STDERR_FILENO) piped to the returned descriptor. Throws if it cannot.
-inline SelfChild start_self(const std::string& name, std::vector<std::string> env, int stream) {
+/// Starts the program at `path` as `name` (its argv[0]) with `args` and environment `env`, its
+/// `stream` (STDOUT_FILENO or STDERR_FILENO) piped to the returned descriptor. Throws if it
+/// cannot.
+inline SelfChild start_self_as(const std::string& path, const std::string& name,
+                               const std::vector<std::string>& args, std::vector<std::string> env,
+                               int stream) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::strerror(errno));
   posix_spawn_file_actions_t actions;
@@ -51,10 +54,14 @@ inline SelfChild start_self(const std::string& name, std::vector<std::string> en
   envp.reserve(env.size() + 1);
   for (auto& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);
-  std::string argv0 = name;
-  char* argv[] = {argv0.data(), nullptr};
+  std::vector<std::string> words{name};
+  words.insert(words.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
   SelfChild child;
-  const int rc = ::posix_spawn(&child.pid, "/proc/self/exe", &actions, nullptr, argv, envp.data());
+  const int rc =
+      ::posix_spawn(&child.pid, path.c_str(), &actions, nullptr, argv.data(), envp.data());
   ::posix_spawn_file_actions_destroy(&actions);
   ::close(fds[1]);
   if (rc != 0) {
@@ -63,6 +70,11 @@ inline SelfChild start_self(const std::string& name, std::vector<std::string> en
   }
   child.from = fds[0];
   return child;
+}
+
+/// Starts this binary as `name` (its argv[0]), as start_self_as does.
+inline SelfChild start_self(const std::string& name, std::vector<std::string> env, int stream) {
+  return start_self_as("/proc/self/exe", name, {}, std::move(env), stream);
 }
 
 /// Reads `fd` to its end and closes it.

@@ -109,12 +109,16 @@ class ProcStart : public std::enable_shared_from_this<ProcStart> {
   }
   /// Opens the port to which worker `r`, named `name`, says it is up; returns its number.
   std::uint64_t expect(std::size_t r, ProcId name) {
-    auto [port, ready] = st_.proc->open_once_port<int>();
+    auto [port, ready] = st_.proc->open_once_port<std::string>();
     names_[r] = std::move(name);
     ports_[r] = port.id().port;
     opened_ = r + 1;
-    ready.state()->on_ready([weak = weak_from_this(), r] {
-      if (auto self = weak.lock()) self->linked(r);
+    ready.state()->on_ready([weak = weak_from_this(), r, state = ready.state()] {
+      if (auto self = weak.lock()) {
+        // The worker says where it serves: other procs (other hosts') dial it there.
+        if (!state->error()) detail::remember_address(self->names_[r], state->value());
+        self->linked(r);
+      }
     });
     return ports_[r];
   }
@@ -273,15 +277,23 @@ class ProcStart : public std::enable_shared_from_this<ProcStart> {
 /// Starts the workers of `start`'s mesh, named `mesh`.<rank>, each with its bootstrap in its
 /// environment; stops early once the call has failed. Throws if one cannot be started.
 void launch_workers(RuntimeState& st, const Shape& shape, const std::string& mesh,
-                    ProcStart& start) {
+                    const LaunchSpec& spec, ProcStart& start) {
   LocalProcGroup& group = *start.group();
   // The caller owns the mesh: the running actor, or code outside actors (the controller).
-  const ActorId owner = detail::current_owner();
+  const ActorId owner = spec.owner ? *spec.owner : detail::current_owner();
   // What every worker shares of its environment: the caller's, less any bootstrap of its own.
   std::vector<std::string> common;
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (!is_bootstrap(*e)) common.emplace_back(*e);
+  if (spec.env) {
+    for (const auto& e : *spec.env) {
+      if (!is_bootstrap(e)) common.push_back(e);
+    }
+  } else {
+    for (char** e = environ; *e != nullptr; ++e) {
+      if (!is_bootstrap(*e)) common.emplace_back(*e);
+    }
   }
+  if (!spec.serve_host.empty())
+    common.push_back(std::string(kServeHostVar) + "=" + spec.serve_host);
   common.push_back(std::string(kControllerVar) + "=" + st.proc->id().name);
   common.push_back(std::string(kControllerAddrVar) + "=" + st.address.to_string());
   common.push_back(std::string(kParentVar) + "=" + std::to_string(::getpid()));
@@ -301,12 +313,18 @@ void launch_workers(RuntimeState& st, const Shape& shape, const std::string& mes
     // `ps` says which proc this is: "baton procs0.3", then the program's own arguments.
     std::string argv0 = "baton " + name.name;
     std::vector<char*> argv{argv0.data()};
-    for (std::size_t i = 1; i < st.argv.size(); ++i) argv.push_back(st.argv[i].data());
+    if (spec.args) {
+      for (const auto& a : *spec.args) argv.push_back(const_cast<char*>(a.c_str()));
+    } else {
+      for (std::size_t i = 1; i < st.argv.size(); ++i) argv.push_back(st.argv[i].data());
+    }
     argv.push_back(nullptr);
     std::vector<std::string> env = common;
     env.push_back(std::string(kProcVar) + "=" + name.name);
     env.push_back(std::string(kReadyVar) + "=" + std::to_string(start.expect(r, name)));
-    detail::remember_address(name, "unix://" + (st.dir / (name.name + ".sock")).string());
+    if (spec.serve_host.empty()) {
+      detail::remember_address(name, "unix://" + (st.dir / (name.name + ".sock")).string());
+    }
     env.push_back("BATON_RANK=" + std::to_string(r));
     if (shape.has("gpus")) {
       env.push_back("CUDA_VISIBLE_DEVICES=" + std::to_string(p["gpus"]));
@@ -340,20 +358,21 @@ void launch_workers(RuntimeState& st, const Shape& shape, const std::string& mes
     ::posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);
 #endif
     pid_t pid = -1;
-    const int rc = st.spawner->spawn(&pid, "/proc/self/exe", &actions, argv.data(), envp.data());
+    const int rc =
+        st.spawner->spawn(&pid, spec.executable.c_str(), &actions, argv.data(), envp.data());
     ::posix_spawn_file_actions_destroy(&actions);
     ::close(out[1]);
     ::close(err[1]);
     st.output->add(out[0], 1, mesh, r);
     st.output->add(err[0], 2, mesh, r);
     if (rc != 0) {
-      throw std::runtime_error("cannot start worker process " + name.name + ": " +
-                               std::strerror(rc));
+      throw std::runtime_error("cannot start worker process " + name.name + " (" + spec.executable +
+                               "): " + std::strerror(rc));
     }
     {
       std::lock_guard lock(st.children_mu);
-      st.children[name.name] =
-          RuntimeState::Child{pid, mesh, r, group.stopping, owner, std::nullopt, false};
+      st.children[name.name] = RuntimeState::Child{pid,   mesh,         r,     group.stopping,
+                                                   owner, std::nullopt, false, spec.report_to};
       st.names[pid] = name.name;
       start.started(r, pid);
     }
@@ -380,57 +399,41 @@ void Runtime::State::start_exited(pid_t pid, const std::string& what) {
   start->exited(pid, what);
 }
 
-ProcMesh HostMesh::spawn_procs(const std::vector<std::pair<std::string, std::size_t>>& dims) const {
-  detail::check_may_block("HostMesh::spawn_procs() (co_await spawn_procs_async() instead)");
-  return spawn_procs_async(dims).get();
-}
-
-Future<ProcMesh> HostMesh::spawn_procs_async(
-    const std::vector<std::pair<std::string, std::size_t>>& dims) const {
-  try {
-    Runtime& rt = Runtime::get();
-    RuntimeState& st = *rt.state_;
-    Shape shape = Shape::of(dims);
-    std::size_t mesh_index = 0;
-    // Once its processes are gone, stop()'s future completes only after their links and pipes
-    // are closed.
-    auto group = std::make_shared<LocalProcGroup>(
-        *st.watcher, *st.stops, st.stop_grace, [&st](const std::vector<ProcId>& gone) {
-          for (const auto& name : gone) {
-            if (!st.proc->wait_unlinked(name, kUnlinkWait)) {
-              detail::log_warn("the link to stopped proc {} is still open", name.name);
-            }
+Future<ProcMesh> Runtime::State::spawn(const Shape& shape, const LaunchSpec& spec) {
+  // Once its processes are gone, stop()'s future completes only after their links and pipes
+  // are closed.
+  auto group = std::make_shared<LocalProcGroup>(
+      *watcher, *stops, stop_grace, [this](const std::vector<ProcId>& gone) {
+        for (const auto& name : gone) {
+          if (!proc->wait_unlinked(name, kUnlinkWait)) {
+            detail::log_warn("the link to stopped proc {} is still open", name.name);
           }
-          detail::forget_procs(gone);  // what this process knew of them
-          st.output->flush();
-        });
-    {
-      std::lock_guard lock(st.mu);
-      mesh_index = st.next_mesh++;
-      std::erase_if(st.groups, [](const auto& w) { return w.expired(); });
-      st.groups.push_back(group);
-    }
-    auto start = std::make_shared<ProcStart>(st, shape, group);
-    Future<ProcMesh> result = start->future();  // before any worker can link
-    try {
-      launch_workers(st, shape, st.prefix + "procs" + std::to_string(mesh_index), *start);
-      // Each worker dials us and says so on its ready port; one that exits first fails the
-      // call (Runtime::State::start_exited), and so does one still silent at the deadline.
-      st.timers->at(std::chrono::steady_clock::now() + kStartTimeout,
-                    [weak = std::weak_ptr<ProcStart>(start)] {
-                      if (auto s = weak.lock()) s->timed_out();
-                    });
-    } catch (...) {
-      start->launch_failed(std::current_exception());
-    }
-    start->launched();
-    return result;
-  } catch (...) {
-    // Nothing was started (no runtime, or a bad shape).
-    Promise<ProcMesh> failed;
-    failed.set_exception(std::current_exception());
-    return failed.get_future();
+        }
+        detail::forget_procs(gone);  // what this process knew of them
+        output->flush();
+      });
+  std::string mesh = spec.mesh;
+  {
+    std::lock_guard lock(mu);
+    if (mesh.empty()) mesh = prefix + "procs" + std::to_string(next_mesh++);
+    std::erase_if(groups, [](const auto& w) { return w.expired(); });
+    groups.push_back(group);
   }
+  auto start = std::make_shared<ProcStart>(*this, shape, group);
+  Future<ProcMesh> result = start->future();  // before any worker can link
+  try {
+    launch_workers(*this, shape, mesh, spec, *start);
+    // Each worker dials us and says so on its ready port; one that exits first fails the
+    // call (Runtime::State::start_exited), and so does one still silent at the deadline.
+    timers->at(std::chrono::steady_clock::now() + kStartTimeout,
+               [weak = std::weak_ptr<ProcStart>(start)] {
+                 if (auto s = weak.lock()) s->timed_out();
+               });
+  } catch (...) {
+    start->launch_failed(std::current_exception());
+  }
+  start->launched();
+  return result;
 }
 
 }  // namespace baton

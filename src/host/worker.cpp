@@ -72,9 +72,15 @@ void Runtime::run_worker() {
     Proc& proc = *state_->proc;
     proc.spawn<detail::ProcAgent>("agent");
     state_->prefix = std::string(name) + "-";
-    // Other workers link here when a cast or a passed reference sends them our way.
-    if (dir != nullptr) {
-      state_->dir = dir;
+    // Other workers link here when a cast or a passed reference sends them our way: over TCP
+    // where procs on other hosts must reach us, else over a unix socket.
+    if (dir != nullptr) state_->dir = dir;
+    if (const char* host = std::getenv(kServeHostVar); host != nullptr && *host != '\0') {
+      const std::string h = std::string(host).find(':') != std::string::npos
+                                ? "[" + std::string(host) + "]"
+                                : std::string(host);
+      state_->address = proc.serve(Address::parse("tcp://" + h + ":0"));
+    } else if (dir != nullptr) {
       state_->address =
           proc.serve(Address::parse("unix://" + std::string(dir) + "/" + name + ".sock"));
     }
@@ -94,7 +100,7 @@ void Runtime::run_worker() {
     if (const char* ready = std::getenv(kReadyVar)) {
       const PortId port{ActorId{ProcId::parse(controller), "client", 0},
                         std::strtoull(ready, nullptr, 10)};
-      Port<int>(port).send(0);
+      Port<std::string>(port).send(state_->address.to_string());
     }
     std::unique_lock lock(mu);
     cv.wait(lock, [&] { return lost; });  // the controller stopped us or went away

@@ -49,6 +49,9 @@ class OutputForwarder {
 
   /// Takes the read end of a pipe carrying `stream` (1 or 2) of rank `rank` of `mesh`.
   void add(int fd, int stream, std::string mesh, std::size_t rank);
+  /// Prints a line that was read elsewhere (by another host's agent) where this forwarder's
+  /// own lines go.
+  void emit(const OutputLine& line);
   /// Returns once everything already written to the pipes has been read and printed.
   void flush();
   /// Changes the aggregation window (zero turns aggregation off).

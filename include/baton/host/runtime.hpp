@@ -35,6 +35,8 @@ namespace baton {
 
 namespace internal {
 struct RuntimeAccess;
+struct HostsAccess;
+struct Hosts;
 }  // namespace internal
 
 /// How the controller runs; every field has a working default.
@@ -59,11 +61,16 @@ struct RuntimeOptions {
   /// how much a link holds for sending before its senders wait (backpressure), and TLS for
   /// links over TCP: on by default, with a CA and certificate the controller makes for the job
   /// in its directory; set `link.tls`, or BATON_TLS_CERT, BATON_TLS_KEY and BATON_TLS_CA, to use
-  /// your own. The secret is the runtime's own.
+  /// your own. The secret is made for the job unless `link.secret` is set, or BATON_CREDENTIALS
+  /// names a directory of credentials shared with hosts' agents (`baton-host
+  /// --make-credentials DIR` makes one; it also holds the TLS files).
   net::LinkOptions link;
   /// Messages from other processes waiting in one actor's mailbox above which the link that
   /// brings them stops reading (see ProcOptions::mailbox_limit).
   std::size_t mailbox_limit = 10000;
+  /// The name of this process's proc ("ctl" for a controller); a host agent names itself
+  /// after the address it advertises.
+  std::string name = "ctl";
 };
 
 class Runtime {
@@ -102,32 +109,47 @@ class Runtime {
   [[noreturn]] void kill_on_signal(int sig);
   friend class HostMesh;
   friend struct internal::RuntimeAccess;
+  friend struct internal::HostsAccess;
   std::unique_ptr<State> state_;
 };
 
-/// The procs of this host.
+/// Hosts on which procs can be started: this host (this_host()), or the hosts of a job, each
+/// running an agent (`baton-host`), laid out on one dimension, {"hosts": H}.
 class HostMesh {
  public:
-  /// Starts one worker process per member of the shape, e.g. {{"gpus", 8}}. With a "gpus"
-  /// dimension each proc sees its own device through CUDA_VISIBLE_DEVICES/HIP_VISIBLE_DEVICES.
-  /// Returns once the processes are started, without waiting for them: the future completes
-  /// once every worker has linked to this process, on the thread that saw the last one link.
-  /// It fails (every worker of the call stopped first) if a worker exits before, if one does
-  /// not link within 30 s, or if the procs are stopped before (this_host().stop(), the
-  /// runtime's end). Dropping every copy of the future stops the procs once they are up, as
-  /// dropping the mesh would. Inside an actor, `co_await` it (GCC 12 cannot compile a braced list
-  /// inside a co_await expression: name the future first); the caller (the running actor, or
-  /// the controller) owns the procs.
+  /// This host.
+  HostMesh() = default;
+
+  /// {} for this host; {"hosts": H} for the hosts of a job.
+  const Shape& shape() const;
+  /// How many hosts.
+  std::size_t size() const { return shape().len(); }
+
+  /// Starts one worker process per member of the shape on every host: on H hosts with dims
+  /// {{"gpus", G}} the proc mesh is {"hosts": H, "gpus": G} (on this host, just {"gpus": G}).
+  /// With a "gpus" dimension each proc sees its own device through
+  /// CUDA_VISIBLE_DEVICES/HIP_VISIBLE_DEVICES. Returns once the processes are started, without
+  /// waiting for them: the future completes once every worker has linked, on the thread that
+  /// saw the last one link. It fails (every worker of the call stopped first) if a worker exits
+  /// before, if one does not link within 30 s, if a host cannot start it (its agent's words),
+  /// or if the procs are stopped before (this_host().stop(), the runtime's end). Dropping every
+  /// copy of the future stops the procs once they are up, as dropping the mesh would. Inside an
+  /// actor, `co_await` it (GCC 12 cannot compile a braced list inside a co_await expression:
+  /// name the future first); the caller (the running actor, or the controller) owns the procs.
   Future<ProcMesh> spawn_procs_async(
       const std::vector<std::pair<std::string, std::size_t>>& dims) const;
   /// spawn_procs_async(dims).get(): blocks until the procs are up and rethrows its failures.
   /// Inside an actor it throws UsageError, as Future::get() does there (F-2): co_await
   /// spawn_procs_async.
   ProcMesh spawn_procs(const std::vector<std::pair<std::string, std::size_t>>& dims) const;
-  /// Stops every proc mesh this process started on the host, each as ProcMesh::stop() does,
+  /// Stops every proc mesh this process started on these hosts, each as ProcMesh::stop() does,
   /// without blocking: calls to their actors fail from now on, and the future completes once
   /// every process is gone; spawn_procs can start new ones.
   Future<void> stop() const;
+
+ private:
+  friend struct internal::HostsAccess;
+  std::shared_ptr<internal::Hosts> hosts_;  // null: this host
 };
 
 /// This host, as a mesh of hosts of size one.

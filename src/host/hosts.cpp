@@ -1,0 +1,366 @@
+// Hosts: this one, and the hosts of a job, each with an agent (see hosts.hpp). The controller's
+// side: spawning proc meshes across hosts, stopping them, and hearing from the agents.
+#include "host/hosts.hpp"
+
+#include <unistd.h>
+
+#include <cctype>
+#include <climits>
+
+#include "actor/cell.hpp"
+#include "log/log.hpp"
+#include "runtime_impl.hpp"
+
+extern char** environ;
+
+namespace baton {
+namespace internal {
+
+/// One host of a job: where its agent serves, and the agent's proc.
+struct RemoteHost {
+  Address address;
+  ProcId agent;
+  std::shared_ptr<std::atomic<bool>> lost = std::make_shared<std::atomic<bool>>(false);
+};
+
+class RemoteGroup;
+
+/// The hosts of a job (HostMesh's state for them).
+struct Hosts {
+  Shape shape;
+  std::vector<RemoteHost> hosts;
+  std::mutex mu;
+  std::vector<std::weak_ptr<RemoteGroup>> groups;  // under mu
+};
+
+struct HostsAccess {
+  static HostMesh make(std::shared_ptr<Hosts> hosts) {
+    HostMesh m;
+    m.hosts_ = std::move(hosts);
+    return m;
+  }
+  static const std::shared_ptr<Hosts>& hosts(const HostMesh& m) { return m.hosts_; }
+  static RuntimeState& state() { return RuntimeAccess::state(Runtime::get()); }
+};
+
+namespace {
+
+/// One future for several: completes once all have, failing with the first failure.
+template <class T>
+Future<std::vector<T>> gather_all(std::vector<Future<T>> parts) {
+  struct Join {
+    std::mutex mu;
+    std::size_t left = 0;
+    std::vector<T> values;
+    std::exception_ptr error;
+    Promise<std::vector<T>> done;
+  };
+  auto join = std::make_shared<Join>();
+  join->left = parts.size();
+  join->values.resize(parts.size());
+  auto result = join->done.get_future();
+  if (parts.empty()) {
+    join->done.set_value(std::vector<T>{});
+    return result;
+  }
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const auto state = parts[i].state();
+    state->on_ready([join, state, i] {
+      bool last = false;
+      {
+        std::lock_guard lock(join->mu);
+        if (state->error()) {
+          if (!join->error) join->error = state->error();
+        } else {
+          join->values[i] = state->value();
+        }
+        last = --join->left == 0;
+      }
+      if (!last) return;
+      if (join->error) {
+        join->done.set_exception(join->error);
+      } else {
+        join->done.set_value(std::move(join->values));
+      }
+    });
+  }
+  return result;
+}
+
+ActorRef<HostAgent> agent_ref(const RemoteHost& h) {
+  return ActorRef<HostAgent>(ActorId{h.agent, "host", 0});
+}
+
+/// The controller's HostClient, spawned in its proc on first use.
+ActorId host_client(RuntimeState& st) {
+  static constexpr const char* kName = "hosts";
+  const ActorId id{st.proc->id(), kName, 0};
+  if (!detail::resolve_actor(id)) {
+    try {
+      (void)st.proc->spawn<HostClient>(kName);
+    } catch (const std::exception&) {
+      // Spawned meanwhile by another thread: the name is taken.
+    }
+  }
+  return id;
+}
+
+/// What every worker on another host shares of the controller's environment.
+std::vector<std::string> worker_environment() {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    if (entry.starts_with("BATON_") && !entry.starts_with("BATON_LOG")) continue;
+    env.emplace_back(entry);
+  }
+  return env;
+}
+
+std::string executable_path() {
+  char buf[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) throw std::runtime_error("cannot read /proc/self/exe");
+  return std::string(buf, static_cast<std::size_t>(n));
+}
+
+}  // namespace
+
+/// The procs one spawn_procs call started on the hosts of a job.
+class RemoteGroup final : public detail::ProcGroup,
+                          public std::enable_shared_from_this<RemoteGroup> {
+ public:
+  struct Part {
+    RemoteHost host;
+    std::uint64_t group = 0;
+    std::vector<ProcId> procs;
+  };
+
+  RemoteGroup(RuntimeState& st, std::vector<Part> parts) : st_(st), parts_(std::move(parts)) {}
+  ~RemoteGroup() override { (void)stop(st_.stop_grace); }
+
+  std::chrono::milliseconds default_grace() const override { return st_.stop_grace; }
+  std::shared_ptr<std::atomic<bool>> stopped_flag() const override { return stopping; }
+  std::shared_ptr<std::atomic<bool>> stopping = std::make_shared<std::atomic<bool>>(false);
+
+  Future<void> stop(std::chrono::milliseconds grace) override {
+    std::lock_guard guard(mu_);
+    if (stop_) return *stop_;
+    stopping->store(true);
+    std::vector<Future<int>> parts;
+    for (const auto& p : parts_) {
+      if (p.host.lost->load()) continue;  // its procs went with their host
+      parts.push_back(agent_ref(p.host).call(&HostAgent::stop_procs, p.group,
+                                             static_cast<std::int64_t>(grace.count())));
+    }
+    Promise<void> done;
+    stop_ = done.get_future();
+    std::vector<ProcId> procs;
+    for (const auto& p : parts_) procs.insert(procs.end(), p.procs.begin(), p.procs.end());
+    auto all = gather_all(std::move(parts));
+    all.state()->on_ready(
+        [done, state = all.state(), procs = std::move(procs), &st = st_]() mutable {
+          {
+            std::lock_guard lock(st.children_mu);
+            for (const auto& p : procs) st.children.erase(p.name);
+          }
+          detail::forget_procs(procs);
+          if (state->error()) {
+            done.set_exception(state->error());
+          } else {
+            done.set_value();
+          }
+        });
+    return *stop_;
+  }
+
+  const std::vector<Part>& parts() const { return parts_; }
+
+ private:
+  RuntimeState& st_;
+  const std::vector<Part> parts_;
+  std::mutex mu_;
+  std::optional<Future<void>> stop_;
+};
+
+std::string agent_name(const Address& address) {
+  std::string host;
+  for (char c : address.host) {
+    host += (std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '.' || c == '-') ? c : '_';
+  }
+  return "host-" + host + "-" + std::to_string(address.port);
+}
+
+void HostClient::exited(std::string name, std::string report) {
+  RuntimeState& st = HostsAccess::state();
+  RuntimeState::Child child;
+  {
+    std::lock_guard lock(st.children_mu);
+    auto it = st.children.find(name);
+    if (it == st.children.end()) return;  // not ours, or its mesh was stopped
+    child = it->second;
+  }
+  if (child.stopping->load()) return;
+  st.report_exit(name, child, report);
+}
+
+void HostClient::output(OutputLine line) {
+  HostsAccess::state().output->emit(line);
+}
+
+/// A host's agent is gone or cannot be reached: each proc of ours there is lost with it.
+void host_lost(RuntimeState& st, const RemoteHost& host, const std::string& why) {
+  host.lost->store(true);
+  std::vector<std::pair<std::string, RuntimeState::Child>> lost;
+  {
+    std::lock_guard lock(st.children_mu);
+    for (auto& [name, c] : st.children) {
+      if (c.host == host.agent.name && !c.stopping->load() && !c.report) {
+        lost.emplace_back(name, c);
+      }
+    }
+  }
+  for (auto& [name, c] : lost) {
+    st.report_exit(name, c,
+                   "proc " + name + " (rank " + std::to_string(c.rank) + " of " + c.mesh +
+                       ") lost with its host " + host.address.to_string() + " (agent " +
+                       host.agent.name + "): " + why);
+  }
+}
+
+HostMesh attach_hosts(const std::vector<std::string>& addresses) {
+  if (addresses.empty()) throw UsageError("attach: no host addresses given");
+  RuntimeState& st = HostsAccess::state();
+  auto hosts = std::make_shared<Hosts>();
+  hosts->shape = Shape::of({{"hosts", addresses.size()}});
+  for (const auto& text : addresses) {
+    Address a = Address::parse(text.find("://") == std::string::npos ? "tcp://" + text : text);
+    if (a.transport != Address::Transport::tcp) {
+      throw UsageError("attach: host address " + text + " is not TCP (host:port)");
+    }
+    RemoteHost h{a, ProcId{agent_name(a)}};
+    st.proc->connect(h.agent, a, [&st, h](const std::string& why) { host_lost(st, h, why); });
+    hosts->hosts.push_back(std::move(h));
+  }
+  // Each agent answers as the proc named after the address it advertises: one dialled at
+  // another of its addresses would not, and is refused here with what to do.
+  std::vector<Future<std::string>> hellos;
+  for (const auto& h : hosts->hosts) hellos.push_back(agent_ref(h).call(&HostAgent::hello));
+  for (std::size_t i = 0; i < hellos.size(); ++i) {
+    try {
+      (void)hellos[i].get(std::chrono::seconds(30));
+    } catch (const std::exception& e) {
+      throw std::runtime_error("attach: the agent at " + addresses[i] + " did not answer as " +
+                               hosts->hosts[i].agent.name +
+                               " (attach with the address it advertises, which it prints when it "
+                               "starts): " +
+                               e.what());
+    }
+  }
+  return HostsAccess::make(std::move(hosts));
+}
+
+}  // namespace internal
+
+using namespace internal;
+
+const Shape& HostMesh::shape() const {
+  static const Shape kThisHost;  // immutable: no dimensions, one member
+  return hosts_ ? hosts_->shape : kThisHost;
+}
+
+ProcMesh HostMesh::spawn_procs(const std::vector<std::pair<std::string, std::size_t>>& dims) const {
+  detail::check_may_block("HostMesh::spawn_procs() (co_await spawn_procs_async() instead)");
+  return spawn_procs_async(dims).get();
+}
+
+Future<ProcMesh> HostMesh::spawn_procs_async(
+    const std::vector<std::pair<std::string, std::size_t>>& dims) const {
+  try {
+    RuntimeState& st = HostsAccess::state();
+    Shape per_host = Shape::of(dims);
+    if (!hosts_) return st.spawn(per_host, LaunchSpec{});
+    std::vector<std::pair<std::string, std::size_t>> all{{"hosts", hosts_->hosts.size()}};
+    all.insert(all.end(), dims.begin(), dims.end());
+    Shape shape = Shape::of(all);  // checks the names
+    std::string mesh;
+    {
+      std::lock_guard lock(st.mu);
+      mesh = st.prefix + "procs" + std::to_string(st.next_mesh++);
+    }
+    const ActorId client = host_client(st);
+    const ActorId owner = detail::current_owner();
+    const std::string exe = executable_path();
+    const std::vector<std::string> args(st.argv.begin() + (st.argv.empty() ? 0 : 1), st.argv.end());
+    const auto env = worker_environment();
+    std::vector<Future<HostProcs>> started;
+    for (std::size_t h = 0; h < hosts_->hosts.size(); ++h) {
+      HostSpawn spec{mesh + ".h" + std::to_string(h), dims, exe, args, env, client};
+      started.push_back(agent_ref(hosts_->hosts[h]).call(&HostAgent::spawn_procs, spec));
+    }
+    auto result = std::make_shared<detail::State<ProcMesh>>();
+    auto spawned = gather_all(std::move(started));
+    spawned.state()->on_ready([result, state = spawned.state(), hosts = hosts_, shape, mesh, owner,
+                               per_host_len = per_host.len(), &st] {
+      std::vector<RemoteGroup::Part> parts;
+      std::vector<ProcId> procs;
+      if (!state->error()) {
+        const auto& got = state->value();
+        for (std::size_t h = 0; h < got.size(); ++h) {
+          RemoteGroup::Part part{hosts->hosts[h], got[h].group, {}};
+          for (std::size_t k = 0; k < got[h].names.size(); ++k) {
+            part.procs.push_back(ProcId{got[h].names[k]});
+            detail::remember_address(part.procs.back(), got[h].addresses.at(k));
+          }
+          procs.insert(procs.end(), part.procs.begin(), part.procs.end());
+          parts.push_back(std::move(part));
+        }
+      }
+      // A host that failed: what the others started is stopped (by the group's end).
+      auto group = std::make_shared<RemoteGroup>(st, std::move(parts));
+      if (state->error()) {
+        result->set_exception(state->error());
+        return;
+      }
+      {
+        std::lock_guard lock(st.children_mu);
+        for (std::size_t r = 0; r < procs.size(); ++r) {
+          RuntimeState::Child c{-1, mesh, r, group->stopping, owner, std::nullopt, true, {}};
+          c.host = hosts->hosts[r / per_host_len].agent.name;
+          st.children[procs[r].name] = std::move(c);
+        }
+      }
+      {
+        std::lock_guard lock(hosts->mu);
+        std::erase_if(hosts->groups, [](const auto& w) { return w.expired(); });
+        hosts->groups.push_back(group);
+      }
+      result->set_value(ProcMesh(shape, std::move(procs), std::move(group)));
+    });
+    return Future<ProcMesh>(std::move(result));
+  } catch (...) {
+    Promise<ProcMesh> failed;
+    failed.set_exception(std::current_exception());
+    return failed.get_future();
+  }
+}
+
+Future<void> HostMesh::stop() const {
+  RuntimeState& st = HostsAccess::state();
+  if (!hosts_) return st.stop_groups_async();
+  std::vector<std::shared_ptr<RemoteGroup>> live;
+  {
+    std::lock_guard lock(hosts_->mu);
+    for (auto& w : hosts_->groups) {
+      if (auto g = w.lock()) live.push_back(std::move(g));
+    }
+  }
+  std::vector<Future<void>> stopped;
+  for (auto& g : live) stopped.push_back(g->stop(st.stop_grace));
+  return all_of(stopped);
+}
+
+HostMesh this_host() {
+  return HostMesh{};
+}
+
+}  // namespace baton

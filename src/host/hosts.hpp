@@ -1,0 +1,110 @@
+#pragma once
+
+// Internal: procs on other hosts. Each host runs an agent (`baton-host`): a runtime of its own,
+// serving TCP, whose HostAgent actor starts workers there for a controller. The controller
+// talks to it through a HostClient actor of its own, to which the agent reports what its
+// workers print and how they end.
+//
+//   controller                         agent (baton-host on host h)
+//   HostMesh::spawn_procs  -- spawn_procs(HostSpawn) -->  HostAgent: starts the workers, which
+//                                                         serve TCP and link to the controller
+//                          <-- HostProcs (names, addresses)
+//   HostClient             <-- exited(name, report), output(line)
+//   RemoteGroup::stop      -- stop_procs(group, grace) -->
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "baton/baton.hpp"
+
+namespace baton {
+namespace internal {
+
+/// What a controller asks an agent to start: one proc mesh's workers on that host.
+struct HostSpawn {
+  std::string mesh;  // the procs are named mesh.0, mesh.1, ...
+  std::vector<std::pair<std::string, std::size_t>> dims;
+  std::string executable;         // a path on the agent's host
+  std::vector<std::string> args;  // argv[1..]
+  std::vector<std::string> env;   // the controller's environment, less its bootstrap
+  ActorId client;                 // the controller's HostClient
+
+  template <class Ar>
+  void serialize(Ar& ar) {
+    ar(mesh, dims, executable, args, env, client);
+  }
+};
+
+/// The procs an agent started, by rank, and where each serves.
+struct HostProcs {
+  std::vector<std::string> names;
+  std::vector<std::string> addresses;
+  std::uint64_t group = 0;  // for stop_procs
+
+  template <class Ar>
+  void serialize(Ar& ar) {
+    ar(names, addresses, group);
+  }
+};
+
+/// The agent's actor (named "host" in the agent's proc).
+class HostAgent : public Actor {
+ public:
+  /// `serve_host`: the address its workers listen on, the one the agent advertises.
+  explicit HostAgent(std::string serve_host);
+
+  /// Who this agent is: its proc's name and its host's name.
+  std::string hello();
+  /// Starts the workers of `spec` on this host; completes once every one has linked.
+  Task<HostProcs> spawn_procs(HostSpawn spec);
+  /// Stops the procs of `group`, in order, as ProcMesh::stop does; completes once they are gone.
+  Task<int> stop_procs(std::uint64_t group, std::int64_t grace_ms);
+  /// The link to the proc `peer` closed for good: the procs it asked for are stopped.
+  void controller_lost(std::string peer);
+
+  static constexpr auto endpoints =
+      baton::endpoints<&HostAgent::hello, &HostAgent::spawn_procs, &HostAgent::stop_procs,
+                       &HostAgent::controller_lost>();
+
+ private:
+  struct Group {
+    ProcMesh procs;
+    ActorId client;
+    std::string mesh;
+  };
+  void forget_output(const std::string& mesh);
+
+  std::string serve_host_;
+  std::uint64_t next_group_ = 1;
+  std::map<std::uint64_t, Group> groups_;
+};
+
+/// The controller's actor (named "hosts" in its proc) that hears from agents.
+class HostClient : public Actor {
+ public:
+  /// A proc an agent started for this controller ended, not by a stop.
+  void exited(std::string name, std::string report);
+  /// A line (or the same line from several ranks) a worker on another host printed.
+  void output(OutputLine line);
+
+  static constexpr auto endpoints = baton::endpoints<&HostClient::exited, &HostClient::output>();
+};
+
+/// The proc name of the agent that advertises `address` ("host-10.0.0.2-7000").
+std::string agent_name(const Address& address);
+
+/// The hosts whose agents serve at `addresses` (see job::attach).
+HostMesh attach_hosts(const std::vector<std::string>& addresses);
+
+}  // namespace internal
+}  // namespace baton
+
+namespace baton {
+template <class Ar>
+void serialize(Ar& ar, OutputLine& line) {
+  ar(line.stream, line.mesh, line.ranks, line.text);
+}
+}  // namespace baton

@@ -1,0 +1,159 @@
+// baton-host: the agent of one host. It serves TCP (authenticated by the job's secret, with
+// TLS), and starts, watches and stops worker processes there for a controller on another host,
+// sending back their output and how they end (see src/host/hosts.hpp).
+//
+//   baton-host --make-credentials DIR    a job's secret, CA and certificate, once, shared by
+//                                        the controller (BATON_CREDENTIALS=DIR) and its agents
+//   baton-host --credentials DIR --advertise 10.0.0.2 --port 7070
+//
+// The secret and keys are never on a command line: --credentials names a directory only its
+// owner may read (BATON_CREDENTIALS works too).
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "baton/baton.hpp"
+#include "host/hosts.hpp"
+#include "host/runtime_impl.hpp"
+
+namespace {
+
+/// The first IPv4 address of interface `name` (or of any interface that is up and not
+/// loopback, when `name` is empty); empty if there is none.
+std::string interface_address(const std::string& name) {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return {};
+  std::string found;
+  for (ifaddrs* i = list; i != nullptr && found.empty(); i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    if (!name.empty() && name != i->ifa_name) continue;
+    if (name.empty() && ((i->ifa_flags & IFF_UP) == 0 || (i->ifa_flags & IFF_LOOPBACK) != 0)) {
+      continue;
+    }
+    char text[INET_ADDRSTRLEN] = {};
+    const auto* in = reinterpret_cast<const sockaddr_in*>(i->ifa_addr);
+    if (::inet_ntop(AF_INET, &in->sin_addr, text, sizeof text) != nullptr) found = text;
+  }
+  ::freeifaddrs(list);
+  return found;
+}
+
+/// This host's address on the route to `peer` (an IPv4 address): no packet is sent.
+std::string route_address(const std::string& peer) {
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(9);
+  if (::inet_pton(AF_INET, peer.c_str(), &to.sin_addr) != 1) return {};
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return {};
+  std::string found;
+  sockaddr_in me{};
+  socklen_t len = sizeof me;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&me), &len) == 0) {
+    char text[INET_ADDRSTRLEN] = {};
+    if (::inet_ntop(AF_INET, &me.sin_addr, text, sizeof text) != nullptr) found = text;
+  }
+  ::close(fd);
+  return found;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"baton-host: runs procs on this host for a baton controller on another"};
+  std::string make_dir;
+  std::string credentials;
+  std::string advertise;
+  std::string interface_name;
+  std::string route_to;
+  std::uint16_t port = 7070;
+  app.add_option("--make-credentials", make_dir,
+                 "make a job's credentials (secret, CA, certificate) in DIR and exit");
+  app.add_option("--credentials", credentials,
+                 "the job's credentials directory (or BATON_CREDENTIALS)");
+  app.add_option("--advertise", advertise,
+                 "the address other hosts reach this one at (or BATON_HOST_ADDRESS)");
+  app.add_option("--interface", interface_name, "advertise this interface's IPv4 address");
+  app.add_option("--route-to", route_to,
+                 "advertise this host's address on the route to this IPv4 address (the "
+                 "controller's)");
+  app.add_option("--port", port, "the TCP port to serve on")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  using namespace baton;
+  try {
+    if (!make_dir.empty()) {
+      internal::make_credentials(make_dir);
+      std::printf("baton-host: credentials in %s\n", make_dir.c_str());
+      return 0;
+    }
+    if (credentials.empty()) {
+      if (const char* c = std::getenv(internal::kCredentialsVar)) credentials = c;
+    }
+    if (credentials.empty()) {
+      std::fprintf(stderr,
+                   "baton-host: no credentials: give --credentials DIR (or BATON_CREDENTIALS), "
+                   "made with `baton-host --make-credentials DIR` and shared with the "
+                   "controller\n");
+      return 2;
+    }
+    const internal::Credentials creds = internal::load_credentials(credentials);
+    if (advertise.empty()) {
+      if (const char* a = std::getenv("BATON_HOST_ADDRESS")) advertise = a;
+    }
+    if (advertise.empty() && !interface_name.empty()) {
+      advertise = interface_address(interface_name);
+      if (advertise.empty()) {
+        std::fprintf(stderr, "baton-host: interface %s has no IPv4 address\n",
+                     interface_name.c_str());
+        return 2;
+      }
+    }
+    // Named explicitly, any address goes (a loopback one for hosts on one machine); found
+    // by itself, never a loopback alias such as the 127.0.1.1 `hostname` may resolve to.
+    const bool named = !advertise.empty();
+    if (advertise.empty() && !route_to.empty()) advertise = route_address(route_to);
+    if (advertise.empty()) advertise = interface_address("");
+    if (advertise.empty() || (!named && advertise.starts_with("127."))) {
+      std::fprintf(stderr,
+                   "baton-host: no address other hosts can reach (found '%s'): give --advertise "
+                   "ADDR, --interface NAME or BATON_HOST_ADDRESS\n",
+                   advertise.c_str());
+      return 2;
+    }
+    Address at;
+    at.transport = Address::Transport::tcp;
+    at.host = advertise;
+    at.port = port;
+    RuntimeOptions options;
+    options.name = internal::agent_name(at);
+    options.link.secret = creds.secret;
+    options.link.tls = creds.tls;
+    Runtime rt(argc, argv, options);
+    Address bound;
+    try {
+      bound = rt.proc().serve(at);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "baton-host: cannot serve at %s: %s\n", at.to_string().c_str(),
+                   e.what());
+      return 2;
+    }
+    rt.proc().spawn<internal::HostAgent>("host", advertise);
+    std::printf("baton-host: %s serving at %s\n", options.name.c_str(), bound.to_string().c_str());
+    std::fflush(stdout);
+    for (;;) ::pause();  // SIGTERM or SIGINT stops the procs in order and exits
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "baton-host: %s\n", e.what());
+    return 2;
+  }
+}
