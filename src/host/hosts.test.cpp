@@ -4,15 +4,20 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -60,13 +65,16 @@ class Agent {
     said_ = line;
     address_ = "127.0.0.1:" + std::to_string(port);
   }
-  ~Agent() { kill(); }
+  ~Agent() { end(); }
   const std::string& address() const { return address_; }
   const std::string& said() const { return said_; }
   pid_t pid() const { return child_.pid; }
-  void kill() {
+  /// SIGKILL: the agent dies at once, its workers with it.
+  void kill() { end(SIGKILL); }
+  /// SIGTERM: the agent stops its procs in order and exits.
+  void end(int sig = SIGTERM) {
     if (child_.pid > 0) {
-      ::kill(child_.pid, SIGKILL);
+      ::kill(child_.pid, sig);
       ::waitpid(child_.pid, nullptr, 0);
       child_.pid = -1;
     }
@@ -80,6 +88,25 @@ class Agent {
   std::string said_;
   std::string address_;
 };
+
+/// What the controller's hooks saw: worker lines and failures nobody below handled.
+struct Seen {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<OutputLine> lines;
+  std::vector<MeshFailure> failures;
+
+  /// Waits (up to `limit`) until `pred` holds over what was seen; returns whether it did.
+  template <class P>
+  bool wait_for(P pred, std::chrono::seconds limit = std::chrono::seconds(30)) {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, limit, [&] { return pred(*this); });
+  }
+};
+Seen& seen() {
+  static Seen s;
+  return s;
+}
 
 class Member : public Actor {
  public:
@@ -126,18 +153,161 @@ TEST(Hosts, ProcsOnTwoHostsAreOneMeshThatAnswersEveryVerb) {
   procs.stop().get();
 }
 
+TEST(Hosts, AWorkersLinesReachTheControllerNamingItsHost) {
+  Agent a(17074);
+  Agent b(17075);
+  ProcMesh procs = job::attach({a.address(), b.address()}).spawn_procs({{"gpus", 2}});
+  auto members = procs.spawn<Member>("talkers");
+  members.slice({{"hosts", 1}, {"gpus", 0}}).call_one(&Member::say, "hello from host 1").get();
+  ASSERT_TRUE(seen().wait_for([](Seen& s) {
+    for (const auto& l : s.lines) {
+      if (l.text == "hello from host 1") return true;
+    }
+    return false;
+  })) << "the line never reached the controller";
+  {
+    std::lock_guard lock(seen().mu);
+    for (const auto& l : seen().lines) {
+      if (l.text != "hello from host 1") continue;
+      EXPECT_THAT(l.mesh, HasSubstr(".h1"));  // the proc mesh, on host 1
+      EXPECT_EQ(l.ranks, std::vector<std::size_t>{0});
+    }
+  }
+  procs.stop().get();
+}
+
+/// Whether a failure reported to the controller names `what`.
+bool failure_named(Seen& s, const std::string& what) {
+  for (const auto& f : s.failures) {
+    if (f.to_string().find(what) != std::string::npos) return true;
+  }
+  return false;
+}
+
+TEST(Hosts, AWorkerKilledOnAnotherHostIsReportedAndItsCallsFail) {
+  Agent a(17076);
+  Agent b(17077);
+  ProcMesh procs = job::attach({a.address(), b.address()}).spawn_procs({{"gpus", 2}});
+  auto members = procs.spawn<Member>("victims");
+  const int pid = members.slice({{"hosts", 1}, {"gpus", 1}}).call_one(&Member::pid).get();
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  ASSERT_TRUE(seen().wait_for([](Seen& s) { return failure_named(s, "victims"); }))
+      << "no supervision event";
+  {
+    std::lock_guard lock(seen().mu);
+    bool named = false;
+    for (const auto& f : seen().failures) {
+      if (f.mesh != "victims") continue;
+      named = true;
+      EXPECT_EQ(f.rank, 3);
+      EXPECT_THAT(f.message, HasSubstr("SIGKILL"));
+    }
+    EXPECT_TRUE(named);
+  }
+  EXPECT_THROW(members.slice({{"hosts", 1}, {"gpus", 1}}).call_one(&Member::twice, 1).get(),
+               SupervisionError);
+  EXPECT_EQ(members.slice("hosts", 0).call(&Member::twice, 3).get().values(),
+            (std::vector<int>{6, 6}));
+  procs.stop().get();
+}
+
+TEST(Hosts, AHostWhoseAgentDiesIsReportedAndNoCallHangs) {
+  Agent a(17078);
+  Agent b(17079);
+  ProcMesh procs = job::attach({a.address(), b.address()}).spawn_procs({{"gpus", 2}});
+  auto members = procs.spawn<Member>("stranded");
+  b.kill();  // SIGKILL: its workers die with it
+  ASSERT_TRUE(seen().wait_for([](Seen& s) { return failure_named(s, "stranded"); }))
+      << "no supervision event";
+  // Calls to the lost host's members fail; none hangs.
+  for (std::size_t g = 0; g < 2; ++g) {
+    EXPECT_ANY_THROW(members.slice({{"hosts", 1}, {"gpus", g}})
+                         .call_one(&Member::twice, 1)
+                         .get(std::chrono::seconds(30)));
+  }
+  EXPECT_EQ(members.slice("hosts", 0).call(&Member::twice, 4).get().values(),
+            (std::vector<int>{8, 8}));
+  procs.stop().get();
+}
+
+TEST(Hosts, AnAgentStopsTheProcsOfAControllerThatDied) {
+  Agent a(17080);
+  // A controller of its own, in a child process: it spawns procs on the agent, prints their
+  // pids, and is killed.
+  auto env = test::environment({"BATON_TEST_HOSTS_CONTROLLER="});
+  env.push_back("BATON_TEST_HOSTS_CONTROLLER=" + a.address());
+  const test::SelfChild controller = test::start_self("doomed-controller", env, STDOUT_FILENO);
+  FILE* from = ::fdopen(controller.from, "r");
+  char line[256] = {};
+  ASSERT_NE(std::fgets(line, sizeof line, from), nullptr) << "the controller said nothing";
+  std::fclose(from);
+  std::vector<int> pids;
+  {
+    std::istringstream in(line);
+    std::string word;
+    in >> word;
+    ASSERT_EQ(word, "pids");
+    int pid = 0;
+    while (in >> pid) pids.push_back(pid);
+  }
+  ASSERT_EQ(pids.size(), 2u);
+  ::kill(controller.pid, SIGKILL);
+  ::waitpid(controller.pid, nullptr, 0);
+  // The agent's link to it closes for good within LinkOptions::reconnect_for (10 s), and the
+  // agent stops its procs.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (int pid : pids) {
+    const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+    if (fd < 0) continue;  // gone already
+    pollfd p{fd, POLLIN, 0};
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    EXPECT_EQ(::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0))), 1)
+        << "worker " << pid << " outlived its controller by 60 s";
+    ::close(fd);
+  }
+}
+
+/// The controller that AnAgentStopsTheProcsOfAControllerThatDied kills.
+[[noreturn]] void run_doomed_controller(const char* agent) {
+  ProcMesh procs = job::attach({agent}).spawn_procs({{"gpus", 2}});
+  auto members = procs.spawn<Member>("orphans");
+  std::string line = "pids";
+  for (int pid : members.call(&Member::pid).get().values()) line += " " + std::to_string(pid);
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+  for (;;) ::pause();
+}
+
 }  // namespace
 }  // namespace baton
 
 int main(int argc, char** argv) {
   // The controller and its agents share the job's credentials (in a directory of the test's).
-  if (std::getenv("BATON_PROC") == nullptr) {
+  if (std::getenv("BATON_PROC") == nullptr && std::getenv("BATON_CREDENTIALS") == nullptr) {
     static baton::TempDir dir;
     baton::credentials() = dir.path / "credentials";
     baton::internal::make_credentials(baton::credentials());
     ::setenv("BATON_CREDENTIALS", baton::credentials().c_str(), 1);
+  } else if (const char* c = std::getenv("BATON_CREDENTIALS")) {
+    baton::credentials() = c;  // a controller this test started: its parent's job
   }
-  baton::Runtime rt(argc, argv);  // a worker serves here and never returns
+  baton::RuntimeOptions options;
+  options.output.sink = [](const baton::OutputLine& line) {
+    std::lock_guard lock(baton::seen().mu);
+    baton::seen().lines.push_back(line);
+    baton::seen().cv.notify_all();
+  };
+  options.supervise = [](const baton::MeshFailure& f) {
+    std::lock_guard lock(baton::seen().mu);
+    baton::seen().failures.push_back(f);
+    baton::seen().cv.notify_all();
+    return true;
+  };
+  baton::Runtime rt(argc, argv, options);  // a worker serves here and never returns
+  if (const char* agent = std::getenv("BATON_TEST_HOSTS_CONTROLLER")) {
+    baton::run_doomed_controller(agent);
+  }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }
