@@ -43,6 +43,7 @@ struct Route {
   std::weak_ptr<ProcState> local;  // the proc that owns the link and its reply ports
   std::shared_ptr<net::Link> link;
   std::vector<std::uint64_t> pending;  // reply ports of calls still waiting over this link
+  bool accepted = false;               // the peer dialled it
 };
 
 /// The node's router: everything this process knows of procs in other processes.
@@ -65,9 +66,12 @@ class RemoteRouter final : public Router {
                    const std::string& reason);
   /// A reply arrived from `peer` on `port`: the call no longer waits on that link.
   void reply_arrived(const std::string& peer, std::uint64_t port);
-  /// A new link's hello named its peer.
+  /// A new link to `peer`. A link the peer dialled first stays the route (one sending link per
+  /// peer keeps FIFO), except that a link the peer dials again after the one it dialled before
+  /// (a new session: it gave the old one up, as after a network cut) replaces that one, whose
+  /// waiting calls fail as lost.
   void add_route(const std::string& peer, const std::shared_ptr<ProcState>& local,
-                 const std::shared_ptr<net::Link>& link);
+                 const std::shared_ptr<net::Link>& link, bool accepted);
   std::optional<std::string> failure_of(const std::string& proc);
   void mark_failed(const std::string& proc, const std::string& report);
   std::optional<std::string> probe(const std::string& peer);

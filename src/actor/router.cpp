@@ -24,7 +24,7 @@ net::LinkHandler link_handler(RemoteRouter* router, const std::weak_ptr<ProcStat
                                 return;
                               }
                               *peer = env.sender.proc.name;
-                              router->add_route(*peer, local, l);
+                              router->add_route(*peer, local, l, true);
                               return;
                             }
                             deliver_envelope(local, l, std::move(env));
@@ -61,10 +61,32 @@ RemoteRouter* router_here() {
 }
 
 void RemoteRouter::add_route(const std::string& peer, const std::shared_ptr<ProcState>& local,
-                             const std::shared_ptr<net::Link>& link) {
-  std::lock_guard lock(routes_mu);
-  routes.try_emplace(peer, Route{local, link, {}});
-  linked.notify_all();
+                             const std::shared_ptr<net::Link>& link, bool accepted) {
+  Route old;
+  {
+    std::lock_guard lock(routes_mu);
+    auto [it, fresh] = routes.try_emplace(peer, Route{local, link, {}, accepted});
+    if (!fresh && accepted && it->second.accepted && it->second.link != link) {
+      old = std::exchange(it->second, Route{local, link, {}, accepted});
+    }
+    linked.notify_all();
+  }
+  if (!old.link) return;
+  old.link->close("proc " + peer + " connected again: this connection is replaced");
+  if (auto owner = old.local.lock()) {
+    for (std::uint64_t port : old.pending) {
+      PortSinkPtr sink;
+      {
+        std::lock_guard lock(owner->mu);
+        auto p = owner->ports.find(port);
+        if (p == owner->ports.end()) continue;
+        sink = p->second;
+        owner->ports.erase(p);
+      }
+      sink->link_lost("link to proc " + peer +
+                      " replaced by a new connection before the reply came");
+    }
+  }
 }
 
 void RemoteRouter::reply_arrived(const std::string& peer, std::uint64_t port) {
@@ -442,7 +464,7 @@ void connect_state(const std::shared_ptr<ProcState>& state, const ProcId& peer,
   auto link = net::Link::connect(io, address, std::move(relay), state->options.link);
   *holder = link;
   // A link the peer dialled first stays the route: one sending link per peer keeps FIFO.
-  router->add_route(peer.name, state, link);
+  router->add_route(peer.name, state, link, false);
   {
     std::lock_guard lock(router->addresses_mu);
     if (router->home_proc.expired()) router->home_proc = state;

@@ -63,6 +63,8 @@ Task<int> HostAgent::stop_procs(std::uint64_t group, std::int64_t grace_ms) {
   auto stopped = g.procs.stop(std::chrono::milliseconds(grace_ms));
   co_await stopped;
   forget_output(g.mesh);
+  // The group's last handle goes on the thread that completed its stop, not on this actor.
+  stopped.state()->on_ready([keep = std::move(g.procs)] {});
   co_return 0;
 }
 
@@ -74,7 +76,10 @@ void HostAgent::controller_lost(std::string peer) {
     }
     detail::log_warn("controller {} is gone: stopping the procs of {} it started here", peer,
                      it->second.mesh);
-    (void)it->second.procs.stop();
+    // The group's last handle goes once the stop is over, on the thread that ends it: dropped
+    // here it would wait for the stop on this actor.
+    auto stopped = it->second.procs.stop();
+    stopped.state()->on_ready([keep = std::move(it->second.procs)] {});
     forget_output(it->second.mesh);
     it = groups_.erase(it);
   }

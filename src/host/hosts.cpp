@@ -238,6 +238,7 @@ HostMesh attach_hosts(const std::vector<std::string>& addresses) {
       throw UsageError("attach: host address " + text + " is not TCP (host:port)");
     }
     RemoteHost h{a, ProcId{agent_name(a)}};
+    detail::remember_address(h.agent, a.to_string());  // to dial it again after a cut
     st.proc->connect(h.agent, a, [&st, h](const std::string& why) { host_lost(st, h, why); });
     hosts->hosts.push_back(std::move(h));
   }
@@ -306,6 +307,7 @@ Future<ProcMesh> HostMesh::spawn_procs_async(
       if (!state->error()) {
         const auto& got = state->value();
         for (std::size_t h = 0; h < got.size(); ++h) {
+          hosts->hosts[h].lost->store(false);  // it answered: back, if it was cut off
           RemoteGroup::Part part{hosts->hosts[h], got[h].group, {}};
           for (std::size_t k = 0; k < got[h].names.size(); ++k) {
             part.procs.push_back(ProcId{got[h].names[k]});

@@ -21,108 +21,17 @@
 #include <string>
 #include <vector>
 
-#include "baton/baton.hpp"
-#include "baton/launch/job.hpp"
-#include "host/runtime_impl.hpp"
-#include "host/self_spawn.test.hpp"
+#include "host/hosts.test.hpp"
 
 namespace baton {
 namespace {
 
+using test::Agent;
+using test::failure_named;
+using test::Member;
+using test::seen;
+using test::Seen;
 using ::testing::HasSubstr;
-
-/// A temporary directory, removed with everything in it.
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    std::string t = (std::filesystem::temp_directory_path() / "baton-hosts-XXXXXX").string();
-    if (::mkdtemp(t.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path = t;
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-};
-
-/// The job's credentials, shared by this controller and its agents (set in main()).
-std::filesystem::path& credentials() {
-  static std::filesystem::path p;
-  return p;
-}
-
-/// One baton-host process, stopped with SIGKILL when the test is done with it.
-class Agent {
- public:
-  explicit Agent(int port) {
-    auto env = test::environment({"BATON_"});
-    env.push_back("BATON_CREDENTIALS=" + credentials().string());
-    child_ = test::start_self_as(BATON_HOST_BIN, "baton-host",
-                                 {"--advertise", "127.0.0.1", "--port", std::to_string(port)},
-                                 std::move(env), STDOUT_FILENO);
-    out_ = ::fdopen(child_.from, "r");
-    char line[256] = {};
-    if (std::fgets(line, sizeof line, out_) == nullptr) {
-      throw std::runtime_error("baton-host on port " + std::to_string(port) + " said nothing");
-    }
-    said_ = line;
-    address_ = "127.0.0.1:" + std::to_string(port);
-  }
-  ~Agent() { end(); }
-  const std::string& address() const { return address_; }
-  const std::string& said() const { return said_; }
-  pid_t pid() const { return child_.pid; }
-  /// SIGKILL: the agent dies at once, its workers with it.
-  void kill() { end(SIGKILL); }
-  /// SIGTERM: the agent stops its procs in order and exits.
-  void end(int sig = SIGTERM) {
-    if (child_.pid > 0) {
-      ::kill(child_.pid, sig);
-      ::waitpid(child_.pid, nullptr, 0);
-      child_.pid = -1;
-    }
-    if (out_ != nullptr) std::fclose(out_);
-    out_ = nullptr;
-  }
-
- private:
-  test::SelfChild child_;
-  FILE* out_ = nullptr;
-  std::string said_;
-  std::string address_;
-};
-
-/// What the controller's hooks saw: worker lines and failures nobody below handled.
-struct Seen {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<OutputLine> lines;
-  std::vector<MeshFailure> failures;
-
-  /// Waits (up to `limit`) until `pred` holds over what was seen; returns whether it did.
-  template <class P>
-  bool wait_for(P pred, std::chrono::seconds limit = std::chrono::seconds(30)) {
-    std::unique_lock lock(mu);
-    return cv.wait_for(lock, limit, [&] { return pred(*this); });
-  }
-};
-Seen& seen() {
-  static Seen s;
-  return s;
-}
-
-class Member : public Actor {
- public:
-  std::string where() { return id().proc.name + " " + context().point.to_string(); }
-  int pid() { return static_cast<int>(::getpid()); }
-  int twice(int x) { return 2 * x; }
-  /// Calls another member, on whichever host it is.
-  Task<int> ask(ActorRef<Member> other, int x) { co_return co_await other.call(&Member::twice, x); }
-  int say(std::string text) {
-    std::printf("%s\n", text.c_str());
-    std::fflush(stdout);
-    return 0;
-  }
-  static constexpr auto endpoints =
-      baton::endpoints<&Member::where, &Member::pid, &Member::twice, &Member::ask, &Member::say>();
-};
 
 TEST(Hosts, AnAgentSaysWhoItIsAndWhereItServes) {
   Agent a(17071);
@@ -174,14 +83,6 @@ TEST(Hosts, AWorkersLinesReachTheControllerNamingItsHost) {
     }
   }
   procs.stop().get();
-}
-
-/// Whether a failure reported to the controller names `what`.
-bool failure_named(Seen& s, const std::string& what) {
-  for (const auto& f : s.failures) {
-    if (f.to_string().find(what) != std::string::npos) return true;
-  }
-  return false;
 }
 
 TEST(Hosts, AWorkerKilledOnAnotherHostIsReportedAndItsCallsFail) {
@@ -269,7 +170,7 @@ TEST(Hosts, AnAgentStopsTheProcsOfAControllerThatDied) {
 }
 
 /// The controller that AnAgentStopsTheProcsOfAControllerThatDied kills.
-[[noreturn]] void run_doomed_controller(const char* agent) {
+void run_doomed_controller(const char* agent) {
   ProcMesh procs = job::attach({agent}).spawn_procs({{"gpus", 2}});
   auto members = procs.spawn<Member>("orphans");
   std::string line = "pids";
@@ -283,31 +184,9 @@ TEST(Hosts, AnAgentStopsTheProcsOfAControllerThatDied) {
 }  // namespace baton
 
 int main(int argc, char** argv) {
-  // The controller and its agents share the job's credentials (in a directory of the test's).
-  if (std::getenv("BATON_PROC") == nullptr && std::getenv("BATON_CREDENTIALS") == nullptr) {
-    static baton::TempDir dir;
-    baton::credentials() = dir.path / "credentials";
-    baton::internal::make_credentials(baton::credentials());
-    ::setenv("BATON_CREDENTIALS", baton::credentials().c_str(), 1);
-  } else if (const char* c = std::getenv("BATON_CREDENTIALS")) {
-    baton::credentials() = c;  // a controller this test started: its parent's job
-  }
-  baton::RuntimeOptions options;
-  options.output.sink = [](const baton::OutputLine& line) {
-    std::lock_guard lock(baton::seen().mu);
-    baton::seen().lines.push_back(line);
-    baton::seen().cv.notify_all();
-  };
-  options.supervise = [](const baton::MeshFailure& f) {
-    std::lock_guard lock(baton::seen().mu);
-    baton::seen().failures.push_back(f);
-    baton::seen().cv.notify_all();
-    return true;
-  };
-  baton::Runtime rt(argc, argv, options);  // a worker serves here and never returns
   if (const char* agent = std::getenv("BATON_TEST_HOSTS_CONTROLLER")) {
-    baton::run_doomed_controller(agent);
+    return baton::test::run_hosts_test(argc, argv,
+                                       [agent] { baton::run_doomed_controller(agent); });
   }
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
+  return baton::test::run_hosts_test(argc, argv);
 }

@@ -73,8 +73,18 @@ void StreamLink::reconnect(const Protocol::endpoint& ep, std::uint64_t epoch) {
   asio::error_code opened;
   socket->open(ep.protocol(), opened);
   if (!opened) internal::close_on_exec(socket->native_handle());
+  // A host that went silent drops the connection's SYNs, and the kernel would keep retrying for
+  // minutes: the attempt ends with the repair's deadline.
+  auto give_up = std::make_shared<asio::steady_timer>(strand_, repair_deadline_);
+  give_up->async_wait(asio::bind_executor(strand_, [socket](asio::error_code ec) {
+    if (ec) return;  // connected (or failed) first
+    asio::error_code ignored;
+    socket->close(ignored);
+  }));
   socket->async_connect(
-      ep, asio::bind_executor(strand_, [self = shared(), socket, epoch](asio::error_code ec) {
+      ep,
+      asio::bind_executor(strand_, [self = shared(), socket, epoch, give_up](asio::error_code ec) {
+        give_up->cancel();
         if (epoch != self->epoch_ || self->closed()) return;
         if (ec == asio::error::connection_refused || ec == std::errc::no_such_file_or_directory) {
           // Nobody listens there any more: the peer's process is gone, not just the path.

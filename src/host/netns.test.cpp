@@ -1,0 +1,265 @@
+// Hosts with addresses of their own: network namespaces on this machine joined by a bridge,
+// each running a baton-host, as separate hosts on one network would. Needs root (CI runs as
+// root); a machine where the namespaces cannot be made fails this test, saying why.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "host/hosts.test.hpp"
+
+namespace baton {
+namespace {
+
+using test::Agent;
+using test::failure_named;
+using test::seen;
+using test::Seen;
+using ::testing::HasSubstr;
+
+/// Runs `ip args...`; throws with what it printed if it fails.
+void ip(const std::vector<std::string>& args) {
+  const auto run = [&] {
+    auto child =
+        test::start_self_as(test::ip_program(), "ip", args, test::environment(), STDERR_FILENO);
+    std::string err = test::read_to_end(child.from);
+    int status = 0;
+    ::waitpid(child.pid, &status, 0);
+    return std::make_pair(status, err);
+  };
+  auto [status, err] = run();
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::string cmd = "ip";
+    for (const auto& a : args) cmd += " " + a;
+    throw std::runtime_error("`" + cmd + "` failed: " + err);
+  }
+}
+
+/// N hosts: network namespaces, each with one end of a veth pair whose other end is on a bridge
+/// in this namespace, where the controller is. All of it is removed with the object.
+class NetHosts {
+ public:
+  explicit NetHosts(std::size_t n) {
+    // Names and a subnet of this process's own, new for each set (a namespace's interfaces
+    // may outlive it for a moment in the kernel).
+    static int sets = 0;
+    const int id = static_cast<int>(::getpid() % 100000);
+    const int set = sets++;
+    tag_ = "bt" + std::to_string(id) + "s" + std::to_string(set);
+    subnet_ = "10." + std::to_string(77 + set % 100) + "." + std::to_string(id % 250) + ".";
+    bridge_ = tag_ + "br";
+    try {
+      ip({"link", "add", bridge_, "type", "bridge"});
+      made_bridge_ = true;
+      ip({"addr", "add", subnet_ + "1/24", "dev", bridge_});
+      ip({"link", "set", bridge_, "up"});
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::string ns = tag_ + "h" + std::to_string(i);
+        ip({"netns", "add", ns});
+        namespaces_.push_back(ns);
+        const std::string outside = tag_ + "v" + std::to_string(i);
+        ip({"link", "add", outside, "type", "veth", "peer", "name", inside(i)});
+        ip({"link", "set", inside(i), "netns", ns});
+        ip({"link", "set", outside, "master", bridge_});
+        ip({"link", "set", outside, "up"});
+        ip({"netns", "exec", ns, "ip", "addr", "add", address(i) + "/24", "dev", inside(i)});
+        ip({"netns", "exec", ns, "ip", "link", "set", inside(i), "up"});
+        ip({"netns", "exec", ns, "ip", "link", "set", "lo", "up"});
+      }
+    } catch (...) {
+      cleanup();
+      throw;
+    }
+  }
+  ~NetHosts() { cleanup(); }
+  NetHosts(const NetHosts&) = delete;
+  NetHosts& operator=(const NetHosts&) = delete;
+
+  const std::string& ns(std::size_t i) const { return namespaces_.at(i); }
+  std::string address(std::size_t i) const { return subnet_ + std::to_string(10 + i); }
+  /// Cuts host i off the network (its end of the link goes down), or brings it back.
+  void set_link(std::size_t i, bool up) {
+    ip({"netns", "exec", ns(i), "ip", "link", "set", inside(i), up ? "up" : "down"});
+  }
+
+ private:
+  std::string inside(std::size_t i) const { return tag_ + "p" + std::to_string(i); }
+  void cleanup() {
+    for (std::size_t i = 0; i < namespaces_.size(); ++i) {
+      try {
+        ip({"link", "del", tag_ + "v" + std::to_string(i)});  // both ends of the pair, now
+      } catch (const std::exception&) {
+        // Not made yet.
+      }
+      try {
+        ip({"netns", "del", namespaces_[i]});
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "cleanup: %s\n", e.what());
+      }
+    }
+    namespaces_.clear();
+    if (made_bridge_) {
+      try {
+        ip({"link", "del", bridge_});
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "cleanup: %s\n", e.what());
+      }
+      made_bridge_ = false;
+    }
+  }
+
+  std::string tag_;
+  std::string subnet_;
+  std::string bridge_;
+  bool made_bridge_ = false;
+  std::vector<std::string> namespaces_;
+};
+
+/// A member that also serves and fetches memory.
+class Node : public Actor {
+ public:
+  std::string address() { return detail::address_text(id().proc); }
+  int twice(int x) { return 2 * x; }
+  int add(int x) { return total_ += x; }
+  int pid() { return static_cast<int>(::getpid()); }
+  /// Registers `n` bytes of a pattern made from `seed` for others to read.
+  RdmaBuffer publish(std::size_t n, int seed) {
+    data_.resize(n);
+    for (std::size_t i = 0; i < n; ++i) data_[i] = static_cast<char>((i * 131 + seed) & 0xff);
+    buffer_ = RdmaBuffer::register_memory(data_.data(), data_.size());
+    return buffer_;
+  }
+  /// Reads `buf` and checks every byte against the pattern; returns the backend it used.
+  Task<std::string> fetch(RdmaBuffer buf, std::size_t n, int seed) {
+    std::vector<char> got(n);
+    auto read = buf.read_into(got.data(), n);
+    co_await read;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (got[i] != static_cast<char>((i * 131 + seed) & 0xff)) {
+        throw std::runtime_error("byte " + std::to_string(i) + " differs");
+      }
+    }
+    co_return std::string(to_string(rdma_backend(buf, got.data())));
+  }
+  static constexpr auto endpoints = baton::endpoints<&Node::address, &Node::twice, &Node::add,
+                                                     &Node::pid, &Node::publish, &Node::fetch>();
+
+ private:
+  int total_ = 0;
+  std::vector<char> data_;
+  RdmaBuffer buffer_;
+};
+
+/// The namespaces and an agent in each; fails the test, saying why, if they cannot be made.
+struct Cluster {
+  std::unique_ptr<NetHosts> net;
+  std::vector<std::unique_ptr<Agent>> agents;
+  std::vector<std::string> addresses;
+};
+
+std::unique_ptr<Cluster> make_cluster(std::size_t n) {
+  auto c = std::make_unique<Cluster>();
+  try {
+    c->net = std::make_unique<NetHosts>(n);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "cannot make network namespaces (this test needs root and iproute2): "
+                  << e.what();
+    return nullptr;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    c->agents.push_back(std::make_unique<Agent>(7070, c->net->address(i), c->net->ns(i)));
+    c->addresses.push_back(c->agents.back()->address());
+  }
+  return c;
+}
+
+TEST(NetHosts, ThreeHostsRunOneMeshThatAnswersEveryVerbAndMovesMemoryBetweenThem) {
+  auto cluster = make_cluster(3);
+  ASSERT_TRUE(cluster);
+  HostMesh hosts = job::attach(cluster->addresses);
+  ProcMesh procs = hosts.spawn_procs({{"gpus", 2}});
+  ASSERT_EQ(procs.shape(), Shape::of({{"hosts", 3}, {"gpus", 2}}));
+  auto nodes = procs.spawn<Node>("nodes");
+  // Each member serves on its own host's address.
+  const auto where = nodes.call(&Node::address).get();
+  for (std::size_t r = 0; r < where.size(); ++r) {
+    EXPECT_THAT(where[r], HasSubstr("tcp://" + cluster->net->address(r / 2) + ":")) << r;
+  }
+  // call, call_one, choose, broadcast, reduce, stream, slices.
+  EXPECT_EQ(nodes.call(&Node::twice, 4).get().values(), std::vector<int>(6, 8));
+  EXPECT_EQ(nodes.slice({{"hosts", 2}, {"gpus", 1}}).call_one(&Node::twice, 5).get(), 10);
+  EXPECT_EQ(nodes.choose(&Node::twice, 6).get(), 12);
+  nodes.slice("hosts", 1).broadcast(&Node::add, 7);
+  EXPECT_EQ(nodes.call(&Node::add, 0).get().values(), (std::vector<int>{0, 0, 7, 7, 0, 0}));
+  EXPECT_EQ(nodes.reduce(baton::sum, &Node::twice, 1).get(), 12);
+  auto stream = nodes.slice("gpus", 0).stream(&Node::twice, 2);
+  int replies = 0;
+  while (auto item = stream.next()) {
+    EXPECT_EQ(item->second, 4);
+    ++replies;
+  }
+  EXPECT_EQ(replies, 3);
+  // An RdmaBuffer on host 0 read byte for byte by a member on host 2.
+  constexpr std::size_t kBytes = std::size_t{4} << 20;
+  RdmaBuffer buf =
+      nodes.slice({{"hosts", 0}, {"gpus", 0}}).call_one(&Node::publish, kBytes, 9).get();
+  const std::string backend =
+      nodes.slice({{"hosts", 2}, {"gpus", 1}}).call_one(&Node::fetch, buf, kBytes, 9).get();
+  std::printf("cross-host RdmaBuffer read of %zu bytes over %s\n", kBytes, backend.c_str());
+  EXPECT_NE(backend, "local");
+  procs.stop().get();
+}
+
+TEST(NetHosts, AHostCutOffIsReportedWithinTheHeartbeatBoundAndCanBeUsedOnceBack) {
+  auto cluster = make_cluster(2);
+  ASSERT_TRUE(cluster);
+  HostMesh hosts = job::attach(cluster->addresses);
+  ProcMesh procs = hosts.spawn_procs({{"gpus", 1}});
+  auto nodes = procs.spawn<Node>("cut");
+  EXPECT_EQ(nodes.call(&Node::twice, 1).get().values(), (std::vector<int>{2, 2}));
+  cluster->net->set_link(1, false);
+  const auto t0 = std::chrono::steady_clock::now();
+  // Detected by heartbeats (dead_after + reconnect_for: 3 s + 3 s here), reported naming the
+  // host; a call to its member fails rather than hang.
+  ASSERT_TRUE(seen().wait_for([&](Seen& s) { return failure_named(s, cluster->net->address(1)); },
+                              std::chrono::seconds(60)))
+      << "the cut host was never reported";
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("a host cut off was reported after %.1f s\n", secs);
+  EXPECT_ANY_THROW(nodes.slice("hosts", 1).call_one(&Node::twice, 1).get(std::chrono::seconds(60)));
+  EXPECT_EQ(nodes.slice("hosts", 0).call_one(&Node::twice, 2).get(), 4);
+  // Back on the network, the host takes a new mesh.
+  cluster->net->set_link(1, true);
+  ProcMesh again = hosts.spawn_procs({{"gpus", 1}});
+  auto fresh = again.spawn<Node>("fresh");
+  EXPECT_EQ(fresh.call(&Node::twice, 3).get().values(), (std::vector<int>{6, 6}));
+  again.stop().get();
+  procs.stop().get();
+}
+
+TEST(NetHosts, AHostWhoseAgentAndProcsAreKilledIsReportedByName) {
+  auto cluster = make_cluster(3);
+  ASSERT_TRUE(cluster);
+  ProcMesh procs = job::attach(cluster->addresses).spawn_procs({{"gpus", 1}});
+  auto nodes = procs.spawn<Node>("doomed");
+  cluster->agents[2]->kill();  // its workers die with it
+  ASSERT_TRUE(seen().wait_for([&](Seen& s) { return failure_named(s, "doomed"); }));
+  EXPECT_ANY_THROW(nodes.slice("hosts", 2).call_one(&Node::twice, 1).get(std::chrono::seconds(60)));
+  EXPECT_EQ(nodes.slice("hosts", 0, 2).call(&Node::twice, 1).get().values(),
+            (std::vector<int>{2, 2}));
+  procs.stop().get();
+}
+
+}  // namespace
+}  // namespace baton
+
+int main(int argc, char** argv) {
+  return baton::test::run_hosts_test(argc, argv);
+}
