@@ -2,6 +2,8 @@
 // controller on another, and tells that controller what they print and how they end.
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "actor/cell.hpp"
 #include "host/hosts.hpp"
 #include "log/log.hpp"
@@ -10,7 +12,8 @@
 namespace baton {
 namespace internal {
 
-HostAgent::HostAgent(std::string serve_host) : serve_host_(std::move(serve_host)) {
+HostAgent::HostAgent(std::string serve_host, std::string cache_dir)
+    : serve_host_(std::move(serve_host)), cache_(std::make_unique<FileCache>(cache_dir)) {
   // A controller that goes away takes the procs it asked for with it.
   RuntimeState& st = RuntimeAccess::state(Runtime::get());
   std::lock_guard lock(st.mu);
@@ -25,20 +28,50 @@ std::string HostAgent::hello() {
   return id().proc.name + " on " + host;
 }
 
+Task<std::string> HostAgent::program(const HostSpawn& spec) {
+  // The largest piece of a program one message carries.
+  constexpr std::uint64_t kChunk = std::uint64_t{16} << 20;
+  std::string why;
+  if (auto path = cache_->find(spec.executable_hash, why)) co_return path->string();
+  if (!is_sha256(spec.executable_hash)) {
+    detail::log_warn("refused a spawn of {}: {}", spec.executable, why);
+    throw std::runtime_error("host " + id().proc.name + " refuses to run " + spec.executable +
+                             ": " + why);
+  }
+  detail::log_info("fetching {} ({} bytes) from {}: {}", spec.executable, spec.executable_size,
+                   spec.client.proc.name, why);
+  const ActorRef<HostClient> client(spec.client);
+  std::string bytes;
+  bytes.reserve(spec.executable_size);
+  while (bytes.size() < spec.executable_size) {
+    const std::uint64_t n = std::min<std::uint64_t>(kChunk, spec.executable_size - bytes.size());
+    auto chunk = client.call(&HostClient::read_chunk, spec.executable_hash,
+                             static_cast<std::uint64_t>(bytes.size()), n);
+    const Bytes got = co_await chunk;
+    if (got.size() == 0) break;
+    bytes.append(reinterpret_cast<const char*>(got.data()), got.size());
+  }
+  bytes_fetched_ += bytes.size();
+  try {
+    co_return cache_->add(spec.executable_hash, bytes).string();
+  } catch (const std::exception& e) {
+    detail::log_warn("refused {} from {}: {}", spec.executable, spec.client.proc.name, e.what());
+    throw;
+  }
+}
+
 Task<HostProcs> HostAgent::spawn_procs(HostSpawn spec) {
   RuntimeState& st = RuntimeAccess::state(Runtime::get());
+  auto fetched = program(spec);
+  const std::string path = co_await std::move(fetched);
   LaunchSpec launch;
   launch.mesh = spec.mesh;
-  launch.executable = spec.executable;
+  launch.executable = path;
   launch.args = spec.args;
   launch.env = spec.env;
   launch.serve_host = serve_host_;
   launch.owner = spec.client;
   launch.report_to = spec.client;
-  if (::access(spec.executable.c_str(), X_OK) != 0) {
-    throw std::runtime_error("host " + id().proc.name + " cannot run " + spec.executable +
-                             ": it is not an executable file there");
-  }
   {
     std::lock_guard lock(st.mu);
     st.output_to[spec.mesh] = spec.client;

@@ -2,10 +2,12 @@
 // side: spawning proc meshes across hosts, stopping them, and hearing from the agents.
 #include "host/hosts.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cctype>
 #include <climits>
+#include <filesystem>
 
 #include "actor/cell.hpp"
 #include "log/log.hpp"
@@ -116,11 +118,25 @@ std::vector<std::string> worker_environment() {
   return env;
 }
 
-std::string executable_path() {
+/// This program, as it ships to the hosts that lack it (hashed once).
+RuntimeState::Program program_of(RuntimeState& st) {
+  {
+    std::lock_guard lock(st.mu);
+    if (st.program) return *st.program;
+  }
   char buf[PATH_MAX];
   const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
   if (n <= 0) throw std::runtime_error("cannot read /proc/self/exe");
-  return std::string(buf, static_cast<std::size_t>(n));
+  RuntimeState::Program p;
+  p.path.assign(buf, static_cast<std::size_t>(n));
+  // Hashed through /proc/self/exe: the bytes running, even if the file was replaced since.
+  auto hash = sha256_file("/proc/self/exe");
+  if (!hash) throw std::runtime_error("cannot read this program (" + p.path + ") to ship it");
+  p.hash = *hash;
+  p.size = std::filesystem::file_size("/proc/self/exe");
+  std::lock_guard lock(st.mu);
+  if (!st.program) st.program = p;
+  return *st.program;
 }
 
 }  // namespace
@@ -204,7 +220,35 @@ void HostClient::exited(std::string name, std::string report) {
 }
 
 void HostClient::output(OutputLine line) {
+  // "procs1.h2" is the part of proc mesh procs1 on host 2: "[procs1 hosts=2 0-3] ..."
+  const auto dot = line.mesh.rfind(".h");
+  if (dot != std::string::npos && dot + 2 < line.mesh.size()) {
+    line.mesh = line.mesh.substr(0, dot) + " hosts=" + line.mesh.substr(dot + 2);
+  }
   HostsAccess::state().output->emit(line);
+}
+
+Bytes HostClient::read_chunk(std::string hash, std::uint64_t offset, std::uint64_t size) {
+  const RuntimeState::Program program = program_of(HostsAccess::state());
+  if (hash != program.hash) {
+    throw std::runtime_error("this controller ships only its own program (" + program.hash +
+                             "), not " + hash.substr(0, 80));
+  }
+  if (offset > program.size) throw std::runtime_error("read past the end of the program");
+  size = std::min<std::uint64_t>(size, program.size - offset);
+  std::string bytes(size, '\0');
+  const int fd = ::open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error("cannot read this program to ship it");
+  std::size_t done = 0;
+  while (done < size) {
+    const ssize_t n =
+        ::pread(fd, bytes.data() + done, size - done, static_cast<off_t>(offset + done));
+    if (n <= 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  bytes.resize(done);
+  return Bytes::adopt(std::move(bytes));
 }
 
 /// A host's agent is gone or cannot be reached: each proc of ours there is lost with it.
@@ -290,12 +334,19 @@ Future<ProcMesh> HostMesh::spawn_procs_async(
     }
     const ActorId client = host_client(st);
     const ActorId owner = detail::current_owner();
-    const std::string exe = executable_path();
+    const RuntimeState::Program program = program_of(st);
     const std::vector<std::string> args(st.argv.begin() + (st.argv.empty() ? 0 : 1), st.argv.end());
     const auto env = worker_environment();
     std::vector<Future<HostProcs>> started;
     for (std::size_t h = 0; h < hosts_->hosts.size(); ++h) {
-      HostSpawn spec{mesh + ".h" + std::to_string(h), dims, exe, args, env, client};
+      HostSpawn spec{mesh + ".h" + std::to_string(h),
+                     dims,
+                     program.path,
+                     program.hash,
+                     program.size,
+                     args,
+                     env,
+                     client};
       started.push_back(agent_ref(hosts_->hosts[h]).call(&HostAgent::spawn_procs, spec));
     }
     auto result = std::make_shared<detail::State<ProcMesh>>();

@@ -14,11 +14,13 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "baton/baton.hpp"
+#include "host/files.hpp"
 
 namespace baton {
 namespace internal {
@@ -27,14 +29,16 @@ namespace internal {
 struct HostSpawn {
   std::string mesh;  // the procs are named mesh.0, mesh.1, ...
   std::vector<std::pair<std::string, std::size_t>> dims;
-  std::string executable;         // a path on the agent's host
-  std::vector<std::string> args;  // argv[1..]
-  std::vector<std::string> env;   // the controller's environment, less its bootstrap
-  ActorId client;                 // the controller's HostClient
+  std::string executable;             // the controller's program: where it is there (for reports)
+  std::string executable_hash;        // the SHA-256 of its bytes: the agent runs its own copy,
+  std::uint64_t executable_size = 0;  // fetched from `client` if it has none that checks out
+  std::vector<std::string> args;      // argv[1..]
+  std::vector<std::string> env;       // the controller's environment, less its bootstrap
+  ActorId client;                     // the controller's HostClient
 
   template <class Ar>
   void serialize(Ar& ar) {
-    ar(mesh, dims, executable, args, env, client);
+    ar(mesh, dims, executable, executable_hash, executable_size, args, env, client);
   }
 };
 
@@ -53,8 +57,9 @@ struct HostProcs {
 /// The agent's actor (named "host" in the agent's proc).
 class HostAgent : public Actor {
  public:
-  /// `serve_host`: the address its workers listen on, the one the agent advertises.
-  explicit HostAgent(std::string serve_host);
+  /// `serve_host`: the address its workers listen on, the one the agent advertises;
+  /// `cache_dir`: where it keeps the programs controllers ship it, by hash.
+  HostAgent(std::string serve_host, std::string cache_dir);
 
   /// Who this agent is: its proc's name and its host's name.
   std::string hello();
@@ -64,10 +69,12 @@ class HostAgent : public Actor {
   Task<int> stop_procs(std::uint64_t group, std::int64_t grace_ms);
   /// The link to the proc `peer` closed for good: the procs it asked for are stopped.
   void controller_lost(std::string peer);
+  /// Bytes of programs fetched from controllers so far (a cached program moves none).
+  std::uint64_t bytes_fetched() { return bytes_fetched_; }
 
   static constexpr auto endpoints =
       baton::endpoints<&HostAgent::hello, &HostAgent::spawn_procs, &HostAgent::stop_procs,
-                       &HostAgent::controller_lost>();
+                       &HostAgent::controller_lost, &HostAgent::bytes_fetched>();
 
  private:
   struct Group {
@@ -77,7 +84,12 @@ class HostAgent : public Actor {
   };
   void forget_output(const std::string& mesh);
 
+  /// The program `spec` names, from the cache, fetched from its client first if need be.
+  Task<std::string> program(const HostSpawn& spec);
+
   std::string serve_host_;
+  std::unique_ptr<FileCache> cache_;
+  std::uint64_t bytes_fetched_ = 0;
   std::uint64_t next_group_ = 1;
   std::map<std::uint64_t, Group> groups_;
 };
@@ -89,8 +101,12 @@ class HostClient : public Actor {
   void exited(std::string name, std::string report);
   /// A line (or the same line from several ranks) a worker on another host printed.
   void output(OutputLine line);
+  /// Up to `size` bytes at `offset` of this controller's program, if `hash` is its hash (the
+  /// only file it ships).
+  Bytes read_chunk(std::string hash, std::uint64_t offset, std::uint64_t size);
 
-  static constexpr auto endpoints = baton::endpoints<&HostClient::exited, &HostClient::output>();
+  static constexpr auto endpoints =
+      baton::endpoints<&HostClient::exited, &HostClient::output, &HostClient::read_chunk>();
 };
 
 /// The proc name of the agent that advertises `address` ("host-10.0.0.2-7000").

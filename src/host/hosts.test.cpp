@@ -2,10 +2,13 @@
 // own on this machine, at its own port; the network-namespace test gives each its own address.
 // This binary is the controller and its own worker.
 
+#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -62,6 +65,102 @@ TEST(Hosts, ProcsOnTwoHostsAreOneMeshThatAnswersEveryVerb) {
   procs.stop().get();
 }
 
+TEST(Hosts, AHostGetsTheProgramOnceAndNeverRunsACorruptedCopy) {
+  Agent a(17081);
+  HostMesh hosts = job::attach({a.address()});
+  const auto size = std::filesystem::file_size("/proc/self/exe");
+  const auto fetched = [&] { return a.ref().call(&internal::HostAgent::bytes_fetched).get(); };
+  EXPECT_EQ(fetched(), 0u);
+  // An empty cache: the program travels.
+  ProcMesh first = hosts.spawn_procs({{"gpus", 1}});
+  EXPECT_EQ(first.spawn<Member>("first").call(&Member::twice, 1).get().values(),
+            std::vector<int>{2});
+  EXPECT_EQ(fetched(), size);
+  const auto hash = internal::sha256_file("/proc/self/exe");
+  ASSERT_TRUE(hash);
+  const auto cached = a.cache_dir() / *hash;
+  EXPECT_EQ(internal::sha256_file(cached), hash);
+  // The same bytes cached: nothing moves.
+  ProcMesh second = hosts.spawn_procs({{"gpus", 1}});
+  EXPECT_EQ(second.spawn<Member>("second").call(&Member::twice, 2).get().values(),
+            std::vector<int>{4});
+  EXPECT_EQ(fetched(), size);
+  // A cached copy that changed fails its check: it is replaced, never run. (While a worker
+  // runs it, the kernel lets nobody write it.)
+  second.stop().get();
+  first.stop().get();
+  {
+    std::FILE* f = std::fopen(cached.c_str(), "r+b");
+    ASSERT_NE(f, nullptr);
+    std::fseek(f, static_cast<long>(size / 2), SEEK_SET);
+    std::fputs("corrupted", f);
+    std::fclose(f);
+  }
+  ProcMesh third = hosts.spawn_procs({{"gpus", 1}});
+  EXPECT_EQ(third.spawn<Member>("third").call(&Member::twice, 3).get().values(),
+            std::vector<int>{6});
+  EXPECT_EQ(fetched(), 2 * size);
+  EXPECT_EQ(internal::sha256_file(cached), hash);
+  third.stop().get();
+}
+
+TEST(Hosts, AnAgentRefusesBadSpawnsAndGarbageAndGoesOn) {
+  Agent a(17082);
+  HostMesh hosts = job::attach({a.address()});
+  ProcMesh procs = hosts.spawn_procs({{"gpus", 1}});  // the controller's client is there
+  internal::HostSpawn spec;
+  spec.mesh = "bad";
+  spec.dims = {{"gpus", 1}};
+  spec.executable = "/bin/sh";
+  spec.client = ActorId{Runtime::get().proc().id(), "hosts", 0};
+  // Not a hash at all.
+  spec.executable_hash = "../../bin/sh";
+  try {
+    a.ref().call(&internal::HostAgent::spawn_procs, spec).get();
+    ADD_FAILURE() << "a spawn of a path, not a hash, was accepted";
+  } catch (const ActorError& e) {
+    EXPECT_THAT(e.remote_message(), HasSubstr("not a SHA-256"));
+  }
+  // A hash whose bytes nobody ships (this controller ships only its own program).
+  spec.executable_hash = std::string(64, 'a');
+  spec.executable_size = 100;
+  try {
+    a.ref().call(&internal::HostAgent::spawn_procs, spec).get();
+    ADD_FAILURE() << "a spawn of a program nobody shipped was accepted";
+  } catch (const ActorError& e) {
+    EXPECT_THAT(e.remote_message(), HasSubstr("ships only its own program"));
+  }
+  // A client that is not there: the fetch fails, it does not wait.
+  spec.client = ActorId{Runtime::get().proc().id(), "nobody", 0};
+  try {
+    a.ref().call(&internal::HostAgent::spawn_procs, spec).get(std::chrono::seconds(30));
+    ADD_FAILURE() << "a spawn whose client is not there was accepted";
+  } catch (const ActorError& e) {
+    EXPECT_THAT(e.remote_message(), HasSubstr("nobody"));
+  }
+  // Garbage on its port, and a peer that does not hold the secret.
+  for (const std::string& junk :
+       {std::string("GET / HTTP/1.1\r\n\r\n"), std::string(4096, '\xff')}) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(17082);
+    ::inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to), 0);
+    (void)::write(fd, junk.data(), junk.size());
+    char buf[64];
+    (void)::read(fd, buf, sizeof buf);  // until it hangs up on us
+    ::close(fd);
+  }
+  // It goes on.
+  EXPECT_THAT(a.ref().call(&internal::HostAgent::hello).get(), HasSubstr("host-127.0.0.1-17082"));
+  ProcMesh more = hosts.spawn_procs({{"gpus", 1}});
+  EXPECT_EQ(more.spawn<Member>("after").call(&Member::twice, 5).get().values(),
+            std::vector<int>{10});
+  more.stop().get();
+  procs.stop().get();
+}
+
 TEST(Hosts, AWorkersLinesReachTheControllerNamingItsHost) {
   Agent a(17074);
   Agent b(17075);
@@ -78,7 +177,7 @@ TEST(Hosts, AWorkersLinesReachTheControllerNamingItsHost) {
     std::lock_guard lock(seen().mu);
     for (const auto& l : seen().lines) {
       if (l.text != "hello from host 1") continue;
-      EXPECT_THAT(l.mesh, HasSubstr(".h1"));  // the proc mesh, on host 1
+      EXPECT_THAT(l.mesh, HasSubstr(" hosts=1"));  // the proc mesh, on host 1
       EXPECT_EQ(l.ranks, std::vector<std::size_t>{0});
     }
   }

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "baton/baton.hpp"
+#include "host/hosts.hpp"
 #include "host/runtime_impl.hpp"
 #include "host/self_spawn.test.hpp"
 
@@ -59,7 +60,8 @@ class Agent {
                  std::vector<std::string> extra = {}) {
     auto env = environment({"BATON_"});
     env.push_back("BATON_CREDENTIALS=" + credentials().string());
-    std::vector<std::string> args{"--advertise", address, "--port", std::to_string(port)};
+    std::vector<std::string> args{"--advertise",        address,   "--port",
+                                  std::to_string(port), "--cache", cache_.path.string()};
     args.insert(args.end(), extra.begin(), extra.end());
     if (netns.empty()) {
       child_ = start_self_as(BATON_HOST_BIN, "baton-host", args, std::move(env), STDOUT_FILENO);
@@ -79,6 +81,13 @@ class Agent {
   }
   ~Agent() { end(); }
   const std::string& address() const { return address_; }
+  /// Where it keeps shipped programs (empty when it starts).
+  const std::filesystem::path& cache_dir() const { return cache_.path; }
+  /// Its actor, to ask it things directly.
+  ActorRef<internal::HostAgent> ref() const {
+    Address a = Address::parse("tcp://" + address_);
+    return ActorRef<internal::HostAgent>(ActorId{ProcId{internal::agent_name(a)}, "host", 0});
+  }
   const std::string& said() const { return said_; }
   pid_t pid() const { return child_.pid; }
   /// SIGKILL: the agent dies at once, its workers with it.
@@ -95,6 +104,7 @@ class Agent {
   }
 
  private:
+  TempDir cache_;
   SelfChild child_;
   FILE* out_ = nullptr;
   std::string said_;

@@ -367,6 +367,13 @@ struct Runtime::State {
   void report_exit(const std::string& name, const Child& child, const std::string& report);
   /// Where the output of `mesh` goes instead of this process's sink (agent mode).
   std::unordered_map<std::string, ActorId> output_to;  // under mu
+  /// This program as it ships to other hosts: its path, SHA-256 and size (found on first use).
+  struct Program {
+    std::string path;
+    std::string hash;
+    std::uint64_t size = 0;
+  };
+  std::optional<Program> program;  // under mu
   /// Runs when the link to a proc closes for good, before anything else hears of it (agent
   /// mode: a controller gone); must not block.
   std::function<void(const std::string& peer)> peer_lost;  // under mu

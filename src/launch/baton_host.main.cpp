@@ -77,6 +77,7 @@ int main(int argc, char** argv) {
   std::string interface_name;
   std::string route_to;
   std::uint16_t port = 7070;
+  std::string cache;
   app.add_option("--make-credentials", make_dir,
                  "make a job's credentials (secret, CA, certificate) in DIR and exit");
   app.add_option("--credentials", credentials,
@@ -88,6 +89,9 @@ int main(int argc, char** argv) {
                  "advertise this host's address on the route to this IPv4 address (the "
                  "controller's)");
   app.add_option("--port", port, "the TCP port to serve on")->capture_default_str();
+  app.add_option("--cache", cache,
+                 "where programs shipped by controllers are kept, by hash (default: "
+                 "$XDG_CACHE_HOME/baton or ~/.cache/baton)");
   CLI11_PARSE(app, argc, argv);
 
   using namespace baton;
@@ -148,7 +152,16 @@ int main(int argc, char** argv) {
                    e.what());
       return 2;
     }
-    rt.proc().spawn<internal::HostAgent>("host", advertise);
+    if (cache.empty()) {
+      if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0') {
+        cache = std::string(x) + "/baton";
+      } else if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+        cache = std::string(home) + "/.cache/baton";
+      } else {
+        cache = "/tmp/baton-cache-" + std::to_string(::geteuid());
+      }
+    }
+    rt.proc().spawn<internal::HostAgent>("host", advertise, cache);
     std::printf("baton-host: %s serving at %s\n", options.name.c_str(), bound.to_string().c_str());
     std::fflush(stdout);
     for (;;) ::pause();  // SIGTERM or SIGINT stops the procs in order and exits
