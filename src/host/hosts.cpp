@@ -18,13 +18,6 @@ extern char** environ;
 namespace baton {
 namespace internal {
 
-/// One host of a job: where its agent serves, and the agent's proc.
-struct RemoteHost {
-  Address address;
-  ProcId agent;
-  std::shared_ptr<std::atomic<bool>> lost = std::make_shared<std::atomic<bool>>(false);
-};
-
 class RemoteGroup;
 
 /// The hosts of a job (HostMesh's state for them).
@@ -220,7 +213,10 @@ void HostClient::exited(std::string name, std::string report) {
 }
 
 void HostClient::output(OutputLine line) {
-  // "procs1.h2" is the part of proc mesh procs1 on host 2: "[procs1 hosts=2 0-3] ..."
+  // "ctl-a-7.procs1.h2" is the part of this controller's proc mesh procs1 on host 2:
+  // "[procs1 hosts=2 0-3] ..."
+  const std::string self = HostsAccess::state().proc->id().name + ".";
+  if (line.mesh.starts_with(self)) line.mesh.erase(0, self.size());
   const auto dot = line.mesh.rfind(".h");
   if (dot != std::string::npos && dot + 2 < line.mesh.size()) {
     line.mesh = line.mesh.substr(0, dot) + " hosts=" + line.mesh.substr(dot + 2);
@@ -281,9 +277,30 @@ HostMesh attach_hosts(const std::vector<std::string>& addresses) {
     if (a.transport != Address::Transport::tcp) {
       throw UsageError("attach: host address " + text + " is not TCP (host:port)");
     }
-    RemoteHost h{a, ProcId{agent_name(a)}};
+    const ProcId agent{agent_name(a)};
+    RemoteHost h;
+    {
+      // One record a host, whichever HostMeshes name it: linked once, lost once.
+      std::lock_guard lock(st.mu);
+      auto [it, fresh] = st.remote_hosts.try_emplace(agent.name, RemoteHost{a, agent});
+      h = it->second;
+      if (!st.peer_lost) {
+        st.peer_lost = [&st](const std::string& peer) {
+          std::optional<RemoteHost> lost;
+          {
+            std::lock_guard l(st.mu);
+            auto found = st.remote_hosts.find(peer);
+            if (found != st.remote_hosts.end()) lost = found->second;
+          }
+          if (lost) host_lost(st, *lost, "the link to its agent closed");
+        };
+      }
+    }
     detail::remember_address(h.agent, a.to_string());  // to dial it again after a cut
-    st.proc->connect(h.agent, a, [&st, h](const std::string& why) { host_lost(st, h, why); });
+    if (!st.proc->linked(h.agent)) {
+      h.lost->store(false);
+      st.proc->connect(h.agent, a, nullptr);
+    }
     hosts->hosts.push_back(std::move(h));
   }
   // Each agent answers as the proc named after the address it advertises: one dialled at
@@ -302,6 +319,14 @@ HostMesh attach_hosts(const std::vector<std::string>& addresses) {
     }
   }
   return HostsAccess::make(std::move(hosts));
+}
+
+std::vector<std::string> host_addresses(const HostMesh& hosts) {
+  std::vector<std::string> out;
+  if (const auto& h = HostsAccess::hosts(hosts)) {
+    for (const auto& host : h->hosts) out.push_back(host.address.to_string());
+  }
+  return out;
 }
 
 }  // namespace internal
@@ -339,7 +364,8 @@ Future<ProcMesh> HostMesh::spawn_procs_async(
     const auto env = worker_environment();
     std::vector<Future<HostProcs>> started;
     for (std::size_t h = 0; h < hosts_->hosts.size(); ++h) {
-      HostSpawn spec{mesh + ".h" + std::to_string(h),
+      // Named after this controller too: other controllers may use the same hosts.
+      HostSpawn spec{st.proc->id().name + "." + mesh + ".h" + std::to_string(h),
                      dims,
                      program.path,
                      program.hash,

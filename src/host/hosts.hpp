@@ -114,6 +114,8 @@ std::string agent_name(const Address& address);
 
 /// The hosts whose agents serve at `addresses` (see job::attach).
 HostMesh attach_hosts(const std::vector<std::string>& addresses);
+/// Where the agents of `hosts` serve, in order (empty for this host).
+std::vector<std::string> host_addresses(const HostMesh& hosts);
 
 }  // namespace internal
 }  // namespace baton

@@ -65,6 +65,23 @@ TEST(Hosts, ProcsOnTwoHostsAreOneMeshThatAnswersEveryVerb) {
   procs.stop().get();
 }
 
+TEST(Hosts, AJobsHostsSavedToAFileAreAttachedAgainByALaterRun) {
+  Agent a(17084);
+  Agent b(17085);
+  test::TempDir dir;
+  const std::string file = (dir.path / "job").string();
+  job::save(job::attach({a.address(), b.address()}), file);
+  EXPECT_THROW(job::save(this_host(), file + "2"), UsageError);
+  EXPECT_THROW(job::attach_file(file + "2"), UsageError);
+  // A later run: the same hosts, from the file.
+  HostMesh again = job::attach_file(file);
+  EXPECT_EQ(again.shape(), Shape::of({{"hosts", 2}}));
+  ProcMesh procs = again.spawn_procs({{"gpus", 1}});
+  EXPECT_EQ(procs.spawn<Member>("kept").call(&Member::twice, 7).get().values(),
+            (std::vector<int>{14, 14}));
+  procs.stop().get();
+}
+
 TEST(Hosts, AHostGetsTheProgramOnceAndNeverRunsACorruptedCopy) {
   Agent a(17081);
   HostMesh hosts = job::attach({a.address()});
@@ -268,6 +285,31 @@ TEST(Hosts, AnAgentStopsTheProcsOfAControllerThatDied) {
   }
 }
 
+TEST(Hosts, TwoControllersShareOneAgent) {
+  Agent a(17083);
+  ProcMesh mine = job::attach({a.address()}).spawn_procs({{"gpus", 2}});
+  auto members = mine.spawn<Member>("mine");
+  // Another controller, in a process of its own, uses the same agent meanwhile.
+  auto env = test::environment({"BATON_TEST_HOSTS_SECOND="});
+  env.push_back("BATON_TEST_HOSTS_SECOND=" + a.address());
+  const test::SelfRun other = test::run_self("second-controller", env, STDOUT_FILENO);
+  EXPECT_TRUE(WIFEXITED(other.status) && WEXITSTATUS(other.status) == 0) << other.text;
+  EXPECT_THAT(other.text, HasSubstr("second controller: 42 42"));
+  EXPECT_EQ(members.call(&Member::twice, 4).get().values(), (std::vector<int>{8, 8}));
+  mine.stop().get();
+}
+
+/// The other controller of TwoControllersShareOneAgent.
+void run_second_controller(const char* agent) {
+  ProcMesh procs = job::attach({agent}).spawn_procs({{"gpus", 2}});
+  auto members = procs.spawn<Member>("theirs");
+  std::string line = "second controller:";
+  for (int v : members.call(&Member::twice, 21).get().values()) line += " " + std::to_string(v);
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+  procs.stop().get();
+}
+
 /// The controller that AnAgentStopsTheProcsOfAControllerThatDied kills.
 void run_doomed_controller(const char* agent) {
   ProcMesh procs = job::attach({agent}).spawn_procs({{"gpus", 2}});
@@ -286,6 +328,10 @@ int main(int argc, char** argv) {
   if (const char* agent = std::getenv("BATON_TEST_HOSTS_CONTROLLER")) {
     return baton::test::run_hosts_test(argc, argv,
                                        [agent] { baton::run_doomed_controller(agent); });
+  }
+  if (const char* agent = std::getenv("BATON_TEST_HOSTS_SECOND")) {
+    return baton::test::run_hosts_test(argc, argv,
+                                       [agent] { baton::run_second_controller(agent); });
   }
   return baton::test::run_hosts_test(argc, argv);
 }

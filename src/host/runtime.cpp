@@ -1,5 +1,8 @@
 #include "baton/host/runtime.hpp"
 
+#include <unistd.h>
+
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 
@@ -13,6 +16,17 @@ namespace baton {
 using namespace internal;
 
 namespace {
+/// "ctl-<short host name>-<pid>": a controller's name among others that share hosts.
+std::string unique_controller_name() {
+  char host[64] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::string name = "ctl-";
+  for (const char* c = host; *c != '\0' && *c != '.'; ++c) {
+    name += (std::isalnum(static_cast<unsigned char>(*c)) != 0 || *c == '-') ? *c : '_';
+  }
+  return name + "-" + std::to_string(::getpid());
+}
+
 OutputOptions output_options(OutputOptions options) {
   if (const char* w = std::getenv("BATON_LOG_WINDOW_MS")) {
     options.window = std::chrono::milliseconds(std::strtoul(w, nullptr, 10));
@@ -63,8 +77,7 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
   state_->stops = std::make_unique<StopWorker>();
   state_->timers = std::make_unique<Timers>();
   if (std::getenv(kProcVar) != nullptr) run_worker();
-  const std::string name = options.name;
-  detail::set_log_proc(name);  // the controller's proc, made below
+  std::string name = options.name;
   state_->dir = make_job_dir();
   state_->own_dir = true;
   // The job's secret: the options', else that of the credentials the hosts' agents share,
@@ -74,7 +87,10 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
     Credentials c = load_credentials(dir);
     if (state_->secret.empty()) state_->secret = c.secret;
     if (!state_->link.tls.enabled()) state_->link.tls = c.tls;
+    if (name.empty()) name = unique_controller_name();
   }
+  if (name.empty()) name = "ctl";
+  detail::set_log_proc(name);
   if (state_->secret.empty()) state_->secret = net::new_job_secret();
   // TLS for every link that leaves the host: the user's certificates (options, else the
   // environment), or a CA and certificate made for this job.

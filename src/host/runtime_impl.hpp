@@ -301,6 +301,13 @@ class LocalProcGroup final : public detail::ProcGroup,
 
 class ProcStart;
 
+/// One host of a job: where its agent serves, the agent's proc, and whether it was lost.
+struct RemoteHost {
+  Address address;
+  ProcId agent;
+  std::shared_ptr<std::atomic<bool>> lost = std::make_shared<std::atomic<bool>>(false);
+};
+
 /// How one spawn starts its workers; every field has a default that starts this program on
 /// this host for the caller, as HostMesh::spawn_procs does.
 struct LaunchSpec {
@@ -374,6 +381,8 @@ struct Runtime::State {
     std::uint64_t size = 0;
   };
   std::optional<Program> program;  // under mu
+  /// The hosts of jobs this controller attached to, by their agents' proc names (under mu).
+  std::unordered_map<std::string, internal::RemoteHost> remote_hosts;
   /// Runs when the link to a proc closes for good, before anything else hears of it (agent
   /// mode: a controller gone); must not block.
   std::function<void(const std::string& peer)> peer_lost;  // under mu

@@ -68,9 +68,10 @@ struct RuntimeOptions {
   /// Messages from other processes waiting in one actor's mailbox above which the link that
   /// brings them stops reading (see ProcOptions::mailbox_limit).
   std::size_t mailbox_limit = 10000;
-  /// The name of this process's proc ("ctl" for a controller); a host agent names itself
-  /// after the address it advertises.
-  std::string name = "ctl";
+  /// The name of this process's proc. Empty: "ctl", or, in a job whose credentials its hosts'
+  /// agents share (BATON_CREDENTIALS), "ctl-<host>-<pid>", so that several controllers can use
+  /// one agent. A host agent names itself after the address it advertises.
+  std::string name;
 };
 
 class Runtime {

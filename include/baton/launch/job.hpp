@@ -23,4 +23,19 @@ namespace baton::job {
 /// reported like a dead process (naming the host), within the links' heartbeat bound.
 HostMesh attach(const std::vector<std::string>& addresses);
 
+/// Writes where the hosts of `hosts` (from attach) are to `path`, one address a line, so that a
+/// later run of the controller can attach to the same hosts (attach_file): an allocation kept
+/// across edits of the program. Throws UsageError for this_host(), which has nothing to save.
+void save(const HostMesh& hosts, const std::string& path);
+/// attach() to the hosts a file written by save() names; throws naming the file if it cannot
+/// be read or names no host.
+HostMesh attach_file(const std::string& path);
+
+/// The job of one host, this one, with no cluster: what programs use unless told otherwise.
+class LocalJob {
+ public:
+  /// this_host().
+  HostMesh hosts() const { return this_host(); }
+};
+
 }  // namespace baton::job
