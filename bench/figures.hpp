@@ -32,6 +32,10 @@ int run_spawn();
 int run_failure();
 /// `baton-bench rdma`: RdmaBuffer reads from another proc against a single-thread memcpy.
 int run_rdma();
+/// `baton-bench hosts`: three namespace hosts against this host and raw TCP (needs root).
+int run_hosts();
+/// The TCP echo server `run_hosts` starts in a namespace (BATON_BENCH_TCP_ECHO=port).
+[[noreturn]] void run_tcp_echo_server(int port);
 
 inline void print_figure(std::string_view name, double value, std::string_view unit) {
   std::printf("%.*s %.3f %.*s\n", static_cast<int>(name.size()), name.data(), value,

@@ -6,10 +6,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <filesystem>
+#include <string>
 #include <string_view>
 
 #include "baton/host/runtime.hpp"
 #include "figures.hpp"
+#include "host/runtime_impl.hpp"
 
 namespace {
 
@@ -37,6 +40,19 @@ int main(int argc, char** argv) {
   if (const char* name = std::getenv("BATON_BENCH_ECHO_SERVER")) {
     baton::bench::run_echo_server(name);
   }
+  if (const char* port = std::getenv("BATON_BENCH_TCP_ECHO")) {
+    baton::bench::run_tcp_echo_server(std::atoi(port));
+  }
+  // `hosts` shares a job's credentials with the agents it starts.
+  static std::string credentials;
+  if (argc > 1 && std::string_view(argv[1]) == "hosts" && std::getenv("BATON_PROC") == nullptr &&
+      std::getenv("BATON_CREDENTIALS") == nullptr) {
+    credentials = (std::filesystem::temp_directory_path() /
+                   ("baton-bench-credentials-" + std::to_string(::getpid())))
+                      .string();
+    baton::internal::make_credentials(credentials);
+    ::setenv("BATON_CREDENTIALS", credentials.c_str(), 1);
+  }
   // The `failure` baselines start it and want it idle until they kill it.
   if (std::getenv("BATON_BENCH_PAUSE") != nullptr) {
     for (;;) ::pause();
@@ -52,6 +68,11 @@ int main(int argc, char** argv) {
     if (which == "spawn") return baton::bench::run_spawn();
     if (which == "failure") return baton::bench::run_failure();
     if (which == "rdma") return baton::bench::run_rdma();
+    if (which == "hosts") {
+      const int rc = baton::bench::run_hosts();
+      std::filesystem::remove_all(credentials);
+      return rc;
+    }
     if (which == "all") {
       return run_inproc() | baton::bench::run_rtt() | baton::bench::run_cast() |
              baton::bench::run_spawn() | baton::bench::run_failure() | baton::bench::run_rdma();
@@ -60,6 +81,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "baton-bench: %s\n", e.what());
     return 1;
   }
-  std::fprintf(stderr, "usage: baton-bench inproc|rtt|cast|spawn|failure|rdma|all\n");
+  std::fprintf(stderr, "usage: baton-bench inproc|rtt|cast|spawn|failure|rdma|hosts|all\n");
   return 2;
 }

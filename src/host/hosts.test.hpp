@@ -22,6 +22,7 @@
 
 #include "baton/baton.hpp"
 #include "host/hosts.hpp"
+#include "host/netns.test.hpp"
 #include "host/runtime_impl.hpp"
 #include "host/self_spawn.test.hpp"
 
@@ -42,14 +43,6 @@ struct TempDir {
 inline std::filesystem::path& credentials() {
   static std::filesystem::path p;
   return p;
-}
-
-/// The `ip` program (iproute2).
-inline std::string ip_program() {
-  for (const char* p : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}) {
-    if (::access(p, X_OK) == 0) return p;
-  }
-  throw std::runtime_error("no `ip` program (Debian's iproute2; `make deps` installs it)");
 }
 
 /// One baton-host process, stopped with SIGTERM when the test is done with it. It advertises

@@ -14,113 +14,17 @@
 #include <vector>
 
 #include "host/hosts.test.hpp"
+#include "host/netns.test.hpp"
 
 namespace baton {
 namespace {
 
 using test::Agent;
 using test::failure_named;
+using test::NetHosts;
 using test::seen;
 using test::Seen;
 using ::testing::HasSubstr;
-
-/// Runs `ip args...`; throws with what it printed if it fails.
-void ip(const std::vector<std::string>& args) {
-  const auto run = [&] {
-    auto child =
-        test::start_self_as(test::ip_program(), "ip", args, test::environment(), STDERR_FILENO);
-    std::string err = test::read_to_end(child.from);
-    int status = 0;
-    ::waitpid(child.pid, &status, 0);
-    return std::make_pair(status, err);
-  };
-  auto [status, err] = run();
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    std::string cmd = "ip";
-    for (const auto& a : args) cmd += " " + a;
-    throw std::runtime_error("`" + cmd + "` failed: " + err);
-  }
-}
-
-/// N hosts: network namespaces, each with one end of a veth pair whose other end is on a bridge
-/// in this namespace, where the controller is. All of it is removed with the object.
-class NetHosts {
- public:
-  explicit NetHosts(std::size_t n) {
-    // Names and a subnet of this process's own, new for each set (a namespace's interfaces
-    // may outlive it for a moment in the kernel).
-    static int sets = 0;
-    const int id = static_cast<int>(::getpid() % 100000);
-    const int set = sets++;
-    tag_ = "bt" + std::to_string(id) + "s" + std::to_string(set);
-    subnet_ = "10." + std::to_string(77 + set % 100) + "." + std::to_string(id % 250) + ".";
-    bridge_ = tag_ + "br";
-    try {
-      ip({"link", "add", bridge_, "type", "bridge"});
-      made_bridge_ = true;
-      ip({"addr", "add", subnet_ + "1/24", "dev", bridge_});
-      ip({"link", "set", bridge_, "up"});
-      for (std::size_t i = 0; i < n; ++i) {
-        const std::string ns = tag_ + "h" + std::to_string(i);
-        ip({"netns", "add", ns});
-        namespaces_.push_back(ns);
-        const std::string outside = tag_ + "v" + std::to_string(i);
-        ip({"link", "add", outside, "type", "veth", "peer", "name", inside(i)});
-        ip({"link", "set", inside(i), "netns", ns});
-        ip({"link", "set", outside, "master", bridge_});
-        ip({"link", "set", outside, "up"});
-        ip({"netns", "exec", ns, "ip", "addr", "add", address(i) + "/24", "dev", inside(i)});
-        ip({"netns", "exec", ns, "ip", "link", "set", inside(i), "up"});
-        ip({"netns", "exec", ns, "ip", "link", "set", "lo", "up"});
-      }
-    } catch (...) {
-      cleanup();
-      throw;
-    }
-  }
-  ~NetHosts() { cleanup(); }
-  NetHosts(const NetHosts&) = delete;
-  NetHosts& operator=(const NetHosts&) = delete;
-
-  const std::string& ns(std::size_t i) const { return namespaces_.at(i); }
-  std::string address(std::size_t i) const { return subnet_ + std::to_string(10 + i); }
-  /// Cuts host i off the network (its end of the link goes down), or brings it back.
-  void set_link(std::size_t i, bool up) {
-    ip({"netns", "exec", ns(i), "ip", "link", "set", inside(i), up ? "up" : "down"});
-  }
-
- private:
-  std::string inside(std::size_t i) const { return tag_ + "p" + std::to_string(i); }
-  void cleanup() {
-    for (std::size_t i = 0; i < namespaces_.size(); ++i) {
-      try {
-        ip({"link", "del", tag_ + "v" + std::to_string(i)});  // both ends of the pair, now
-      } catch (const std::exception&) {
-        // Not made yet.
-      }
-      try {
-        ip({"netns", "del", namespaces_[i]});
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "cleanup: %s\n", e.what());
-      }
-    }
-    namespaces_.clear();
-    if (made_bridge_) {
-      try {
-        ip({"link", "del", bridge_});
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "cleanup: %s\n", e.what());
-      }
-      made_bridge_ = false;
-    }
-  }
-
-  std::string tag_;
-  std::string subnet_;
-  std::string bridge_;
-  bool made_bridge_ = false;
-  std::vector<std::string> namespaces_;
-};
 
 /// A member that also serves and fetches memory.
 class Node : public Actor {
