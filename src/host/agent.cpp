@@ -1,5 +1,6 @@
 // The host agent's side (see hosts.hpp): a runtime that starts workers on its host for a
 // controller on another, and tells that controller what they print and how they end.
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,8 +13,10 @@
 namespace baton {
 namespace internal {
 
-HostAgent::HostAgent(std::string serve_host, std::string cache_dir)
-    : serve_host_(std::move(serve_host)), cache_(std::make_unique<FileCache>(cache_dir)) {
+HostAgent::HostAgent(std::string serve_host, std::string cache_dir, bool once)
+    : serve_host_(std::move(serve_host)),
+      cache_(std::make_unique<FileCache>(cache_dir)),
+      once_(once) {
   // A controller that goes away takes the procs it asked for with it.
   RuntimeState& st = RuntimeAccess::state(Runtime::get());
   std::lock_guard lock(st.mu);
@@ -62,6 +65,7 @@ Task<std::string> HostAgent::program(const HostSpawn& spec) {
 
 Task<HostProcs> HostAgent::spawn_procs(HostSpawn spec) {
   RuntimeState& st = RuntimeAccess::state(Runtime::get());
+  if (first_controller_.empty()) first_controller_ = spec.client.proc.name;
   auto fetched = program(spec);
   const std::string path = co_await std::move(fetched);
   LaunchSpec launch;
@@ -102,6 +106,12 @@ Task<int> HostAgent::stop_procs(std::uint64_t group, std::int64_t grace_ms) {
 }
 
 void HostAgent::controller_lost(std::string peer) {
+  if (once_ && peer == first_controller_) {
+    // Its one controller is gone: stop everything in order and exit, as SIGTERM does.
+    detail::log_warn("controller {} is gone: this agent (--once) stops its procs and exits", peer);
+    ::kill(::getpid(), SIGTERM);
+    return;
+  }
   for (auto it = groups_.begin(); it != groups_.end();) {
     if (it->second.client.proc.name != peer) {
       ++it;

@@ -58,8 +58,9 @@ struct HostProcs {
 class HostAgent : public Actor {
  public:
   /// `serve_host`: the address its workers listen on, the one the agent advertises;
-  /// `cache_dir`: where it keeps the programs controllers ship it, by hash.
-  HostAgent(std::string serve_host, std::string cache_dir);
+  /// `cache_dir`: where it keeps the programs controllers ship it, by hash; `once`: serve one
+  /// controller, and exit once it is gone (an agent a job's launcher started for it).
+  HostAgent(std::string serve_host, std::string cache_dir, bool once = false);
 
   /// Who this agent is: its proc's name and its host's name.
   std::string hello();
@@ -89,6 +90,8 @@ class HostAgent : public Actor {
 
   std::string serve_host_;
   std::unique_ptr<FileCache> cache_;
+  bool once_ = false;
+  std::string first_controller_;  // the proc of the first controller that spawned here
   std::uint64_t bytes_fetched_ = 0;
   std::uint64_t next_group_ = 1;
   std::map<std::uint64_t, Group> groups_;

@@ -247,8 +247,13 @@ TEST(Hosts, AHostWhoseAgentDiesIsReportedAndNoCallHangs) {
   procs.stop().get();
 }
 
-TEST(Hosts, AnAgentStopsTheProcsOfAControllerThatDied) {
-  Agent a(17080);
+class ControllerDeath : public ::testing::TestWithParam<bool> {};
+
+// Without --once the agent stays for the next controller; with it, it exits too.
+TEST_P(ControllerDeath, AnAgentStopsTheProcsOfAControllerThatDied) {
+  const bool once = GetParam();
+  Agent a(once ? 17086 : 17080, "127.0.0.1", "",
+          once ? std::vector<std::string>{"--once"} : std::vector<std::string>{});
   // A controller of its own, in a child process: it spawns procs on the agent, prints their
   // pids, and is killed.
   auto env = test::environment({"BATON_TEST_HOSTS_CONTROLLER="});
@@ -283,7 +288,19 @@ TEST(Hosts, AnAgentStopsTheProcsOfAControllerThatDied) {
         << "worker " << pid << " outlived its controller by 60 s";
     ::close(fd);
   }
+  if (once) {
+    EXPECT_TRUE(a.wait_exit(std::chrono::seconds(60))) << "a --once agent outlived its controller";
+  } else {
+    // It serves the next controller.
+    ProcMesh next = job::attach({a.address()}).spawn_procs({{"gpus", 1}});
+    EXPECT_EQ(next.spawn<Member>("next").call(&Member::twice, 2).get().values(),
+              std::vector<int>{4});
+    next.stop().get();
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Agents, ControllerDeath, ::testing::Bool(),
+                         [](const auto& p) { return p.param ? "Once" : "Staying"; });
 
 TEST(Hosts, TwoControllersShareOneAgent) {
   Agent a(17083);

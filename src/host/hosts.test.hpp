@@ -6,7 +6,9 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -83,6 +85,19 @@ class Agent {
   }
   const std::string& said() const { return said_; }
   pid_t pid() const { return child_.pid; }
+  /// Whether it exits by itself within `limit`.
+  bool wait_exit(std::chrono::seconds limit) {
+    const int fd = static_cast<int>(::syscall(SYS_pidfd_open, child_.pid, 0));
+    if (fd < 0) return false;
+    pollfd p{fd, POLLIN, 0};
+    const bool exited = ::poll(&p, 1, static_cast<int>(limit.count() * 1000)) == 1;
+    ::close(fd);
+    if (exited) {
+      ::waitpid(child_.pid, nullptr, 0);
+      child_.pid = -1;
+    }
+    return exited;
+  }
   /// SIGKILL: the agent dies at once, its workers with it.
   void kill() { end(SIGKILL); }
   /// SIGTERM: the agent stops its procs in order and exits.

@@ -78,6 +78,7 @@ int main(int argc, char** argv) {
   std::string route_to;
   std::uint16_t port = 7070;
   std::string cache;
+  bool once = false;
   app.add_option("--make-credentials", make_dir,
                  "make a job's credentials (secret, CA, certificate) in DIR and exit");
   app.add_option("--credentials", credentials,
@@ -89,6 +90,9 @@ int main(int argc, char** argv) {
                  "advertise this host's address on the route to this IPv4 address (the "
                  "controller's)");
   app.add_option("--port", port, "the TCP port to serve on")->capture_default_str();
+  app.add_flag("--once", once,
+               "serve one controller: exit, its procs stopped, once the link to the first "
+               "controller that spawned here closes for good (for agents a job starts)");
   app.add_option("--cache", cache,
                  "where programs shipped by controllers are kept, by hash (default: "
                  "$XDG_CACHE_HOME/baton or ~/.cache/baton)");
@@ -161,7 +165,7 @@ int main(int argc, char** argv) {
         cache = "/tmp/baton-cache-" + std::to_string(::geteuid());
       }
     }
-    rt.proc().spawn<internal::HostAgent>("host", advertise, cache);
+    rt.proc().spawn<internal::HostAgent>("host", advertise, cache, once);
     std::printf("baton-host: %s serving at %s\n", options.name.c_str(), bound.to_string().c_str());
     std::fflush(stdout);
     for (;;) ::pause();  // SIGTERM or SIGINT stops the procs in order and exits
