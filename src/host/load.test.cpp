@@ -208,7 +208,13 @@ TEST(Load, CastsForwardedToSlowMembersWaitUpstreamInBoundedMemory) {
   std::printf("96 MiB broadcast to %zu members; peak RSS growth, KiB:", kMembers);
   for (auto p : peaks.values()) std::printf(" %lld", static_cast<long long>(p));
   std::printf("\n");
-  for (auto p : peaks.values()) EXPECT_LT(p, kBoundKib);
+  // The heads forward: what they hold is the bound under test. A slow member holds its full
+  // mailbox besides (mailbox_limit messages of 16 KiB), more under AddressSanitizer.
+  for (std::size_t r = 0; r < kMembers; ++r) {
+    const bool behind =
+        std::find(behind_heads.begin(), behind_heads.end(), r) != behind_heads.end();
+    EXPECT_LT(peaks[r], behind ? kBoundKib + 1000 * 16 + 16 * 1024 : kBoundKib) << "rank " << r;
+  }
   procs.stop().get();
 }
 

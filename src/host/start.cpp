@@ -113,13 +113,18 @@ class ProcStart : public std::enable_shared_from_this<ProcStart> {
     names_[r] = std::move(name);
     ports_[r] = port.id().port;
     opened_ = r + 1;
-    ready.state()->on_ready([weak = weak_from_this(), r, state = ready.state()] {
-      if (auto self = weak.lock()) {
-        // The worker says where it serves: other procs (other hosts') dial it there.
-        if (!state->error()) detail::remember_address(self->names_[r], state->value());
-        self->linked(r);
-      }
-    });
+    // The callback holds its state weakly: held strongly, the two would keep each other alive
+    // when no value ever comes (a worker that never starts).
+    ready.state()->on_ready(
+        [weak = weak_from_this(), r,
+         weak_state = std::weak_ptr<detail::State<std::string>>(ready.state())] {
+          auto self = weak.lock();
+          auto state = weak_state.lock();
+          if (!self || !state) return;
+          // The worker says where it serves: other procs (other hosts') dial it there.
+          if (!state->error()) detail::remember_address(self->names_[r], state->value());
+          self->linked(r);
+        });
     return ports_[r];
   }
   /// The process of worker `r` started: under st.children_mu, before the watcher watches it.
