@@ -41,6 +41,20 @@ TEST(Hosts, AnAgentSaysWhoItIsAndWhereItServes) {
   EXPECT_EQ(a.said(), "baton-host: host-127.0.0.1-17071 serving at tcp://127.0.0.1:17071\n");
 }
 
+TEST(Hosts, AttachingToAnAddressWhereNoAgentServesSaysSoNamingIt) {
+  // Nothing listens at this port: refused at once. (An address that drops packets is bounded by
+  // LinkOptions::dead_after: see the namespace tests.)
+  try {
+    (void)job::attach({"127.0.0.1:17099"});
+    ADD_FAILURE() << "attached to nothing";
+  } catch (const std::exception& e) {
+    EXPECT_THAT(e.what(), HasSubstr("127.0.0.1:17099"));
+    EXPECT_THAT(e.what(), HasSubstr("cannot connect"));
+  }
+  EXPECT_THROW((void)job::attach({"unix:///tmp/nothing.sock"}), UsageError);
+  EXPECT_THROW((void)job::attach({}), UsageError);
+}
+
 TEST(Hosts, ProcsOnTwoHostsAreOneMeshThatAnswersEveryVerb) {
   Agent a(17072);
   Agent b(17073);

@@ -151,6 +151,18 @@ TEST(NetHosts, AHostCutOffIsReportedWithinTheHeartbeatBoundAndCanBeUsedOnceBack)
 TEST(NetHosts, AHostWhoseAgentAndProcsAreKilledIsReportedByName) {
   auto cluster = make_cluster(3);
   ASSERT_TRUE(cluster);
+  // An address on the network where no host answers: a clear error naming it, within the
+  // links' dead_after (3 s here), not the kernel's minutes of SYN retries.
+  const std::string nobody = cluster->net->address(40) + ":7070";
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    (void)job::attach({nobody});
+    ADD_FAILURE() << "attached to an address where nothing answers";
+  } catch (const std::exception& e) {
+    EXPECT_THAT(e.what(), HasSubstr(nobody));
+  }
+  std::printf("attach to a silent address failed after %.1f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   ProcMesh procs = job::attach(cluster->addresses).spawn_procs({{"gpus", 1}});
   auto nodes = procs.spawn<Node>("doomed");
   cluster->agents[2]->kill();  // its workers die with it
