@@ -292,7 +292,7 @@ void on_cast(const std::shared_ptr<ProcState>& local, const std::shared_ptr<net:
 /// The root's children: the heads of the chunks of the whole base.
 std::vector<CastChild> root_children(const std::vector<CastMember>& base) {
   std::vector<CastChild> out;
-  for (auto [b, e] : split(0, base.size(), kCastFanOut)) out.push_back({b, e, base[b]});
+  for (auto [b, e] : root_split(base)) out.push_back({b, e, base[b]});
   return out;
 }
 

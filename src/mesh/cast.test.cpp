@@ -116,5 +116,37 @@ TEST(CastTree, ANodeFindsTheAddressedLocationsOfItsSubtreeFromTheSliceAlone) {
   }
 }
 
+// A mesh on several hosts, laid out host by host: the root sends once to each host, and each
+// host's head forwards to the rest of its host, so a cast crosses each host boundary once.
+TEST(CastTree, ACastCrossesToEachHostOnce) {
+  const auto on_hosts = [](std::size_t hosts, std::size_t per_host) {
+    std::vector<CastMember> base;
+    for (std::size_t h = 0; h < hosts; ++h) {
+      for (std::size_t g = 0; g < per_host; ++g) {
+        const std::string proc = "procs0.h" + std::to_string(h) + "." + std::to_string(g);
+        base.push_back({ActorId{ProcId{proc}, "m", 0}, "tcp://10.0.0." + std::to_string(10 + h) +
+                                                           ":" + std::to_string(40000 + g)});
+      }
+    }
+    return base;
+  };
+  const auto base = on_hosts(3, 4);
+  const auto roots = cast_impl::root_split(base);
+  ASSERT_EQ(roots.size(), 3u);
+  const auto nodes = cast_tree(base);
+  for (std::size_t h = 0; h < 3; ++h) {
+    EXPECT_EQ(roots[h], std::make_pair(static_cast<std::uint32_t>(4 * h),
+                                       static_cast<std::uint32_t>(4 * h + 4)));
+    // Every member below a host's head is on that host.
+    const auto& head = nodes[4 * h];
+    for (const auto& m : head.below)
+      EXPECT_EQ(m.address.substr(0, 15), head.self.address.substr(0, 15));
+  }
+  // More hosts than the fan-out: split evenly, at most the fan-out from the root.
+  EXPECT_EQ(cast_impl::root_split(on_hosts(16, 2)).size(), kCastFanOut);
+  // One host: as before.
+  EXPECT_EQ(cast_impl::root_split(base_of(12)), cast_impl::split(0, 12, kCastFanOut));
+}
+
 }  // namespace
 }  // namespace baton::detail

@@ -62,6 +62,11 @@ class ViewIndex {
 std::vector<std::pair<std::uint32_t, std::uint32_t>> split(std::size_t first, std::size_t end,
                                                            std::size_t fanout);
 
+/// The root's chunks of a mesh: one per host for a mesh on several hosts (at most the fan-out
+/// of them), else `split(0, n, kCastFanOut)`. cast_tree and the root agree on it.
+std::vector<std::pair<std::uint32_t, std::uint32_t>> root_split(
+    const std::vector<CastMember>& base);
+
 /// A status-tagged reply saying the message was lost with a link.
 Body undeliverable_reply(const std::string& why);
 

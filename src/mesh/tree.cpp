@@ -21,13 +21,46 @@ std::vector<std::pair<std::uint32_t, std::uint32_t>> split(std::size_t first, st
   return out;
 }
 
+namespace {
+
+/// The host part of a member's address ("10.0.0.2" of "tcp://10.0.0.2:7000"); empty for
+/// addresses on this host (unix sockets, in-process).
+std::string_view host_of(std::string_view address) {
+  constexpr std::string_view kTcp = "tcp://";
+  if (!address.starts_with(kTcp)) return {};
+  address.remove_prefix(kTcp.size());
+  return address.substr(0, address.rfind(':'));
+}
+
+}  // namespace
+
+std::vector<std::pair<std::uint32_t, std::uint32_t>> root_split(
+    const std::vector<CastMember>& base) {
+  const std::size_t n = base.size();
+  // A mesh on several hosts (laid out host by host) is split at its hosts first, so that a
+  // cast crosses to each host once; its head there forwards to the rest of that host's
+  // members. One host, or more hosts than the fan-out: split evenly.
+  if (n > 1 && host_of(base.front().address) != host_of(base.back().address)) {
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> groups;
+    std::size_t first = 0;
+    for (std::size_t i = 1; i <= n && groups.size() <= kCastFanOut; ++i) {
+      if (i == n || host_of(base[i].address) != host_of(base[first].address)) {
+        groups.emplace_back(static_cast<std::uint32_t>(first), static_cast<std::uint32_t>(i));
+        first = i;
+      }
+    }
+    if (groups.size() <= kCastFanOut) return groups;
+  }
+  return split(0, n, kCastFanOut);
+}
+
 }  // namespace cast_impl
 
 using cast_impl::split;
 
 std::vector<CastNode> cast_tree(const std::vector<CastMember>& base) {
   std::vector<CastNode> nodes(base.size());
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> todo = split(0, base.size(), kCastFanOut);
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> todo = cast_impl::root_split(base);
   while (!todo.empty()) {
     auto [loc, end] = todo.back();
     todo.pop_back();
