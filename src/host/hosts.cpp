@@ -2,7 +2,10 @@
 // side: spawning proc meshes across hosts, stopping them, and hearing from the agents.
 #include "host/hosts.hpp"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -109,6 +112,38 @@ std::vector<std::string> worker_environment() {
     env.emplace_back(entry);
   }
   return env;
+}
+
+/// The numeric address of `host` (itself if it is one already); throws naming `what` if it
+/// cannot be looked up.
+std::string resolve_host(const std::string& host, const std::string& what) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
+  if (rc != 0 || found == nullptr) {
+    throw std::runtime_error("attach: cannot look up the host of " + what + ": " +
+                             ::gai_strerror(rc));
+  }
+  char text[INET6_ADDRSTRLEN] = {};
+  // IPv4 first: an agent advertises one unless told otherwise.
+  const addrinfo* pick = found;
+  for (const addrinfo* i = found; i != nullptr; i = i->ai_next) {
+    if (i->ai_family == AF_INET) {
+      pick = i;
+      break;
+    }
+  }
+  if (pick->ai_family == AF_INET) {
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(pick->ai_addr)->sin_addr, text,
+                sizeof text);
+  } else {
+    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(pick->ai_addr)->sin6_addr, text,
+                sizeof text);
+  }
+  ::freeaddrinfo(found);
+  return text;
 }
 
 /// This program, as it ships to the hosts that lack it (hashed once).
@@ -277,6 +312,9 @@ HostMesh attach_hosts(const std::vector<std::string>& addresses) {
     if (a.transport != Address::Transport::tcp) {
       throw UsageError("attach: host address " + text + " is not TCP (host:port)");
     }
+    // A host name (a pod's in a headless service, say) is looked up here: the agent is named
+    // after the address it advertises, which is what the name resolves to.
+    a.host = resolve_host(a.host, text);
     const ProcId agent{agent_name(a)};
     RemoteHost h;
     {

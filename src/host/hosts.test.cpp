@@ -52,6 +52,12 @@ TEST(Hosts, AttachingToAnAddressWhereNoAgentServesSaysSoNamingIt) {
     EXPECT_THAT(e.what(), HasSubstr("cannot connect"));
   }
   EXPECT_THROW((void)job::attach({"unix:///tmp/nothing.sock"}), UsageError);
+  try {
+    (void)job::attach({"no-such-host.invalid:7070"});
+    ADD_FAILURE() << "attached to a host name that does not resolve";
+  } catch (const std::exception& e) {
+    EXPECT_THAT(e.what(), HasSubstr("no-such-host.invalid:7070"));
+  }
   EXPECT_THROW((void)job::attach({}), UsageError);
 }
 
@@ -76,6 +82,14 @@ TEST(Hosts, ProcsOnTwoHostsAreOneMeshThatAnswersEveryVerb) {
   EXPECT_EQ(
       members.slice({{"hosts", 0}, {"gpus", 1}}).call_one(&Member::ask, members.at(2), 8).get(),
       16);
+  procs.stop().get();
+}
+
+TEST(Hosts, AHostNamedByANameIsTheAgentAtTheAddressItResolvesTo) {
+  Agent a(17087);
+  ProcMesh procs = job::attach({"localhost:17087"}).spawn_procs({{"gpus", 1}});
+  EXPECT_EQ(procs.spawn<Member>("named").call(&Member::twice, 9).get().values(),
+            std::vector<int>{18});
   procs.stop().get();
 }
 
