@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -114,6 +115,29 @@ std::vector<std::string> worker_environment() {
   return env;
 }
 
+/// This program, as it ships to the hosts that lack it (hashed once).
+RuntimeState::Program program_of(RuntimeState& st) {
+  {
+    std::lock_guard lock(st.mu);
+    if (st.program) return *st.program;
+  }
+  char buf[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) throw std::runtime_error("cannot read /proc/self/exe");
+  RuntimeState::Program p;
+  p.path.assign(buf, static_cast<std::size_t>(n));
+  // Hashed through /proc/self/exe: the bytes running, even if the file was replaced since.
+  auto hash = sha256_file("/proc/self/exe");
+  if (!hash) throw std::runtime_error("cannot read this program (" + p.path + ") to ship it");
+  p.hash = *hash;
+  p.size = std::filesystem::file_size("/proc/self/exe");
+  std::lock_guard lock(st.mu);
+  if (!st.program) st.program = p;
+  return *st.program;
+}
+
+}  // namespace
+
 /// The numeric address of `host` (itself if it is one already); throws naming `what` if it
 /// cannot be looked up.
 std::string resolve_host(const std::string& host, const std::string& what) {
@@ -145,29 +169,6 @@ std::string resolve_host(const std::string& host, const std::string& what) {
   ::freeaddrinfo(found);
   return text;
 }
-
-/// This program, as it ships to the hosts that lack it (hashed once).
-RuntimeState::Program program_of(RuntimeState& st) {
-  {
-    std::lock_guard lock(st.mu);
-    if (st.program) return *st.program;
-  }
-  char buf[PATH_MAX];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) throw std::runtime_error("cannot read /proc/self/exe");
-  RuntimeState::Program p;
-  p.path.assign(buf, static_cast<std::size_t>(n));
-  // Hashed through /proc/self/exe: the bytes running, even if the file was replaced since.
-  auto hash = sha256_file("/proc/self/exe");
-  if (!hash) throw std::runtime_error("cannot read this program (" + p.path + ") to ship it");
-  p.hash = *hash;
-  p.size = std::filesystem::file_size("/proc/self/exe");
-  std::lock_guard lock(st.mu);
-  if (!st.program) st.program = p;
-  return *st.program;
-}
-
-}  // namespace
 
 /// The procs one spawn_procs call started on the hosts of a job.
 class RemoteGroup final : public detail::ProcGroup,
@@ -357,6 +358,26 @@ HostMesh attach_hosts(const std::vector<std::string>& addresses) {
     }
   }
   return HostsAccess::make(std::move(hosts));
+}
+
+/// This host's address on the route to `peer` (an IPv4 address): no packet is sent.
+std::string route_address(const std::string& peer) {
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(9);
+  if (::inet_pton(AF_INET, peer.c_str(), &to.sin_addr) != 1) return {};
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return {};
+  std::string found;
+  sockaddr_in me{};
+  socklen_t len = sizeof me;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&me), &len) == 0) {
+    char text[INET_ADDRSTRLEN] = {};
+    if (::inet_ntop(AF_INET, &me.sin_addr, text, sizeof text) != nullptr) found = text;
+  }
+  ::close(fd);
+  return found;
 }
 
 std::vector<std::string> host_addresses(const HostMesh& hosts) {

@@ -117,6 +117,13 @@ std::string agent_name(const Address& address);
 
 /// The hosts whose agents serve at `addresses` (see job::attach).
 HostMesh attach_hosts(const std::vector<std::string>& addresses);
+/// This host's address on the route to the IPv4 address `peer` (no packet is sent); empty if
+/// there is no route.
+std::string route_address(const std::string& peer);
+/// The numeric address of `host` (itself if it is one already), IPv4 first; throws naming
+/// `what` if it cannot be looked up.
+std::string resolve_host(const std::string& host, const std::string& what);
+
 /// Where the agents of `hosts` serve, in order (empty for this host).
 std::vector<std::string> host_addresses(const HostMesh& hosts);
 

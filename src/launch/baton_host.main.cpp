@@ -47,26 +47,6 @@ std::string interface_address(const std::string& name) {
   return found;
 }
 
-/// This host's address on the route to `peer` (an IPv4 address): no packet is sent.
-std::string route_address(const std::string& peer) {
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port = htons(9);
-  if (::inet_pton(AF_INET, peer.c_str(), &to.sin_addr) != 1) return {};
-  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return {};
-  std::string found;
-  sockaddr_in me{};
-  socklen_t len = sizeof me;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&me), &len) == 0) {
-    char text[INET_ADDRSTRLEN] = {};
-    if (::inet_ntop(AF_INET, &me.sin_addr, text, sizeof text) != nullptr) found = text;
-  }
-  ::close(fd);
-  return found;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -130,7 +110,7 @@ int main(int argc, char** argv) {
     // Named explicitly, any address goes (a loopback one for hosts on one machine); found
     // by itself, never a loopback alias such as the 127.0.1.1 `hostname` may resolve to.
     const bool named = !advertise.empty();
-    if (advertise.empty() && !route_to.empty()) advertise = route_address(route_to);
+    if (advertise.empty() && !route_to.empty()) advertise = internal::route_address(route_to);
     if (advertise.empty()) advertise = interface_address("");
     if (advertise.empty() || (!named && advertise.starts_with("127."))) {
       std::fprintf(stderr,
