@@ -15,7 +15,7 @@ namespace internal {
 
 HostAgent::HostAgent(std::string serve_host, std::string cache_dir, bool once)
     : serve_host_(std::move(serve_host)),
-      cache_(std::make_unique<FileCache>(cache_dir)),
+      cache_(std::make_unique<FileCache>(std::move(cache_dir))),
       once_(once) {
   // A controller that goes away takes the procs it asked for with it.
   RuntimeState& st = RuntimeAccess::state(Runtime::get());

@@ -235,7 +235,7 @@ std::string agent_name(const Address& address) {
   return "host-" + host + "-" + std::to_string(address.port);
 }
 
-void HostClient::exited(std::string name, std::string report) {
+void HostClient::exited(const std::string& name, const std::string& report) {
   RuntimeState& st = HostsAccess::state();
   RuntimeState::Child child;
   {
@@ -260,7 +260,7 @@ void HostClient::output(OutputLine line) {
   HostsAccess::state().output->emit(line);
 }
 
-Bytes HostClient::read_chunk(std::string hash, std::uint64_t offset, std::uint64_t size) {
+Bytes HostClient::read_chunk(const std::string& hash, std::uint64_t offset, std::uint64_t size) {
   const RuntimeState::Program program = program_of(HostsAccess::state());
   if (hash != program.hash) {
     throw std::runtime_error("this controller ships only its own program (" + program.hash +
@@ -493,6 +493,7 @@ Future<void> HostMesh::stop() const {
     }
   }
   std::vector<Future<void>> stopped;
+  stopped.reserve(live.size());
   for (auto& g : live) stopped.push_back(g->stop(st.stop_grace));
   return all_of(stopped);
 }

@@ -101,12 +101,12 @@ class HostAgent : public Actor {
 class HostClient : public Actor {
  public:
   /// A proc an agent started for this controller ended, not by a stop.
-  void exited(std::string name, std::string report);
+  void exited(const std::string& name, const std::string& report);
   /// A line (or the same line from several ranks) a worker on another host printed.
   void output(OutputLine line);
   /// Up to `size` bytes at `offset` of this controller's program, if `hash` is its hash (the
   /// only file it ships).
-  Bytes read_chunk(std::string hash, std::uint64_t offset, std::uint64_t size);
+  Bytes read_chunk(const std::string& hash, std::uint64_t offset, std::uint64_t size);
 
   static constexpr auto endpoints =
       baton::endpoints<&HostClient::exited, &HostClient::output, &HostClient::read_chunk>();

@@ -145,7 +145,7 @@ class Member : public Actor {
   int twice(int x) { return 2 * x; }
   /// Calls another member, on whichever host it is.
   Task<int> ask(ActorRef<Member> other, int x) { co_return co_await other.call(&Member::twice, x); }
-  int say(std::string text) {
+  int say(const std::string& text) {
     std::printf("%s\n", text.c_str());
     std::fflush(stdout);
     return 0;

@@ -213,7 +213,9 @@ TEST(Load, CastsForwardedToSlowMembersWaitUpstreamInBoundedMemory) {
   for (std::size_t r = 0; r < kMembers; ++r) {
     const bool behind =
         std::find(behind_heads.begin(), behind_heads.end(), r) != behind_heads.end();
-    EXPECT_LT(peaks[r], behind ? kBoundKib + 1000 * 16 + 16 * 1024 : kBoundKib) << "rank " << r;
+    EXPECT_LT(peaks[r],
+              behind ? kBoundKib + std::int64_t{1000} * 16 + std::int64_t{16} * 1024 : kBoundKib)
+        << "rank " << r;
   }
   procs.stop().get();
 }

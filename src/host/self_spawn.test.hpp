@@ -57,6 +57,7 @@ inline SelfChild start_self_as(const std::string& path, const std::string& name,
   std::vector<std::string> words{name};
   words.insert(words.end(), args.begin(), args.end());
   std::vector<char*> argv;
+  argv.reserve(words.size() + 1);
   for (auto& w : words) argv.push_back(w.data());
   argv.push_back(nullptr);
   SelfChild child;

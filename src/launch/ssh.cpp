@@ -54,6 +54,7 @@ pid_t start(const std::vector<std::string>& argv, int in, int* out_fd, int* err_
   if (err_fd != nullptr) ::posix_spawn_file_actions_adddup2(&actions, err[1], STDERR_FILENO);
   std::vector<std::string> words = argv;
   std::vector<char*> args;
+  args.reserve(words.size() + 1);
   for (auto& w : words) args.push_back(w.data());
   args.push_back(nullptr);
   pid_t pid = -1;
