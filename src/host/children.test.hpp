@@ -13,8 +13,8 @@
 
 namespace baton::test {
 
-/// Child processes of this process (zombies included), from /proc.
-inline std::vector<int> children() {
+/// Child processes of `parent` (this process by default; zombies included), from /proc.
+inline std::vector<int> children(int parent = ::getpid()) {
   std::vector<int> out;
   DIR* d = ::opendir("/proc");
   if (d == nullptr) return out;
@@ -30,7 +30,7 @@ inline std::vector<int> children() {
     std::string state;
     int ppid = 0;
     rest >> state >> ppid;
-    if (ppid == ::getpid()) out.push_back(pid);
+    if (ppid == parent) out.push_back(pid);
   }
   ::closedir(d);
   return out;

@@ -44,48 +44,6 @@ struct HostsAccess {
 
 namespace {
 
-/// One future for several: completes once all have, failing with the first failure.
-template <class T>
-Future<std::vector<T>> gather_all(std::vector<Future<T>> parts) {
-  struct Join {
-    std::mutex mu;
-    std::size_t left = 0;
-    std::vector<T> values;
-    std::exception_ptr error;
-    Promise<std::vector<T>> done;
-  };
-  auto join = std::make_shared<Join>();
-  join->left = parts.size();
-  join->values.resize(parts.size());
-  auto result = join->done.get_future();
-  if (parts.empty()) {
-    join->done.set_value(std::vector<T>{});
-    return result;
-  }
-  for (std::size_t i = 0; i < parts.size(); ++i) {
-    const auto state = parts[i].state();
-    state->on_ready([join, state, i] {
-      bool last = false;
-      {
-        std::lock_guard lock(join->mu);
-        if (state->error()) {
-          if (!join->error) join->error = state->error();
-        } else {
-          join->values[i] = state->value();
-        }
-        last = --join->left == 0;
-      }
-      if (!last) return;
-      if (join->error) {
-        join->done.set_exception(join->error);
-      } else {
-        join->done.set_value(std::move(join->values));
-      }
-    });
-  }
-  return result;
-}
-
 ActorRef<HostAgent> agent_ref(const RemoteHost& h) {
   return ActorRef<HostAgent>(ActorId{h.agent, "host", 0});
 }
@@ -191,17 +149,21 @@ class RemoteGroup final : public detail::ProcGroup,
     std::lock_guard guard(mu_);
     if (stop_) return *stop_;
     stopping->store(true);
-    std::vector<Future<int>> parts;
+    std::vector<std::shared_ptr<detail::StateBase>> parts;
     for (const auto& p : parts_) {
       if (p.host.lost->load()) continue;  // its procs went with their host
-      parts.push_back(agent_ref(p.host).call(&HostAgent::stop_procs, p.group,
-                                             static_cast<std::int64_t>(grace.count())));
+      parts.push_back(
+          agent_ref(p.host)
+              .call(&HostAgent::stop_procs, p.group, static_cast<std::int64_t>(grace.count()))
+              .state());
     }
-    Promise<void> done;
-    stop_ = done.get_future();
     std::vector<ProcId> procs;
     for (const auto& p : parts_) procs.insert(procs.end(), p.procs.begin(), p.procs.end());
-    auto all = gather_all(std::move(parts));
+    // Once the agents are done, this process forgets the procs; the stop's future completes
+    // after that, as a local group's does.
+    Promise<void> done;
+    stop_ = done.get_future();
+    auto all = all_of(parts);
     all.state()->on_ready(
         [done, state = all.state(), procs = std::move(procs), &st = st_]() mutable {
           {
@@ -217,8 +179,6 @@ class RemoteGroup final : public detail::ProcGroup,
         });
     return *stop_;
   }
-
-  const std::vector<Part>& parts() const { return parts_; }
 
  private:
   RuntimeState& st_;
@@ -421,7 +381,9 @@ Future<ProcMesh> HostMesh::spawn_procs_async(
     const RuntimeState::Program program = program_of(st);
     const std::vector<std::string> args(st.argv.begin() + (st.argv.empty() ? 0 : 1), st.argv.end());
     const auto env = worker_environment();
-    std::vector<Future<HostProcs>> started;
+    using Started = std::shared_ptr<detail::State<HostProcs>>;
+    std::vector<Started> started;
+    std::vector<std::shared_ptr<detail::StateBase>> waits;
     for (std::size_t h = 0; h < hosts_->hosts.size(); ++h) {
       // Named after this controller too: other controllers may use the same hosts.
       HostSpawn spec{st.proc->id().name + "." + mesh + ".h" + std::to_string(h),
@@ -432,31 +394,36 @@ Future<ProcMesh> HostMesh::spawn_procs_async(
                      args,
                      env,
                      client};
-      started.push_back(agent_ref(hosts_->hosts[h]).call(&HostAgent::spawn_procs, spec));
+      started.push_back(agent_ref(hosts_->hosts[h]).call(&HostAgent::spawn_procs, spec).state());
+      waits.push_back(started.back());
     }
     auto result = std::make_shared<detail::State<ProcMesh>>();
-    auto spawned = gather_all(std::move(started));
-    spawned.state()->on_ready([result, state = spawned.state(), hosts = hosts_, shape, mesh, owner,
-                               per_host_len = per_host.len(), &st] {
+    auto settled = all_of(waits);
+    settled.state()->on_ready([result, started = std::move(started), hosts = hosts_, shape, mesh,
+                               owner, per_host_len = per_host.len(), &st] {
+      // What each host started; a host that failed fails the call (the lowest such host's
+      // words), and what the others started is stopped, by the end of the group holding it.
       std::vector<RemoteGroup::Part> parts;
       std::vector<ProcId> procs;
-      if (!state->error()) {
-        const auto& got = state->value();
-        for (std::size_t h = 0; h < got.size(); ++h) {
-          hosts->hosts[h].lost->store(false);  // it answered: back, if it was cut off
-          RemoteGroup::Part part{hosts->hosts[h], got[h].group, {}};
-          for (std::size_t k = 0; k < got[h].names.size(); ++k) {
-            part.procs.push_back(ProcId{got[h].names[k]});
-            detail::remember_address(part.procs.back(), got[h].addresses.at(k));
-          }
-          procs.insert(procs.end(), part.procs.begin(), part.procs.end());
-          parts.push_back(std::move(part));
+      std::exception_ptr failed;
+      for (std::size_t h = 0; h < started.size(); ++h) {
+        if (auto e = started[h]->error()) {
+          if (!failed) failed = e;
+          continue;
         }
+        const HostProcs& got = started[h]->value();
+        hosts->hosts[h].lost->store(false);  // it answered: back, if it was cut off
+        RemoteGroup::Part part{hosts->hosts[h], got.group, {}};
+        for (std::size_t k = 0; k < got.names.size(); ++k) {
+          part.procs.push_back(ProcId{got.names[k]});
+          detail::remember_address(part.procs.back(), got.addresses.at(k));
+        }
+        procs.insert(procs.end(), part.procs.begin(), part.procs.end());
+        parts.push_back(std::move(part));
       }
-      // A host that failed: what the others started is stopped (by the group's end).
       auto group = std::make_shared<RemoteGroup>(st, std::move(parts));
-      if (state->error()) {
-        result->set_exception(state->error());
+      if (failed) {
+        result->set_exception(failed);
         return;
       }
       {

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "host/children.test.hpp"
 #include "host/hosts.test.hpp"
 
 namespace baton {
@@ -204,6 +205,26 @@ TEST(Hosts, AnAgentRefusesBadSpawnsAndGarbageAndGoesOn) {
             std::vector<int>{10});
   more.stop().get();
   procs.stop().get();
+}
+
+TEST(Hosts, ASpawnThatFailsOnOneHostStopsWhatTheOthersStarted) {
+  Agent a(17088);
+  Agent b(17089);
+  HostMesh hosts = job::attach({a.address(), b.address()});
+  b.kill();  // the spawn cannot reach it
+  EXPECT_ANY_THROW(hosts.spawn_procs({{"gpus", 2}}));
+  // Host a started its part; it is stopped, not left to run until this controller ends.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (int pid : test::children(a.pid())) {
+    const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+    if (fd < 0) continue;  // gone already
+    pollfd p{fd, POLLIN, 0};
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    EXPECT_EQ(::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0))), 1)
+        << "worker " << pid << " of a failed spawn still runs on host a";
+    ::close(fd);
+  }
 }
 
 TEST(Hosts, AWorkersLinesReachTheControllerNamingItsHost) {

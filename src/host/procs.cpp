@@ -19,8 +19,7 @@ extern char** environ;
 namespace baton {
 namespace internal {
 
-/// One future for several: completes once all have, failing with the first failure.
-Future<void> all_of(const std::vector<Future<void>>& parts) {
+Future<void> all_of(const std::vector<std::shared_ptr<detail::StateBase>>& parts) {
   if (parts.empty()) return make_ready_future();
   struct Join {
     std::mutex mu;
@@ -30,8 +29,7 @@ Future<void> all_of(const std::vector<Future<void>>& parts) {
   };
   auto join = std::make_shared<Join>();
   join->left = parts.size();
-  for (const auto& part : parts) {
-    const auto& state = part.state();
+  for (const auto& state : parts) {
     state->on_ready([join, state] {
       bool last = false;
       {
@@ -48,6 +46,13 @@ Future<void> all_of(const std::vector<Future<void>>& parts) {
     });
   }
   return join->done.get_future();
+}
+
+Future<void> all_of(const std::vector<Future<void>>& parts) {
+  std::vector<std::shared_ptr<detail::StateBase>> states;
+  states.reserve(parts.size());
+  for (const auto& p : parts) states.push_back(p.state());
+  return all_of(states);
 }
 
 StopWorker::StopWorker() : thread_([this] { run(); }) {}

@@ -105,6 +105,8 @@ std::string signal_name(int sig);
 
 /// One future for several: completes once all have, failing with the first failure.
 Future<void> all_of(const std::vector<Future<void>>& parts);
+/// The same over futures of any type, by their states (read each one's value once it is done).
+Future<void> all_of(const std::vector<std::shared_ptr<detail::StateBase>>& parts);
 
 /// Turns SIGINT and SIGTERM into calls on a thread of its own: the first signal runs `first`
 /// (on one more thread, so that a second signal is heard while it runs), later ones `again`.
