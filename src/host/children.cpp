@@ -265,18 +265,6 @@ void Runtime::child_exited(pid_t pid, const std::string& what) {
     report += "; its last stderr lines:";
     for (const auto& l : last) report += "\n  " + l;
   }
-  if (c.report_to) {
-    // Agent mode: the controller that asked for this proc tells its owners.
-    {
-      std::lock_guard lock(state_->children_mu);
-      state_->children.at(name).report = report;
-    }
-    state_->children_cv.notify_all();
-    (void)detail::take_hosted(name);
-    detail::mark_proc_failed(name, report);
-    detail::make_ref<HostClient>(*c.report_to, nullptr).send(&HostClient::exited, name, report);
-    return;
-  }
   state_->report_exit(name, c, report);
 }
 
@@ -291,6 +279,11 @@ void Runtime::State::report_exit(const std::string& name, const Child& c,
   }
   children_cv.notify_all();
   detail::mark_proc_failed(name, report);  // later calls fail at once
+  if (c.report_to) {
+    // Agent mode: the controller that asked for this proc tells its owners.
+    detail::make_ref<HostClient>(*c.report_to, nullptr).send(&HostClient::exited, name, report);
+    return;
+  }
   // The owner of each actor mesh with a member there hears of its member: the user's actor,
   // mesh, rank and point, not the runtime's agent. A proc that hosted none is reported as
   // itself to the owner of its proc mesh.

@@ -15,11 +15,35 @@
 
 namespace baton::internal {
 
+namespace {
+
+using Digest = std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)>;
+
+Digest sha256_start() {
+  Digest ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr);
+  return ctx;
+}
+
+std::string sha256_hex(EVP_MD_CTX* ctx) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(ctx, md, &len);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned int i = 0; i < len; ++i) {
+    hex += kHex[md[i] >> 4];
+    hex += kHex[md[i] & 15];
+  }
+  return hex;
+}
+
+}  // namespace
+
 std::optional<std::string> sha256_file(const std::filesystem::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
-  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr);
+  Digest ctx = sha256_start();
   std::vector<unsigned char> buf(std::size_t{1} << 20);
   bool ok = true;
   for (;;) {
@@ -31,16 +55,7 @@ std::optional<std::string> sha256_file(const std::filesystem::path& path) {
   }
   ::close(fd);
   if (!ok) return std::nullopt;
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_DigestFinal_ex(ctx.get(), md, &len);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string hex;
-  for (unsigned int i = 0; i < len; ++i) {
-    hex += kHex[md[i] >> 4];
-    hex += kHex[md[i] & 15];
-  }
-  return hex;
+  return sha256_hex(ctx.get());
 }
 
 bool is_sha256(std::string_view hash) {
@@ -84,6 +99,13 @@ std::optional<std::filesystem::path> FileCache::find(const std::string& hash, st
 std::filesystem::path FileCache::add(const std::string& hash, const std::string& bytes) {
   if (!is_sha256(hash))
     throw std::runtime_error("'" + hash.substr(0, 80) + "' is not a SHA-256 in hex");
+  // Checked in memory, before anything is written: bytes that are not what they claim to be
+  // never reach the disk.
+  Digest ctx = sha256_start();
+  EVP_DigestUpdate(ctx.get(), bytes.data(), bytes.size());
+  if (const std::string got = sha256_hex(ctx.get()); got != hash) {
+    throw std::runtime_error("the bytes shipped as " + hash + " hash to " + got + ": not kept");
+  }
   const auto part = dir_ / (hash + ".part");
   {
     const int fd = ::open(part.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0700);
@@ -103,13 +125,6 @@ std::filesystem::path FileCache::add(const std::string& hash, const std::string&
     }
     ::fsync(fd);
     ::close(fd);
-  }
-  const auto got = sha256_file(part);
-  if (got != hash) {
-    std::error_code ignored;
-    std::filesystem::remove(part, ignored);
-    throw std::runtime_error("the bytes shipped as " + hash + " hash to " +
-                             got.value_or("nothing") + ": not kept");
   }
   const auto path = dir_ / hash;
   std::filesystem::rename(part, path);

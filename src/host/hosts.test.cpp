@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -148,6 +149,30 @@ TEST(Hosts, AHostGetsTheProgramOnceAndNeverRunsACorruptedCopy) {
   EXPECT_EQ(fetched(), 2 * size);
   EXPECT_EQ(internal::sha256_file(cached), hash);
   third.stop().get();
+}
+
+TEST(Hosts, ACacheKeepsNoBytesThatDoNotMatchTheirHash) {
+  test::TempDir dir;
+  internal::FileCache cache(dir.path);
+  const std::string bytes = "#!/bin/sh\necho not what it claims\n";
+  const std::string claimed(64, 'a');
+  try {
+    cache.add(claimed, bytes);
+    ADD_FAILURE() << "bytes that do not match their hash were kept";
+  } catch (const std::runtime_error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("not kept"));
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.path / claimed));
+  std::string why;
+  EXPECT_FALSE(cache.find(claimed, why));
+  EXPECT_EQ(why, "not in the cache");
+  // The right hash: kept, and found.
+  const auto real = [&] {
+    std::ofstream(dir.path / "probe") << bytes;
+    return *internal::sha256_file(dir.path / "probe");
+  }();
+  EXPECT_EQ(cache.add(real, bytes), dir.path / real);
+  EXPECT_TRUE(cache.find(real, why));
 }
 
 TEST(Hosts, AnAgentRefusesBadSpawnsAndGarbageAndGoesOn) {

@@ -62,12 +62,9 @@ struct OutputForwarder::State {
   void emit(const OutputLine& line) {
     if (options.sink) {
       options.sink(line);
-      return;
+    } else {
+      OutputForwarder::print(line);
     }
-    FILE* out = line.stream == 2 ? stderr : stdout;
-    const std::string s = line.to_string() + "\n";
-    std::fwrite(s.data(), 1, s.size(), out);
-    std::fflush(out);
   }
 
   std::chrono::milliseconds window() {
@@ -229,6 +226,13 @@ void OutputForwarder::add(int fd, int stream, std::string mesh, std::size_t rank
     state_->added.push_back(State::Pipe{fd, stream, std::move(mesh), rank, {}});
   }
   state_->poke();
+}
+
+void OutputForwarder::print(const OutputLine& line) {
+  FILE* out = line.stream == 2 ? stderr : stdout;
+  const std::string s = line.to_string() + "\n";
+  std::fwrite(s.data(), 1, s.size(), out);
+  std::fflush(out);
 }
 
 void OutputForwarder::emit(const OutputLine& line) {

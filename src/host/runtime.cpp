@@ -61,10 +61,7 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
       } else if (user) {
         user(line);
       } else {
-        FILE* f = line.stream == 2 ? stderr : stdout;
-        const std::string s = line.to_string() + "\n";
-        std::fwrite(s.data(), 1, s.size(), f);
-        std::fflush(f);
+        OutputForwarder::print(line);
       }
     };
     state_->output = std::make_unique<OutputForwarder>(std::move(out));

@@ -372,7 +372,8 @@ struct Runtime::State {
   /// Starts the workers of one proc mesh; the future completes once all have linked.
   Future<ProcMesh> spawn(const Shape& shape, const internal::LaunchSpec& spec);
   /// A proc of ours is gone (`report` says how): later calls to it fail at once, and the
-  /// owner of each actor mesh with a member there (else of the proc mesh) hears of it.
+  /// owner of each actor mesh with a member there (else of the proc mesh) hears of it; for a
+  /// proc an agent started for a controller, that controller's HostClient does.
   void report_exit(const std::string& name, const Child& child, const std::string& report);
   /// Where the output of `mesh` goes instead of this process's sink (agent mode).
   std::unordered_map<std::string, ActorId> output_to;  // under mu

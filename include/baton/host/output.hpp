@@ -49,6 +49,8 @@ class OutputForwarder {
 
   /// Takes the read end of a pipe carrying `stream` (1 or 2) of rank `rank` of `mesh`.
   void add(int fd, int stream, std::string mesh, std::size_t rank);
+  /// Prints `line` where the default sink does: stdout or stderr, as the worker wrote it.
+  static void print(const OutputLine& line);
   /// Prints a line that was read elsewhere (by another host's agent) where this forwarder's
   /// own lines go.
   void emit(const OutputLine& line);
