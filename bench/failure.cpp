@@ -32,11 +32,6 @@ class Sleeper : public Actor {
   static constexpr auto endpoints = baton::endpoints<&Sleeper::pid, &Sleeper::hang>();
 };
 
-double median(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return v[v.size() / 2];
-}
-
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }

@@ -2,9 +2,11 @@
 
 // Figures the benchmarks print, one per line: `name value unit`.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdio>
 #include <string_view>
+#include <vector>
 
 namespace baton::bench {
 
@@ -36,6 +38,12 @@ int run_rdma();
 int run_hosts();
 /// The TCP echo server `run_hosts` starts in a namespace (BATON_BENCH_TCP_ECHO=port).
 [[noreturn]] void run_tcp_echo_server(int port);
+
+/// The median of `v` (which it reorders).
+inline double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
 
 inline void print_figure(std::string_view name, double value, std::string_view unit) {
   std::printf("%.*s %.3f %.*s\n", static_cast<int>(name.size()), name.data(), value,

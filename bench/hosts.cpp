@@ -34,11 +34,6 @@ class Echo : public Actor {
   static constexpr auto endpoints = baton::endpoints<&Echo::ping>();
 };
 
-double median(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return v[v.size() / 2];
-}
-
 double us_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
 }
