@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -13,6 +14,13 @@ namespace baton::internal {
 namespace {
 
 constexpr const char* kSecretFile = "secret";
+
+/// "0755".
+std::string mode_text(mode_t mode) {
+  char text[8];
+  std::snprintf(text, sizeof text, "%04o", static_cast<unsigned>(mode & 07777));
+  return text;
+}
 
 /// Throws unless `path` is a file only its owner may read or write (or a directory only its
 /// owner may enter).
@@ -24,7 +32,7 @@ void check_private(const std::filesystem::path& path, const char* what) {
   }
   if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
     throw UsageError(std::string("credentials: ") + what + " " + path.string() +
-                     " may be read by other users (mode " + std::to_string(st.st_mode & 0777) +
+                     " may be read by other users (mode " + mode_text(st.st_mode) +
                      "); it holds the job's keys: `chmod go= " + path.string() + "`");
   }
   if (st.st_uid != ::geteuid()) {

@@ -102,7 +102,8 @@ int main(int argc, char** argv) {
     if (advertise.empty() && !interface_name.empty()) {
       advertise = interface_address(interface_name);
       if (advertise.empty()) {
-        std::fprintf(stderr, "baton-host: interface %s has no IPv4 address\n",
+        std::fprintf(stderr,
+                     "baton-host: no interface %s with an IPv4 address (see `ip -4 addr`)\n",
                      interface_name.c_str());
         return 2;
       }
@@ -132,8 +133,10 @@ int main(int argc, char** argv) {
     try {
       bound = rt.proc().serve(at);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "baton-host: cannot serve at %s: %s\n", at.to_string().c_str(),
-                   e.what());
+      std::fprintf(stderr,
+                   "baton-host: cannot serve at %s: %s (give --port a free port, and "
+                   "--advertise an address of this host)\n",
+                   at.to_string().c_str(), e.what());
       return 2;
     }
     if (cache.empty()) {
