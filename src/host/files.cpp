@@ -40,6 +40,18 @@ std::string sha256_hex(EVP_MD_CTX* ctx) {
 
 }  // namespace
 
+std::string read_fd(int fd, std::size_t limit) {
+  std::string text;
+  char buf[4096];
+  while (text.size() <= limit) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+  }
+  return text;
+}
+
 std::optional<std::string> sha256_file(const std::filesystem::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return std::nullopt;

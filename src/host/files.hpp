@@ -2,6 +2,7 @@
 
 // Internal: files that travel to other hosts (see files.cpp).
 
+#include <cstddef>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -13,6 +14,9 @@ namespace baton::internal {
 std::optional<std::string> sha256_file(const std::filesystem::path& path);
 /// Whether `hash` is 64 lowercase hex digits.
 bool is_sha256(std::string_view hash);
+/// What `fd` gives until its end, or until more than `limit` bytes came (a pipe from a child,
+/// or a file); the caller closes `fd`.
+std::string read_fd(int fd, std::size_t limit);
 
 /// Files named by their SHA-256 in a directory only this user may enter. A file is checked
 /// against its name before each use; one that fails is removed, never used.

@@ -4,6 +4,8 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -337,6 +339,26 @@ std::string route_address(const std::string& peer) {
     if (::inet_ntop(AF_INET, &me.sin_addr, text, sizeof text) != nullptr) found = text;
   }
   ::close(fd);
+  return found;
+}
+
+/// The first IPv4 address of interface `name` (or of any interface that is up and not
+/// loopback, when `name` is empty); empty if there is none.
+std::string interface_address(const std::string& name) {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return {};
+  std::string found;
+  for (ifaddrs* i = list; i != nullptr && found.empty(); i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    if (!name.empty() && name != i->ifa_name) continue;
+    if (name.empty() && ((i->ifa_flags & IFF_UP) == 0 || (i->ifa_flags & IFF_LOOPBACK) != 0)) {
+      continue;
+    }
+    char text[INET_ADDRSTRLEN] = {};
+    const auto* in = reinterpret_cast<const sockaddr_in*>(i->ifa_addr);
+    if (::inet_ntop(AF_INET, &in->sin_addr, text, sizeof text) != nullptr) found = text;
+  }
+  ::freeifaddrs(list);
   return found;
 }
 

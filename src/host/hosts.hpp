@@ -120,6 +120,9 @@ HostMesh attach_hosts(const std::vector<std::string>& addresses);
 /// This host's address on the route to the IPv4 address `peer` (no packet is sent); empty if
 /// there is no route.
 std::string route_address(const std::string& peer);
+/// The first IPv4 address of interface `name` (or of any interface that is up and not loopback,
+/// when `name` is empty); empty if there is none.
+std::string interface_address(const std::string& name);
 /// The numeric address of `host` (itself if it is one already), IPv4 first; throws naming
 /// `what` if it cannot be looked up.
 std::string resolve_host(const std::string& host, const std::string& what);

@@ -96,6 +96,13 @@ struct Credentials {
 Credentials make_credentials(const std::filesystem::path& dir);
 /// Reads `dir`; throws UsageError naming what is missing or readable by others.
 Credentials load_credentials(const std::filesystem::path& dir);
+/// The job's credentials as one text, for an agent's standard input (`baton-host --credentials
+/// -`): how a job that starts agents through a pipe (srun, ssh) hands them over, never on a
+/// command line. Throws UsageError if the TLS files cannot be read.
+std::string credentials_text(const std::string& secret, const net::TlsOptions& tls);
+/// Reads credentials_text() from `fd` to its end and writes it to `dir` (made, mode 0700;
+/// files 0600), then loads them; throws UsageError saying what was wrong with the text.
+Credentials receive_credentials(int fd, const std::filesystem::path& dir);
 
 /// Makes the job's directory (only this user may enter it) and records who made it.
 std::filesystem::path make_job_dir();
@@ -391,9 +398,13 @@ struct Runtime::State {
   std::function<void(const std::string& peer)> peer_lost;  // under mu
 
   /// Removes the job's directory (its sockets, CA and key), if this process made it.
+  /// An agent's credentials that came on its standard input: removed with the job directory.
+  std::filesystem::path received_credentials;
+
   void remove_job_dir() {
-    if (!own_dir) return;
     std::error_code ignored;
+    if (!received_credentials.empty()) std::filesystem::remove_all(received_credentials, ignored);
+    if (!own_dir) return;
     std::filesystem::remove_all(dir, ignored);
   }
 

@@ -7,16 +7,13 @@
 //   baton-host --credentials DIR --advertise 10.0.0.2 --port 7070
 //
 // The secret and keys are never on a command line: --credentials names a directory only its
-// owner may read (BATON_CREDENTIALS works too).
+// owner may read (BATON_CREDENTIALS works too), or is "-" for a job that starts its agents
+// through a pipe (srun, ssh) and writes them to their standard input.
 
-#include <arpa/inet.h>
-#include <ifaddrs.h>
-#include <net/if.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -24,30 +21,6 @@
 #include "baton/baton.hpp"
 #include "host/hosts.hpp"
 #include "host/runtime_impl.hpp"
-
-namespace {
-
-/// The first IPv4 address of interface `name` (or of any interface that is up and not
-/// loopback, when `name` is empty); empty if there is none.
-std::string interface_address(const std::string& name) {
-  ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) != 0) return {};
-  std::string found;
-  for (ifaddrs* i = list; i != nullptr && found.empty(); i = i->ifa_next) {
-    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
-    if (!name.empty() && name != i->ifa_name) continue;
-    if (name.empty() && ((i->ifa_flags & IFF_UP) == 0 || (i->ifa_flags & IFF_LOOPBACK) != 0)) {
-      continue;
-    }
-    char text[INET_ADDRSTRLEN] = {};
-    const auto* in = reinterpret_cast<const sockaddr_in*>(i->ifa_addr);
-    if (::inet_ntop(AF_INET, &in->sin_addr, text, sizeof text) != nullptr) found = text;
-  }
-  ::freeifaddrs(list);
-  return found;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"baton-host: runs procs on this host for a baton controller on another"};
@@ -59,10 +32,13 @@ int main(int argc, char** argv) {
   std::uint16_t port = 7070;
   std::string cache;
   bool once = false;
+  bool unlink_self = false;
   app.add_option("--make-credentials", make_dir,
                  "make a job's credentials (secret, CA, certificate) in DIR and exit");
   app.add_option("--credentials", credentials,
-                 "the job's credentials directory (or BATON_CREDENTIALS)");
+                 "the job's credentials directory (or BATON_CREDENTIALS); \"-\": read them from "
+                 "standard input, as a job that starts agents sends them (kept private while "
+                 "the agent runs, removed when it ends)");
   app.add_option("--advertise", advertise,
                  "the address other hosts reach this one at (or BATON_HOST_ADDRESS)");
   app.add_option("--interface", interface_name, "advertise this interface's IPv4 address");
@@ -76,6 +52,9 @@ int main(int argc, char** argv) {
   app.add_option("--cache", cache,
                  "where programs shipped by controllers are kept, by hash (default: "
                  "$XDG_CACHE_HOME/baton or ~/.cache/baton)");
+  app.add_flag("--unlink-self", unlink_self,
+               "remove this program's file once started (a copy made for one job, such as "
+               "srun --bcast makes)");
   CLI11_PARSE(app, argc, argv);
 
   using namespace baton;
@@ -84,6 +63,15 @@ int main(int argc, char** argv) {
       internal::make_credentials(make_dir);
       std::printf("baton-host: credentials in %s\n", make_dir.c_str());
       return 0;
+    }
+    if (cache.empty()) {
+      if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0') {
+        cache = std::string(x) + "/baton";
+      } else if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+        cache = std::string(home) + "/.cache/baton";
+      } else {
+        cache = "/tmp/baton-cache-" + std::to_string(::geteuid());
+      }
     }
     if (credentials.empty()) {
       if (const char* c = std::getenv(internal::kCredentialsVar)) credentials = c;
@@ -95,12 +83,29 @@ int main(int argc, char** argv) {
                    "controller\n");
       return 2;
     }
-    const internal::Credentials creds = internal::load_credentials(credentials);
+    std::filesystem::path received;
+    if (credentials == "-") {
+      received = std::filesystem::path(cache) / ("credentials-" + std::to_string(::getpid()));
+    }
+    struct Remove {  // on the way out of main; the runtime removes it when it ends by a signal
+      std::filesystem::path path;
+      ~Remove() {
+        std::error_code ignored;
+        if (!path.empty()) std::filesystem::remove_all(path, ignored);
+      }
+    } remove_received{received};
+    const internal::Credentials creds = received.empty()
+                                            ? internal::load_credentials(credentials)
+                                            : internal::receive_credentials(STDIN_FILENO, received);
+    if (unlink_self) {
+      char self[PATH_MAX] = {};
+      if (::readlink("/proc/self/exe", self, sizeof self - 1) > 0) ::unlink(self);
+    }
     if (advertise.empty()) {
       if (const char* a = std::getenv("BATON_HOST_ADDRESS")) advertise = a;
     }
     if (advertise.empty() && !interface_name.empty()) {
-      advertise = interface_address(interface_name);
+      advertise = internal::interface_address(interface_name);
       if (advertise.empty()) {
         std::fprintf(stderr,
                      "baton-host: no interface %s with an IPv4 address (see `ip -4 addr`)\n",
@@ -112,7 +117,7 @@ int main(int argc, char** argv) {
     // by itself, never a loopback alias such as the 127.0.1.1 `hostname` may resolve to.
     const bool named = !advertise.empty();
     if (advertise.empty() && !route_to.empty()) advertise = internal::route_address(route_to);
-    if (advertise.empty()) advertise = interface_address("");
+    if (advertise.empty()) advertise = internal::interface_address("");
     if (advertise.empty() || (!named && advertise.starts_with("127."))) {
       std::fprintf(stderr,
                    "baton-host: no address other hosts can reach (found '%s'): give --advertise "
@@ -129,6 +134,7 @@ int main(int argc, char** argv) {
     options.link.secret = creds.secret;
     options.link.tls = creds.tls;
     Runtime rt(argc, argv, options);
+    internal::RuntimeAccess::state(rt).received_credentials = received;
     Address bound;
     try {
       bound = rt.proc().serve(at);
@@ -138,15 +144,6 @@ int main(int argc, char** argv) {
                    "--advertise an address of this host)\n",
                    at.to_string().c_str(), e.what());
       return 2;
-    }
-    if (cache.empty()) {
-      if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0') {
-        cache = std::string(x) + "/baton";
-      } else if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
-        cache = std::string(home) + "/.cache/baton";
-      } else {
-        cache = "/tmp/baton-cache-" + std::to_string(::geteuid());
-      }
     }
     rt.proc().spawn<internal::HostAgent>("host", advertise, cache, once);
     std::printf("baton-host: %s serving at %s\n", options.name.c_str(), bound.to_string().c_str());

@@ -4,141 +4,20 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <climits>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "baton/launch/job.hpp"
 #include "host/files.hpp"
 #include "host/hosts.hpp"
-
-extern char** environ;
+#include "host/runtime_impl.hpp"
+#include "launch/command.hpp"
 
 namespace baton::job {
-namespace {
 
-/// What a finished command said and how it ended.
-struct Ran {
-  int status = -1;
-  std::string out;
-  std::string err;
-};
-
-/// Starts `argv` (looked up on PATH) with `in` as its standard input (-1: /dev/null) and its
-/// stdout (and stderr, if `err_fd` is given) piped back.
-pid_t start(const std::vector<std::string>& argv, int in, int* out_fd, int* err_fd) {
-  int out[2];
-  int err[2] = {-1, -1};
-  if (::pipe2(out, O_CLOEXEC) != 0) throw std::runtime_error("ssh: cannot make a pipe");
-  if (err_fd != nullptr && ::pipe2(err, O_CLOEXEC) != 0) {
-    ::close(out[0]);
-    ::close(out[1]);
-    throw std::runtime_error("ssh: cannot make a pipe");
-  }
-  posix_spawn_file_actions_t actions;
-  ::posix_spawn_file_actions_init(&actions);
-  if (in >= 0) {
-    ::posix_spawn_file_actions_adddup2(&actions, in, STDIN_FILENO);
-  } else {
-    ::posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  }
-  ::posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
-  if (err_fd != nullptr) ::posix_spawn_file_actions_adddup2(&actions, err[1], STDERR_FILENO);
-  std::vector<std::string> words = argv;
-  std::vector<char*> args;
-  args.reserve(words.size() + 1);
-  for (auto& w : words) args.push_back(w.data());
-  args.push_back(nullptr);
-  pid_t pid = -1;
-  const int rc = ::posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
-  ::posix_spawn_file_actions_destroy(&actions);
-  ::close(out[1]);
-  if (err_fd != nullptr) ::close(err[1]);
-  if (rc != 0) {
-    ::close(out[0]);
-    if (err_fd != nullptr) ::close(err[0]);
-    throw std::runtime_error("cannot run " + argv[0] + ": " + std::strerror(rc) +
-                             " (is OpenSSH's client installed?)");
-  }
-  *out_fd = out[0];
-  if (err_fd != nullptr) *err_fd = err[0];
-  return pid;
-}
-
-std::string read_all(int fd) {
-  std::string text;
-  char buf[4096];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    text.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
-  return text;
-}
-
-Ran run(const std::vector<std::string>& argv, int in = -1) {
-  int out = -1;
-  int err = -1;
-  const pid_t pid = start(argv, in, &out, &err);
-  Ran r;
-  r.out = read_all(out);  // small: the commands here print a line or nothing
-  r.err = read_all(err);
-  ::waitpid(pid, &r.status, 0);
-  return r;
-}
-
-/// A pipe whose read end gives `text` (small enough for the pipe's buffer).
-int text_input(const std::string& text) {
-  int p[2];
-  if (::pipe2(p, O_CLOEXEC) != 0) throw std::runtime_error("ssh: cannot make a pipe");
-  const bool ok = ::write(p[1], text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  ::close(p[1]);
-  if (!ok) {
-    ::close(p[0]);
-    throw std::runtime_error("ssh: credentials too large for a pipe");
-  }
-  return p[0];
-}
-
-std::string file_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-/// The baton-host to copy: the options', else beside this program, else on PATH.
-std::string local_agent(const SshOptions& o) {
-  if (!o.agent.empty()) return o.agent;
-  char self[PATH_MAX] = {};
-  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n > 0) {
-    const auto beside =
-        std::filesystem::path(std::string(self, static_cast<std::size_t>(n))).parent_path() /
-        "baton-host";
-    if (::access(beside.c_str(), X_OK) == 0) return beside.string();
-  }
-  if (const char* path = std::getenv("PATH")) {
-    std::istringstream dirs(path);
-    for (std::string d; std::getline(dirs, d, ':');) {
-      const auto candidate = std::filesystem::path(d) / "baton-host";
-      if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
-    }
-  }
-  throw UsageError("SshJob: no baton-host to copy to the hosts: set SshOptions::agent");
-}
-
-}  // namespace
+using internal::Ran;
 
 struct SshJob::Session {
   pid_t pid = -1;  // the ssh running the agent
@@ -161,15 +40,16 @@ SshJob::~SshJob() = default;
 
 HostMesh SshJob::hosts() {
   if (mesh_) return *mesh_;
-  const std::string agent = local_agent(options_);
+  const std::string agent = internal::local_agent(options_.agent, "SshJob", "SshOptions::agent");
   const auto hash = internal::sha256_file(agent);
   if (!hash) throw UsageError("SshJob: cannot read " + agent);
   const net::LinkOptions link = Runtime::get().link_options();
   if (!link.tls.enabled()) throw UsageError("SshJob: the runtime has no TLS files to send");
   const std::string dir = options_.remote_dir;
   const std::string remote_agent = dir + "/baton-host-" + *hash;
-  const std::string job =
-      dir + "/job-" + std::to_string(::getpid()) + "-" + link.secret.substr(0, 8);
+  const std::string credentials =
+      dir + "/credentials-" + std::to_string(::getpid()) + "-" + link.secret.substr(0, 8);
+  const std::string text = internal::credentials_text(link.secret, link.tls);
   std::vector<std::string> addresses;
   for (const auto& host : hosts_) {
     std::vector<std::string> ssh{"ssh", "-o", "BatchMode=yes"};
@@ -181,33 +61,32 @@ HostMesh SshJob::hosts() {
     const auto remote = [&](const std::string& command, int in = -1) {
       auto argv = ssh;
       argv.push_back(command);
-      Ran r = run(argv, in);
+      Ran r = internal::run_command(argv, "OpenSSH's client", in);
       if (in >= 0) ::close(in);
-      if (!WIFEXITED(r.status) || WEXITSTATUS(r.status) != 0) {
-        throw std::runtime_error("SshJob: on " + host + ", `" + command + "` failed: " +
-                                 (r.err.empty() ? std::string("(no message)") : r.err));
-      }
       return r;
     };
-    // The agent, unless the same bytes are there.
-    if (run([&] {
-          auto argv = ssh;
-          argv.push_back("test -x " + remote_agent);
-          return argv;
-        }())
-            .status != 0) {
+    const auto failed = [&](const std::string& command, const Ran& r) {
+      return std::runtime_error("SshJob: on " + host + ", `" + command +
+                                "` failed: " + (r.err.empty() ? "(no message)" : r.err));
+    };
+    // The credentials, over standard input into a file only the user may read (the agent takes
+    // them from it and removes it); then whether the agent's bytes are there already.
+    const std::string put =
+        "umask 077 && mkdir -p " + dir + " && cat > " + credentials + " && test -x " + remote_agent;
+    const Ran checked = remote(put, internal::text_input(text));
+    if (!WIFEXITED(checked.status) || WEXITSTATUS(checked.status) > 1 ||
+        (WEXITSTATUS(checked.status) == 1 && !checked.err.empty())) {
+      throw failed(put, checked);
+    }
+    if (WEXITSTATUS(checked.status) == 1) {
       const int in = ::open(agent.c_str(), O_RDONLY | O_CLOEXEC);
       if (in < 0) throw UsageError("SshJob: cannot read " + agent);
-      remote("umask 077 && mkdir -p " + dir + " && cat > " + remote_agent + ".part && chmod 700 " +
-                 remote_agent + ".part && mv " + remote_agent + ".part " + remote_agent,
-             in);
+      const std::string copy = "umask 077 && cat > " + remote_agent + ".part && chmod 700 " +
+                               remote_agent + ".part && mv " + remote_agent + ".part " +
+                               remote_agent;
+      const Ran copied = remote(copy, in);
+      if (!internal::succeeded(copied)) throw failed(copy, copied);
     }
-    // The credentials, over standard input into a directory only the user may read.
-    remote("umask 077 && mkdir -p " + job);
-    remote("umask 077 && cat > " + job + "/secret", text_input(link.secret));
-    remote("umask 077 && cat > " + job + "/ca.pem", text_input(file_text(link.tls.ca_file)));
-    remote("umask 077 && cat > " + job + "/cert.pem", text_input(file_text(link.tls.cert_file)));
-    remote("umask 077 && cat > " + job + "/key.pem", text_input(file_text(link.tls.key_file)));
     // The agent, for this controller alone: it advertises its address on the route back here.
     const std::string ip = internal::resolve_host(host.substr(host.find('@') + 1), host);
     const std::string me = internal::route_address(ip);
@@ -215,12 +94,12 @@ HostMesh SshJob::hosts() {
     // controller's links to it are still up.
     auto argv = ssh;
     argv.insert(argv.begin() + 1, "-tt");
-    argv.push_back("exec " + remote_agent + " --once --credentials " + job +
-                   (me.empty() ? std::string() : " --route-to " + me) + " --port " +
-                   std::to_string(options_.agent_port));
+    argv.push_back("{ rm -f " + credentials + " && exec " + remote_agent +
+                   " --once --credentials -" + (me.empty() ? std::string() : " --route-to " + me) +
+                   " --port " + std::to_string(options_.agent_port) + "; } < " + credentials);
     auto session = std::make_unique<Session>();
     int out = -1;
-    session->pid = start(argv, -1, &out, nullptr);
+    session->pid = internal::start_command(argv, -1, &out, nullptr, "OpenSSH's client");
     session->out = ::fdopen(out, "r");
     char line[512] = {};
     if (std::fgets(line, sizeof line, session->out) == nullptr) {

@@ -120,7 +120,8 @@ TEST(Ssh, AnSshJobStartsAgentsOverSshAndItsProcsAnswer) {
               (std::vector<int>{10, 10}));
     procs.stop().get();
   }
-  // The agent was copied once, with only the user allowed in; the credentials likewise.
+  // The agent was copied once, with only the user allowed in; the credentials went in private
+  // and the agent took them out of the file as it started.
   std::size_t agents = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir.path / "remote")) {
     const auto name = e.path().filename().string();
@@ -129,6 +130,7 @@ TEST(Ssh, AnSshJobStartsAgentsOverSshAndItsProcsAnswer) {
               std::filesystem::perms::none)
         << name;
     if (name.starts_with("baton-host-")) ++agents;
+    EXPECT_FALSE(name.starts_with("credentials-")) << name << " was left behind";
   }
   EXPECT_EQ(agents, 1u);
 }
