@@ -144,4 +144,19 @@ Credentials receive_credentials(int fd, const std::filesystem::path& dir) {
   return load_credentials(dir);
 }
 
+Credentials read_credentials_file(const std::filesystem::path& text,
+                                  const std::filesystem::path& dir) {
+  check_private(text, "credentials file");
+  const int fd = ::open(text.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw UsageError("credentials: cannot read " + text.string());
+  try {
+    Credentials c = receive_credentials(fd, dir);
+    ::close(fd);
+    return c;
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+}
+
 }  // namespace baton::internal

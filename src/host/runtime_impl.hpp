@@ -103,6 +103,10 @@ std::string credentials_text(const std::string& secret, const net::TlsOptions& t
 /// Reads credentials_text() from `fd` to its end and writes it to `dir` (made, mode 0700;
 /// files 0600), then loads them; throws UsageError saying what was wrong with the text.
 Credentials receive_credentials(int fd, const std::filesystem::path& dir);
+/// Reads credentials_text() from the file `text` (only its owner may read it: a Kubernetes
+/// Secret mounted with mode 0400, say) and writes it to `dir` as receive_credentials() does.
+Credentials read_credentials_file(const std::filesystem::path& text,
+                                  const std::filesystem::path& dir);
 
 /// Makes the job's directory (only this user may enter it) and records who made it.
 std::filesystem::path make_job_dir();

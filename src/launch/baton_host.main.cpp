@@ -36,9 +36,10 @@ int main(int argc, char** argv) {
   app.add_option("--make-credentials", make_dir,
                  "make a job's credentials (secret, CA, certificate) in DIR and exit");
   app.add_option("--credentials", credentials,
-                 "the job's credentials directory (or BATON_CREDENTIALS); \"-\": read them from "
-                 "standard input, as a job that starts agents sends them (kept private while "
-                 "the agent runs, removed when it ends)");
+                 "the job's credentials (or BATON_CREDENTIALS): a directory made by "
+                 "--make-credentials, a file of their text form (a mounted Kubernetes Secret), "
+                 "or \"-\" to read that text from standard input, as a job that starts agents "
+                 "sends it (kept private while the agent runs, removed when it ends)");
   app.add_option("--advertise", advertise,
                  "the address other hosts reach this one at (or BATON_HOST_ADDRESS)");
   app.add_option("--interface", interface_name, "advertise this interface's IPv4 address");
@@ -83,8 +84,11 @@ int main(int argc, char** argv) {
                    "controller\n");
       return 2;
     }
+    // A directory is used where it is; the text form (on standard input, or in a file such as
+    // a mounted Kubernetes Secret) is written to a private directory of this agent's own.
+    const bool text = credentials == "-" || std::filesystem::is_regular_file(credentials);
     std::filesystem::path received;
-    if (credentials == "-") {
+    if (text) {
       received = std::filesystem::path(cache) / ("credentials-" + std::to_string(::getpid()));
     }
     struct Remove {  // on the way out of main; the runtime removes it when it ends by a signal
@@ -94,9 +98,10 @@ int main(int argc, char** argv) {
         if (!path.empty()) std::filesystem::remove_all(path, ignored);
       }
     } remove_received{received};
-    const internal::Credentials creds = received.empty()
-                                            ? internal::load_credentials(credentials)
-                                            : internal::receive_credentials(STDIN_FILENO, received);
+    const internal::Credentials creds =
+        !text                ? internal::load_credentials(credentials)
+        : credentials == "-" ? internal::receive_credentials(STDIN_FILENO, received)
+                             : internal::read_credentials_file(credentials, received);
     if (unlink_self) {
       char self[PATH_MAX] = {};
       if (::readlink("/proc/self/exe", self, sizeof self - 1) > 0) ::unlink(self);
