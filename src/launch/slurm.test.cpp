@@ -319,6 +319,37 @@ TEST_F(Slurm, AControllerThatDiesLeavesNoJobNoAgentAndNoProc) {
   }
 }
 
+// The README's way to keep an allocation across runs of the controller: agents started by a
+// batch job of the user's own, attached from the file made from what they print.
+TEST_F(Slurm, AnAllocationOfTheUsersOwnIsAttachedFromTheFileItsAgentsLeave) {
+  test::TempDir dir;
+  const std::string out = (dir.path / "job.out").string();
+  const std::string id = must({"sbatch", "--parsable", "-N1", "-t", "10:00", "-o", out, "--wrap",
+                               std::string("srun --ntasks-per-node=1 ") + BATON_HOST_BIN +
+                                   " --credentials " + test::credentials().string() +
+                                   " --port 17154"});
+  std::string said;
+  ASSERT_TRUE(eventually(
+      [&] {
+        said = internal::file_text(out);
+        return said.find("tcp://") != std::string::npos;
+      },
+      std::chrono::seconds(60)))
+      << "the batch job's agent said: " << said << Cluster::queue();
+  const std::string address = said.substr(said.find("tcp://") + 6);
+  std::ofstream((dir.path / "job.hosts").string()) << address.substr(0, address.find('\n'))
+                                                   << "\n";
+  {
+    ProcMesh procs =
+        job::attach_file((dir.path / "job.hosts").string()).spawn_procs({{"gpus", 2}});
+    EXPECT_EQ(procs.spawn<Member>("kept").call(&Member::twice, 3).get().values(),
+              (std::vector<int>{6, 6}));
+    procs.stop().get();
+  }
+  must({"scancel", id.substr(0, id.find('\n'))});
+  EXPECT_TRUE(Cluster::drains(std::chrono::seconds(30))) << Cluster::queue();
+}
+
 void run_doomed_controller(int port) {
   job::SlurmJob job(options(port));
   ProcMesh procs = job.hosts().spawn_procs({{"gpus", 2}});
