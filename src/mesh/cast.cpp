@@ -117,7 +117,10 @@ void route_around(const std::shared_ptr<ProcState>& local, const ActorId& sender
                   const MemberAt& member_at, const std::string& why,
                   const std::shared_ptr<net::Link>& from) {
   std::vector<CastChild> grandchildren;
-  for (auto [b, e] : split(child.loc + 1, child.end, kCastFanOut)) {
+  const auto address_at = [&](std::size_t loc) -> std::string_view {
+    return member_at(loc).address;
+  };
+  for (auto [b, e] : cast_impl::split_at_hosts(child.loc + 1, child.end, kCastFanOut, address_at)) {
     if (view->any_in(b, e)) grandchildren.push_back({b, e, member_at(b)});
   }
   if (gather) {

@@ -142,8 +142,26 @@ TEST(CastTree, ACastCrossesToEachHostOnce) {
     for (const auto& m : head.below)
       EXPECT_EQ(m.address.substr(0, 15), head.self.address.substr(0, 15));
   }
-  // More hosts than the fan-out: split evenly, at most the fan-out from the root.
-  EXPECT_EQ(cast_impl::root_split(on_hosts(16, 2)).size(), kCastFanOut);
+  // Any number of hosts, more than the fan-out too: the root sends to at most the fan-out, and
+  // each host is entered by one edge of the tree (from the controller or another host).
+  for (auto [hosts, per_host] :
+       {std::pair<std::size_t, std::size_t>{16, 2}, {9, 1}, {20, 3}, {100, 4}, {70, 8}}) {
+    const auto many = on_hosts(hosts, per_host);
+    const auto host = [](const CastMember& m) { return m.address.substr(0, m.address.rfind(':')); };
+    std::map<std::string, int> entered;
+    const auto root = cast_impl::root_split(many);
+    EXPECT_LE(root.size(), kCastFanOut);
+    for (auto [b, e] : root) ++entered[host(many[b])];
+    for (const auto& node : cast_tree(many)) {
+      const auto children = children_of(node);
+      EXPECT_LE(children.size(), kCastFanOut);
+      for (const auto& c : children) {
+        if (host(c.head) != host(node.self)) ++entered[host(c.head)];
+      }
+    }
+    ASSERT_EQ(entered.size(), hosts) << hosts << " hosts";
+    for (const auto& [h, n] : entered) EXPECT_EQ(n, 1) << h << " of " << hosts << " hosts";
+  }
   // One host: as before.
   EXPECT_EQ(cast_impl::root_split(base_of(12)), cast_impl::split(0, 12, kCastFanOut));
 }

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -62,8 +63,14 @@ class ViewIndex {
 std::vector<std::pair<std::uint32_t, std::uint32_t>> split(std::size_t first, std::size_t end,
                                                            std::size_t fanout);
 
-/// The root's chunks of a mesh: one per host for a mesh on several hosts (at most the fan-out
-/// of them), else `split(0, n, kCastFanOut)`. cast_tree and the root agree on it.
+/// [first, end) in at most `fanout` contiguous chunks cut only where the host of the member at
+/// a location (`address_at`) changes, when the range spans hosts: a cast then enters each host
+/// once, however many hosts there are. Else split(). Every node of the tree, the root and
+/// cast_tree agree on it.
+std::vector<std::pair<std::uint32_t, std::uint32_t>> split_at_hosts(
+    std::size_t first, std::size_t end, std::size_t fanout,
+    const std::function<std::string_view(std::size_t)>& address_at);
+/// The root's chunks of a mesh: split_at_hosts over the whole of it.
 std::vector<std::pair<std::uint32_t, std::uint32_t>> root_split(
     const std::vector<CastMember>& base);
 

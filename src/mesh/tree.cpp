@@ -34,29 +34,41 @@ std::string_view host_of(std::string_view address) {
 
 }  // namespace
 
+std::vector<std::pair<std::uint32_t, std::uint32_t>> split_at_hosts(
+    std::size_t first, std::size_t end, std::size_t fanout,
+    const std::function<std::string_view(std::size_t)>& address_at) {
+  // A range on one host (its ends on the same one: meshes are laid out host by host) is split
+  // evenly. One on several is cut only where the host changes, so that a cast enters each host
+  // once: one chunk a host, or, with more hosts than the fan-out, runs of whole hosts.
+  if (end - first < 2 || host_of(address_at(first)) == host_of(address_at(end - 1))) {
+    return split(first, end, fanout);
+  }
+  std::vector<std::size_t> starts{first};  // where each host's run begins
+  for (std::size_t i = first + 1; i < end; ++i) {
+    if (host_of(address_at(i)) != host_of(address_at(i - 1))) starts.push_back(i);
+  }
+  starts.push_back(end);
+  const std::size_t hosts = starts.size() - 1;
+  const std::size_t k = std::min(fanout, hosts);
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> out;
+  out.reserve(k);
+  for (std::size_t i = 0; i < k; ++i) {
+    out.emplace_back(static_cast<std::uint32_t>(starts[i * hosts / k]),
+                     static_cast<std::uint32_t>(starts[(i + 1) * hosts / k]));
+  }
+  return out;
+}
+
 std::vector<std::pair<std::uint32_t, std::uint32_t>> root_split(
     const std::vector<CastMember>& base) {
-  const std::size_t n = base.size();
-  // A mesh on several hosts (laid out host by host) is split at its hosts first, so that a
-  // cast crosses to each host once; its head there forwards to the rest of that host's
-  // members. One host, or more hosts than the fan-out: split evenly.
-  if (n > 1 && host_of(base.front().address) != host_of(base.back().address)) {
-    std::vector<std::pair<std::uint32_t, std::uint32_t>> groups;
-    std::size_t first = 0;
-    for (std::size_t i = 1; i <= n && groups.size() <= kCastFanOut; ++i) {
-      if (i == n || host_of(base[i].address) != host_of(base[first].address)) {
-        groups.emplace_back(static_cast<std::uint32_t>(first), static_cast<std::uint32_t>(i));
-        first = i;
-      }
-    }
-    if (groups.size() <= kCastFanOut) return groups;
-  }
-  return split(0, n, kCastFanOut);
+  return split_at_hosts(0, base.size(), kCastFanOut,
+                        [&](std::size_t loc) -> std::string_view { return base[loc].address; });
 }
 
 }  // namespace cast_impl
 
 using cast_impl::split;
+using cast_impl::split_at_hosts;
 
 std::vector<CastNode> cast_tree(const std::vector<CastMember>& base) {
   std::vector<CastNode> nodes(base.size());
@@ -69,14 +81,21 @@ std::vector<CastNode> cast_tree(const std::vector<CastMember>& base) {
     n.end = end;
     n.self = base[loc];
     n.below.assign(base.begin() + loc + 1, base.begin() + end);
-    for (auto c : split(loc + 1, end, kCastFanOut)) todo.push_back(c);
+    for (auto c : split_at_hosts(loc + 1, end, kCastFanOut, [&](std::size_t i) -> std::string_view {
+           return base[i].address;
+         })) {
+      todo.push_back(c);
+    }
   }
   return nodes;
 }
 
 std::vector<CastChild> children_of(const CastNode& node) {
   std::vector<CastChild> out;
-  for (auto [b, e] : split(node.loc + 1, node.end, kCastFanOut)) {
+  const auto address_at = [&](std::size_t loc) -> std::string_view {
+    return node.below.at(loc - node.loc - 1).address;
+  };
+  for (auto [b, e] : split_at_hosts(node.loc + 1, node.end, kCastFanOut, address_at)) {
     out.push_back({b, e, node.below.at(b - node.loc - 1)});
   }
   return out;
