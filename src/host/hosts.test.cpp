@@ -349,7 +349,7 @@ TEST_P(ControllerDeath, AnAgentStopsTheProcsOfAControllerThatDied) {
   ASSERT_EQ(pids.size(), 2u);
   ::kill(controller.pid, SIGKILL);
   ::waitpid(controller.pid, nullptr, 0);
-  // The agent's link to it closes for good within LinkOptions::reconnect_for (10 s), and the
+  // The agent's link to it closes for good within LinkOptions::reconnect_for (5 s), and the
   // agent stops its procs.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   for (int pid : pids) {

@@ -52,8 +52,15 @@ class Node : public Actor {
     }
     co_return std::string(to_string(rdma_backend(buf, got.data())));
   }
-  static constexpr auto endpoints = baton::endpoints<&Node::address, &Node::twice, &Node::add,
-                                                     &Node::pid, &Node::publish, &Node::fetch>();
+  /// The sum of the bytes, to check a large message arrived whole.
+  std::uint64_t sum(const Bytes& bytes) {
+    return std::accumulate(
+        bytes.data(), bytes.data() + bytes.size(), std::uint64_t{0},
+        [](std::uint64_t a, std::byte b) { return a + std::to_integer<unsigned>(b); });
+  }
+  static constexpr auto endpoints =
+      baton::endpoints<&Node::address, &Node::twice, &Node::add, &Node::pid, &Node::publish,
+                       &Node::fetch, &Node::sum>();
 
  private:
   int total_ = 0;
@@ -82,6 +89,31 @@ std::unique_ptr<Cluster> make_cluster(std::size_t n) {
     c->addresses.push_back(c->agents.back()->address());
   }
   return c;
+}
+
+// Over a slow link a large message takes longer than dead_after (3 s here) to arrive: the bytes
+// arriving count as hearing from the peer, so the link is not taken for dead and repaired (which
+// would send the message again from its start, for ever).
+TEST(NetHosts, AMessageSlowerThanTheSilenceBoundStillArrivesWhole) {
+  auto cluster = make_cluster(1);
+  ASSERT_TRUE(cluster);
+  ProcMesh procs = job::attach(cluster->addresses).spawn_procs({{"gpus", 1}});
+  auto node = procs.spawn<Node>("slow");
+  ASSERT_EQ(node.call_one(&Node::twice, 2).get(), 4);
+  cluster->net->throttle_to(0, "16mbit");  // 16 MiB: about 8 s
+  std::vector<std::byte> big(std::size_t{16} << 20);
+  std::uint64_t want = 0;
+  for (std::size_t i = 0; i < big.size(); ++i) {
+    big[i] = static_cast<std::byte>((i * 7 + 3) & 0xff);
+    want += (i * 7 + 3) & 0xff;
+  }
+  // Out of band, as large data travels: one part of the frame.
+  EXPECT_EQ(node.call_one(&Node::sum, Bytes::adopt(std::move(big))).get(std::chrono::seconds(120)),
+            want);
+  EXPECT_FALSE(
+      seen().wait_for([](Seen& s) { return !s.failures.empty(); }, std::chrono::seconds(0)))
+      << "a failure was reported: " << seen().failures.front().to_string();
+  procs.stop().get();
 }
 
 TEST(NetHosts, ThreeHostsRunOneMeshThatAnswersEveryVerbAndMovesMemoryBetweenThem) {

@@ -24,21 +24,24 @@ inline std::string ip_program() {
   throw std::runtime_error("no `ip` program (Debian's iproute2; `make deps` installs it)");
 }
 
-/// Runs `ip args...`; throws with what it printed if it fails.
-inline void ip(const std::vector<std::string>& args) {
-  const auto run = [&] {
-    auto child = start_self_as(ip_program(), "ip", args, environment(), STDERR_FILENO);
-    std::string err = read_to_end(child.from);
-    int status = 0;
-    ::waitpid(child.pid, &status, 0);
-    return std::make_pair(status, err);
-  };
-  auto [status, err] = run();
+/// Runs the program at `path` (called `name`) with `args`; throws with what it printed if it
+/// fails.
+inline void run_tool(const std::string& path, const std::string& name,
+                     const std::vector<std::string>& args) {
+  auto child = start_self_as(path, name, args, environment(), STDERR_FILENO);
+  const std::string err = read_to_end(child.from);
+  int status = 0;
+  ::waitpid(child.pid, &status, 0);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    std::string cmd = "ip";
+    std::string cmd = name;
     for (const auto& a : args) cmd += " " + a;
     throw std::runtime_error("`" + cmd + "` failed: " + err);
   }
+}
+
+/// Runs `ip args...`; throws with what it printed if it fails.
+inline void ip(const std::vector<std::string>& args) {
+  run_tool(ip_program(), "ip", args);
 }
 
 /// N hosts: network namespaces, each with one end of a veth pair whose other end is on a bridge
@@ -83,6 +86,15 @@ class NetHosts {
 
   const std::string& ns(std::size_t i) const { return namespaces_.at(i); }
   std::string address(std::size_t i) const { return subnet_ + std::to_string(10 + i); }
+  /// Limits what the network sends to host i to `rate` (tc's words: "16mbit"), as a slow link
+  /// to it would.
+  void throttle_to(std::size_t i, const std::string& rate) {
+    std::string tc = ip_program();
+    tc.replace(tc.rfind('/') + 1, std::string::npos, "tc");
+    run_tool(tc, "tc",
+             {"qdisc", "add", "dev", tag_ + "v" + std::to_string(i), "root", "tbf", "rate", rate,
+              "burst", "64kb", "latency", "5s"});
+  }
   /// Cuts host i off the network (its end of the link goes down), or brings it back.
   void set_link(std::size_t i, bool up) {
     ip({"netns", "exec", ns(i), "ip", "link", "set", inside(i), up ? "up" : "down"});

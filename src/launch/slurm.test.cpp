@@ -310,7 +310,7 @@ TEST_F(Slurm, AControllerThatDiesLeavesNoJobNoAgentAndNoProc) {
   EXPECT_THAT(Cluster::queue(), HasSubstr(id + " RUNNING"));
   ::kill(controller.pid, SIGKILL);
   ::waitpid(controller.pid, nullptr, 0);
-  // The agent's link to it closes for good within its reconnect bound (10 s); it stops its
+  // The agent's link to it closes for good within its reconnect bound (5 s); it stops its
   // procs and exits, which ends the step, srun, and the allocation.
   EXPECT_TRUE(Cluster::drains(std::chrono::seconds(90))) << Cluster::queue();
   for (int pid : pids) {
@@ -324,10 +324,10 @@ TEST_F(Slurm, AControllerThatDiesLeavesNoJobNoAgentAndNoProc) {
 TEST_F(Slurm, AnAllocationOfTheUsersOwnIsAttachedFromTheFileItsAgentsLeave) {
   test::TempDir dir;
   const std::string out = (dir.path / "job.out").string();
-  const std::string id = must({"sbatch", "--parsable", "-N1", "-t", "10:00", "-o", out, "--wrap",
-                               std::string("srun --ntasks-per-node=1 ") + BATON_HOST_BIN +
-                                   " --credentials " + test::credentials().string() +
-                                   " --port 17154"});
+  const std::string id =
+      must({"sbatch", "--parsable", "-N1", "-t", "10:00", "-o", out, "--wrap",
+            std::string("srun --ntasks-per-node=1 ") + BATON_HOST_BIN + " --credentials " +
+                test::credentials().string() + " --port 17154"});
   std::string said;
   ASSERT_TRUE(eventually(
       [&] {
@@ -337,11 +337,9 @@ TEST_F(Slurm, AnAllocationOfTheUsersOwnIsAttachedFromTheFileItsAgentsLeave) {
       std::chrono::seconds(60)))
       << "the batch job's agent said: " << said << Cluster::queue();
   const std::string address = said.substr(said.find("tcp://") + 6);
-  std::ofstream((dir.path / "job.hosts").string()) << address.substr(0, address.find('\n'))
-                                                   << "\n";
+  std::ofstream((dir.path / "job.hosts").string()) << address.substr(0, address.find('\n')) << "\n";
   {
-    ProcMesh procs =
-        job::attach_file((dir.path / "job.hosts").string()).spawn_procs({{"gpus", 2}});
+    ProcMesh procs = job::attach_file((dir.path / "job.hosts").string()).spawn_procs({{"gpus", 2}});
     EXPECT_EQ(procs.spawn<Member>("kept").call(&Member::twice, 3).get().values(),
               (std::vector<int>{6, 6}));
     procs.stop().get();

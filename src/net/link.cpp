@@ -1,6 +1,8 @@
 #include "baton/net/link.hpp"
 
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -34,8 +36,15 @@ IoThread::~IoThread() {
 
 namespace internal {
 
-void close_on_exec(int fd) {
+void prepare_socket(int fd) {
   ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC);
+  int domain = 0;
+  socklen_t len = sizeof domain;
+  if (::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 &&
+      (domain == AF_INET || domain == AF_INET6)) {
+    const int on = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+  }
 }
 
 Protocol::endpoint to_endpoint(asio::io_context& ctx, const Address& a) {
@@ -169,7 +178,7 @@ void StreamLink::connect_first(std::uint64_t epoch) {
     });
     asio::error_code opened;
     self->socket_.open(ep.protocol(), opened);
-    if (!opened) close_on_exec(self->socket_.native_handle());
+    if (!opened) prepare_socket(self->socket_.native_handle());
     self->socket_.async_connect(
         ep,
         asio::bind_executor(self->strand_, [self, epoch, cannot, timed_out](asio::error_code ec) {
@@ -372,7 +381,7 @@ std::shared_ptr<Link> Link::connect(IoThread& io, const Address& to, LinkHandler
     } else {
       const Protocol::endpoint ep = internal::to_endpoint(ctx, to);
       socket.open(ep.protocol());
-      internal::close_on_exec(socket.native_handle());
+      internal::prepare_socket(socket.native_handle());
       socket.connect(ep);
     }
   } catch (const std::system_error& e) {

@@ -49,8 +49,10 @@ namespace internal {
 extern thread_local bool t_io_thread;  // this thread runs an IoThread's event loop
 
 Protocol::endpoint to_endpoint(asio::io_context& ctx, const Address& a);
-/// No process this one starts inherits a link's socket (Asio opens them without SOCK_CLOEXEC).
-void close_on_exec(int fd);
+/// Readies a link's socket: no process this one starts inherits it (Asio opens sockets without
+/// SOCK_CLOEXEC), and on TCP each frame goes out when written (TCP_NODELAY: a link writes whole
+/// frames, and Nagle's wait for an acknowledgement would hold a call's reply behind it).
+void prepare_socket(int fd);
 
 // Link control frames carry this header; they have no sequence number of their own.
 constexpr std::string_view kControl = "baton.link";
@@ -126,6 +128,8 @@ class StreamLink final : public Link {
   void on_prefix(std::uint64_t epoch);
   void on_header(std::uint64_t epoch);
   void read_part(std::uint64_t epoch, std::size_t i);
+  void read_chunk(std::uint64_t epoch, std::size_t i, std::shared_ptr<std::vector<std::byte>> buf,
+                  std::size_t done);
   void deliver(std::uint64_t epoch);
   void on_control(std::uint64_t epoch, const std::string& kind);
   bool adopt_session(std::uint64_t session, std::uint64_t peer_expects);

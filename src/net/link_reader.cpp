@@ -1,7 +1,10 @@
 // The frame reader of a link: prefix, header, then each part into its own buffer; link control
 // frames (hello, ack, bye), and a hello that hands a connection to its session's link.
 
+#include <algorithm>
+#include <memory>
 #include <tuple>
+#include <vector>
 
 #include "net/link_impl.hpp"
 
@@ -48,14 +51,28 @@ void StreamLink::on_header(std::uint64_t epoch) {
 void StreamLink::read_part(std::uint64_t epoch, std::size_t i) {
   if (i == part_lengths_.size()) return deliver(epoch);
   auto buf = std::make_shared<std::vector<std::byte>>(static_cast<std::size_t>(part_lengths_[i]));
-  async_read_all(asio::buffer(*buf),
-                 asio::bind_executor(
-                     strand_, [self = shared(), buf, i, epoch](asio::error_code ec, std::size_t) {
-                       if (epoch != self->epoch_) return;
-                       if (ec) return self->broken(epoch, ec);
-                       self->incoming_.body.parts.push_back(Bytes::adopt(std::move(*buf)));
-                       self->read_part(epoch, i + 1);
-                     }));
+  read_chunk(epoch, i, std::move(buf), 0);
+}
+
+void StreamLink::read_chunk(std::uint64_t epoch, std::size_t i,
+                            std::shared_ptr<std::vector<std::byte>> buf, std::size_t done) {
+  if (done == buf->size()) {
+    incoming_.body.parts.push_back(Bytes::adopt(std::move(*buf)));
+    return read_part(epoch, i + 1);
+  }
+  // A large part is read a chunk at a time, and each chunk counts as hearing from the peer: a
+  // frame that takes longer than dead_after to arrive is not taken for silence.
+  constexpr std::size_t kChunk = std::size_t{4} << 20;
+  const std::size_t n = std::min(kChunk, buf->size() - done);
+  auto* at = buf->data() + done;
+  async_read_all(asio::buffer(at, n),
+                 asio::bind_executor(strand_, [self = shared(), buf, i, epoch, done, n](
+                                                  asio::error_code ec, std::size_t) mutable {
+                   if (epoch != self->epoch_) return;
+                   if (ec) return self->broken(epoch, ec);
+                   self->last_recv_ = Clock::now();
+                   self->read_chunk(epoch, i, std::move(buf), done + n);
+                 }));
 }
 
 void StreamLink::deliver(std::uint64_t epoch) {

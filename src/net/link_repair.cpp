@@ -72,7 +72,7 @@ void StreamLink::reconnect(const Protocol::endpoint& ep, std::uint64_t epoch) {
   auto socket = std::make_shared<Protocol::socket>(ctx_);
   asio::error_code opened;
   socket->open(ep.protocol(), opened);
-  if (!opened) internal::close_on_exec(socket->native_handle());
+  if (!opened) internal::prepare_socket(socket->native_handle());
   // A host that went silent drops the connection's SYNs, and the kernel would keep retrying for
   // minutes: the attempt ends with the repair's deadline.
   auto give_up = std::make_shared<asio::steady_timer>(strand_, repair_deadline_);

@@ -36,7 +36,7 @@ struct AcceptCore : std::enable_shared_from_this<AcceptCore> {
   void accept() {
     acceptor.async_accept([self = shared_from_this()](asio::error_code ec, Protocol::socket s) {
       if (ec) return;  // closed
-      internal::close_on_exec(s.native_handle());
+      internal::prepare_socket(s.native_handle());
       if (self->options.secret.empty()) {
         self->adopt(std::move(s));
       } else {
@@ -113,7 +113,7 @@ class StreamListener final : public Listener {
     }
     auto& acceptor = core_->acceptor;
     acceptor.open(ep.protocol());
-    internal::close_on_exec(acceptor.native_handle());
+    internal::prepare_socket(acceptor.native_handle());
     if (at.transport == Address::Transport::tcp) {
       acceptor.set_option(asio::socket_base::reuse_address(true));
     }

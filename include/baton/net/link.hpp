@@ -67,11 +67,13 @@ struct LinkOptions {
   DecodeLimits limits;
   /// How often each side sends a heartbeat (which also acknowledges what arrived).
   std::chrono::milliseconds heartbeat{1000};
-  /// No frame at all for this long: the connection is taken as broken and repaired.
-  std::chrono::milliseconds dead_after{10000};
+  /// Nothing heard for this long (no frame, and no bytes of a large one): the connection is
+  /// taken as broken and repaired.
+  std::chrono::milliseconds dead_after{5000};
   /// How long a broken link tries to reconnect (dialler) or waits for the peer to come back
-  /// (listener) before it closes for good.
-  std::chrono::milliseconds reconnect_for{10000};
+  /// (listener) before it closes for good. A peer that went silent is lost within
+  /// dead_after + reconnect_for: 10 s by default.
+  std::chrono::milliseconds reconnect_for{5000};
   /// Frames received between two acknowledgements, at most.
   std::size_t ack_every = 64;
   /// Bytes a link may hold for sending (not yet written, or on TCP not yet acknowledged)
