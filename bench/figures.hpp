@@ -34,6 +34,8 @@ int run_spawn();
 int run_failure();
 /// `baton-bench rdma`: RdmaBuffer reads from another proc against a single-thread memcpy.
 int run_rdma();
+/// `baton-bench allreduce`: 64 MiB over 4 procs through baton, against Gloo set up directly.
+int run_allreduce();
 /// `baton-bench hosts`: three namespace hosts against this host and raw TCP (needs root).
 int run_hosts();
 /// The TCP echo server `run_hosts` starts in a namespace (BATON_BENCH_TCP_ECHO=port).

@@ -68,6 +68,7 @@ int main(int argc, char** argv) {
     if (which == "spawn") return baton::bench::run_spawn();
     if (which == "failure") return baton::bench::run_failure();
     if (which == "rdma") return baton::bench::run_rdma();
+    if (which == "allreduce") return baton::bench::run_allreduce();
     if (which == "hosts") {
       const int rc = baton::bench::run_hosts();
       std::filesystem::remove_all(credentials);
@@ -75,12 +76,14 @@ int main(int argc, char** argv) {
     }
     if (which == "all") {
       return run_inproc() | baton::bench::run_rtt() | baton::bench::run_cast() |
-             baton::bench::run_spawn() | baton::bench::run_failure() | baton::bench::run_rdma();
+             baton::bench::run_spawn() | baton::bench::run_failure() | baton::bench::run_rdma() |
+             baton::bench::run_allreduce();
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "baton-bench: %s\n", e.what());
     return 1;
   }
-  std::fprintf(stderr, "usage: baton-bench inproc|rtt|cast|spawn|failure|rdma|hosts|all\n");
+  std::fprintf(stderr,
+               "usage: baton-bench inproc|rtt|cast|spawn|failure|rdma|allreduce|hosts|all\n");
   return 2;
 }

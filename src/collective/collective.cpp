@@ -1,0 +1,342 @@
+// Collectives on CPU through Gloo. A group's rendezvous is an actor in the controller (Store):
+// each rank's Gloo store calls it with baton's messages. Each rank runs its collectives in
+// order on a thread of its own; a failed one breaks the group, which then asks every other
+// rank's Peer actor whether it is alive, to name the ranks that are gone.
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "baton/baton.hpp"
+#include "baton/collective/collective.hpp"
+#include "collective/reduce.hpp"
+#include "host/hosts.hpp"
+
+namespace baton::collective {
+namespace {
+
+/// The rendezvous of one group, in the controller: what each rank's Gloo store sets, and the
+/// ranks waiting for a key.
+class Store : public Actor {
+ public:
+  void set(const std::string& key, const std::string& value) {
+    values_[key] = value;
+    auto waiting = waiting_.extract(key);
+    if (!waiting.empty()) {
+      for (auto& port : waiting.mapped()) port.send(value);
+    }
+  }
+  void wait(const std::string& key, const OncePort<std::string>& reply) {
+    if (auto it = values_.find(key); it != values_.end()) return reply.send(it->second);
+    waiting_[key].push_back(reply);
+  }
+  static constexpr auto endpoints = baton::endpoints<&Store::set, &Store::wait>();
+
+ private:
+  std::map<std::string, std::string> values_;
+  std::map<std::string, std::vector<OncePort<std::string>>> waiting_;
+};
+
+/// A rank's witness that it is alive, asked by the others when a collective fails.
+class Peer : public Actor {
+ public:
+  int ping() { return 1; }
+  static constexpr auto endpoints = baton::endpoints<&Peer::ping>();
+};
+
+std::string peer_name(std::uint64_t key, std::size_t rank) {
+  return "collective-" + std::to_string(key) + "-" + std::to_string(rank);
+}
+
+/// Gloo's view of the group's Store actor: calls from the rank's own thread, never an actor's.
+class GlooStore : public gloo::rendezvous::Store {
+ public:
+  GlooStore(Proc& proc, ActorId store, std::chrono::milliseconds timeout)
+      : proc_(proc), store_(std::move(store)), timeout_(timeout) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    ActorRef<collective::Store>(store_).send(&collective::Store::set, key,
+                                             std::string(data.begin(), data.end()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    auto [port, value] = proc_.open_once_port<std::string>();
+    ActorRef<collective::Store>(store_).send(&collective::Store::wait, key, port);
+    const std::string v = value.get(timeout_);
+    return {v.begin(), v.end()};
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds&) override {
+    for (const auto& k : keys) (void)get(k);
+  }
+
+ private:
+  Proc& proc_;
+  ActorId store_;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace
+
+struct Communicator::Impl {
+  Group group;
+  int rank = 0;
+  Proc* proc = nullptr;
+  std::shared_ptr<gloo::rendezvous::Context> context;
+  std::uint32_t next_tag = 0;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::function<void()>> queue;
+  bool stopping = false;
+  std::string broken;  // why the group can be used no more
+  std::thread thread;
+
+  ~Impl() {
+    {
+      std::lock_guard lock(mu);
+      stopping = true;
+    }
+    cv.notify_all();
+    if (!thread.joinable()) return;
+    if (thread.get_id() == std::this_thread::get_id()) {
+      thread.detach();  // its last job held the last reference: the thread ends after it
+    } else {
+      thread.join();
+    }
+  }
+
+  void run() {
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock lock(mu);
+        cv.wait(lock, [&] { return stopping || !queue.empty(); });
+        if (queue.empty()) return;
+        job = std::move(queue.front());
+        queue.pop_front();
+      }
+      job();
+    }
+  }
+
+  std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(group.timeout_ms); }
+
+  /// Runs `op` (named `what`) on this rank's thread, in order; a failure breaks the group.
+  Future<void> submit(const std::string& what, std::function<void()> op) {
+    Promise<void> done;
+    std::lock_guard lock(mu);
+    queue.push_back([this, what, op = std::move(op), done] {
+      if (!broken.empty()) {
+        done.set_exception(std::make_exception_ptr(std::runtime_error(broken)));
+        return;
+      }
+      try {
+        op();
+        done.set_value();
+      } catch (const std::exception& e) {
+        fail(what, e.what());
+        done.set_exception(std::make_exception_ptr(std::runtime_error(broken)));
+      }
+    });
+    cv.notify_all();
+    return done.get_future();
+  }
+
+  /// The group is broken: its connections close at once (so the ranks waiting on this one fail
+  /// too, not at their timeout), and the ranks that do not answer are named.
+  void fail(const std::string& what, const std::string& why) {
+    context.reset();
+    std::string gone;
+    const auto ask = std::min<std::chrono::milliseconds>(timeout(), std::chrono::seconds(5));
+    for (std::size_t r = 0; r < group.members.size(); ++r) {
+      if (static_cast<int>(r) == rank) continue;
+      const ActorId peer{group.members[r].proc, peer_name(group.key, r), 0};
+      try {
+        (void)ActorRef<Peer>(peer).call(&Peer::ping).get(ask);
+      } catch (const std::exception& e) {
+        gone += (gone.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + " (" +
+                group.members[r].to_string() + ") is gone: " + e.what();
+      }
+    }
+    broken = "collective " + what + " failed on rank " + std::to_string(rank) + " of " +
+             std::to_string(group.members.size()) + ": " +
+             (gone.empty() ? why : gone + " (" + why + ")") +
+             "; the group is broken: make a new one of the live members (make_group)";
+  }
+};
+
+Group make_group(const std::vector<ActorId>& members, const std::vector<std::string>& addresses,
+                 GroupOptions options) {
+  if (members.empty()) throw UsageError("make_group: no members");
+  if (members.size() != addresses.size()) {
+    throw UsageError("make_group: one address per member");
+  }
+  Group g;
+  g.key = std::random_device{}() * 0x100000000ULL + std::random_device{}();
+  g.members = members;
+  g.addresses = addresses;
+  g.timeout_ms = options.timeout.count();
+  // Where each rank listens: its host; ranks on this host listen on loopback, unless the
+  // group spans hosts, then on this host's address on the route to them.
+  std::string remote;
+  for (const auto& a : addresses) {
+    if (a.starts_with("tcp://")) remote = a.substr(6, a.rfind(':') - 6);
+  }
+  const std::string here = remote.empty() ? "127.0.0.1" : internal::route_address(remote);
+  for (const auto& a : addresses) {
+    g.hosts.push_back(a.starts_with("tcp://") ? a.substr(6, a.rfind(':') - 6) : here);
+  }
+  g.store = Runtime::get().proc().spawn<Store>("collective-store-" + std::to_string(g.key)).id();
+  return g;
+}
+
+Future<void> Communicator::join(const Group& group, Actor& self) {
+  int rank = -1;
+  for (std::size_t r = 0; r < group.members.size(); ++r) {
+    if (group.members[r] == self.id()) rank = static_cast<int>(r);
+  }
+  if (rank < 0) {
+    throw UsageError("collective::join: " + self.id().to_string() +
+                     " is not a member of the group (make_group names its members)");
+  }
+  for (std::size_t r = 0; r < group.members.size(); ++r) {
+    detail::remember_address(group.members[r].proc, group.addresses[r]);
+  }
+  auto impl = std::make_shared<Impl>();
+  impl->group = group;
+  impl->rank = rank;
+  impl->proc = &self.proc();
+  (void)self.proc().spawn<Peer>(peer_name(group.key, static_cast<std::size_t>(rank)));
+  impl->thread = std::thread([raw = impl.get()] { raw->run(); });
+  Promise<void> joined;
+  {
+    std::lock_guard lock(impl->mu);
+    impl->queue.push_back([impl, joined] {
+      try {
+        gloo::transport::tcp::attr attr;
+        attr.hostname = impl->group.hosts[static_cast<std::size_t>(impl->rank)];
+        auto device = gloo::transport::tcp::CreateDevice(attr);
+        auto context = std::make_shared<gloo::rendezvous::Context>(
+            impl->rank, static_cast<int>(impl->group.members.size()));
+        context->setTimeout(impl->timeout());
+        GlooStore store(*impl->proc, impl->group.store, impl->timeout());
+        gloo::rendezvous::PrefixStore prefixed(std::to_string(impl->group.key), store);
+        context->connectFullMesh(prefixed, device);
+        impl->context = std::move(context);
+        joined.set_value();
+      } catch (const std::exception& e) {
+        joined.set_exception(std::make_exception_ptr(
+            std::runtime_error("collective::join: rank " + std::to_string(impl->rank) +
+                               " could not connect to the group: " + e.what())));
+      }
+    });
+  }
+  impl->cv.notify_all();
+  impl_ = std::move(impl);
+  return joined.get_future();
+}
+
+int Communicator::rank() const {
+  return impl_ ? impl_->rank : -1;
+}
+int Communicator::size() const {
+  return impl_ ? static_cast<int>(impl_->group.members.size()) : 0;
+}
+
+Future<void> Communicator::allreduce_bytes(void* data, std::size_t count, DType type, ReduceOp op) {
+  if (!impl_) throw UsageError("allreduce on a Communicator that joined no group");
+  Impl* c = impl_.get();
+  return c->submit("allreduce", [c, data, count, type, op] {
+    gloo::AllreduceOptions o(c->context);
+    with_type(type, [&]<class T>() { o.setOutput(static_cast<T*>(data), count); });
+    o.setReduceFunction(reduce_fn(type, op));
+    o.setTag(c->next_tag++);
+    o.setTimeout(c->timeout());
+    gloo::allreduce(o);
+    if (op == ReduceOp::avg) divide(data, count, type, static_cast<int>(c->group.members.size()));
+  });
+}
+
+Future<void> Communicator::broadcast_bytes(void* data, std::size_t bytes, int root) {
+  if (!impl_) throw UsageError("broadcast on a Communicator that joined no group");
+  if (root < 0 || root >= size()) {
+    throw UsageError("broadcast: root " + std::to_string(root) + " is not a rank of the group");
+  }
+  Impl* c = impl_.get();
+  return c->submit("broadcast", [c, data, bytes, root] {
+    gloo::BroadcastOptions o(c->context);
+    o.setOutput(static_cast<char*>(data), bytes);
+    o.setRoot(root);
+    o.setTag(c->next_tag++);
+    o.setTimeout(c->timeout());
+    gloo::broadcast(o);
+  });
+}
+
+Future<void> Communicator::allgather_bytes(const void* in, std::size_t in_bytes, void* out,
+                                           std::size_t out_bytes) {
+  if (!impl_) throw UsageError("allgather on a Communicator that joined no group");
+  if (out_bytes != in_bytes * static_cast<std::size_t>(size())) {
+    throw UsageError("allgather: the output must hold size() times the input");
+  }
+  Impl* c = impl_.get();
+  return c->submit("allgather", [c, in, in_bytes, out, out_bytes] {
+    gloo::AllgatherOptions o(c->context);
+    o.setInput(const_cast<char*>(static_cast<const char*>(in)), in_bytes);
+    o.setOutput(static_cast<char*>(out), out_bytes);
+    o.setTag(c->next_tag++);
+    o.setTimeout(c->timeout());
+    gloo::allgather(o);
+  });
+}
+
+Future<void> Communicator::reduce_scatter_bytes(const void* in, std::size_t in_count, void* out,
+                                                std::size_t out_count, DType type, ReduceOp op) {
+  if (!impl_) throw UsageError("reduce_scatter on a Communicator that joined no group");
+  if (in_count != out_count * static_cast<std::size_t>(size())) {
+    throw UsageError("reduce_scatter: the input must hold size() blocks of the output's size");
+  }
+  Impl* c = impl_.get();
+  return c->submit("reduce_scatter", [c, in, in_count, out, out_count, type, op] {
+    // The whole reduced, then this rank's block kept: twice an allreduce's traffic at most.
+    const std::size_t width = size_of(type);
+    std::vector<char> all(static_cast<const char*>(in),
+                          static_cast<const char*>(in) + in_count * width);
+    gloo::AllreduceOptions o(c->context);
+    with_type(type, [&]<class T>() { o.setOutput(reinterpret_cast<T*>(all.data()), in_count); });
+    o.setReduceFunction(reduce_fn(type, op));
+    o.setTag(c->next_tag++);
+    o.setTimeout(c->timeout());
+    gloo::allreduce(o);
+    char* mine = all.data() + static_cast<std::size_t>(c->rank) * out_count * width;
+    if (op == ReduceOp::avg) {
+      divide(mine, out_count, type, static_cast<int>(c->group.members.size()));
+    }
+    std::memcpy(out, mine, out_count * width);
+  });
+}
+
+Future<void> Communicator::barrier() {
+  if (!impl_) throw UsageError("barrier on a Communicator that joined no group");
+  Impl* c = impl_.get();
+  return c->submit("barrier", [c] {
+    gloo::BarrierOptions o(c->context);
+    o.setTag(c->next_tag++);
+    o.setTimeout(c->timeout());
+    gloo::barrier(o);
+  });
+}
+
+}  // namespace baton::collective

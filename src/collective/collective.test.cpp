@@ -1,0 +1,233 @@
+// Collectives through Gloo between real worker processes: each collective against a direct
+// computation for several sizes and element types, with three ranks (not a power of two) and a
+// slice of a mesh; a rank killed in the middle of one fails the others naming it, never hangs,
+// and a new group of the live members works.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cmath>
+#include <numeric>
+#include <span>
+#include <vector>
+
+#include "baton/collective/collective.hpp"
+#include "host/hosts.test.hpp"
+
+namespace baton {
+namespace {
+
+using collective::ReduceOp;
+using ::testing::HasSubstr;
+
+/// Rank r's input element i.
+double input(std::size_t r, std::size_t i) {
+  return static_cast<double>((r + 1) * 3) + static_cast<double>(i % 11) * 0.25;
+}
+
+class Rank : public Actor {
+ public:
+  Task<int> join(collective::Group g) {
+    co_await comm_.join(g, *this);
+    co_return comm_.rank();
+  }
+  int pid() { return static_cast<int>(::getpid()); }
+
+  /// Allreduces this rank's input (as type T, sent as doubles) and returns the result.
+  template <class T>
+  Task<std::vector<double>> allreduce_as(std::size_t n, int op) {
+    std::vector<T> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = T(input(rank(), i));
+    co_await comm_.allreduce(std::span<T>(v), static_cast<ReduceOp>(op));
+    std::vector<double> out(n);
+    for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<double>(static_cast<float>(v[i]));
+    co_return out;
+  }
+  Task<std::vector<double>> allreduce_f32(std::size_t n, int op) {
+    return allreduce_as<float>(n, op);
+  }
+  Task<std::vector<double>> allreduce_f64(std::size_t n, int op) {
+    return allreduce_as<double>(n, op);
+  }
+  Task<std::vector<double>> allreduce_f16(std::size_t n, int op) {
+    return allreduce_as<collective::float16>(n, op);
+  }
+  Task<std::vector<double>> allreduce_bf16(std::size_t n, int op) {
+    return allreduce_as<collective::bfloat16>(n, op);
+  }
+  Task<std::vector<std::int64_t>> allreduce_i64(std::size_t n, int op) {
+    std::vector<std::int64_t> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::int64_t>(rank() * 1000 + i);
+    co_await comm_.allreduce(std::span<std::int64_t>(v), static_cast<ReduceOp>(op));
+    co_return v;
+  }
+  Task<std::vector<std::int32_t>> broadcast_i32(std::size_t n, int root) {
+    std::vector<std::int32_t> v(n, static_cast<std::int32_t>(rank() + 100));
+    co_await comm_.broadcast(std::span<std::int32_t>(v), root);
+    co_return v;
+  }
+  Task<std::vector<double>> allgather_f64(std::size_t n) {
+    std::vector<double> in(n);
+    for (std::size_t i = 0; i < n; ++i) in[i] = input(rank(), i);
+    std::vector<double> out(n * static_cast<std::size_t>(comm_.size()));
+    co_await comm_.allgather(std::span<const double>(in), std::span<double>(out));
+    co_return out;
+  }
+  Task<std::vector<double>> reduce_scatter_f32(std::size_t n, int op) {
+    const auto size = static_cast<std::size_t>(comm_.size());
+    std::vector<float> in(n * size);
+    for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(input(rank(), i));
+    std::vector<float> out(n);
+    co_await comm_.reduce_scatter(std::span<const float>(in), std::span<float>(out),
+                                  static_cast<ReduceOp>(op));
+    co_return std::vector<double>(out.begin(), out.end());
+  }
+  Task<int> barrier() {
+    co_await comm_.barrier();
+    co_return comm_.rank();
+  }
+
+  static constexpr auto endpoints =
+      baton::endpoints<&Rank::join, &Rank::pid, &Rank::allreduce_f32, &Rank::allreduce_f64,
+                       &Rank::allreduce_f16, &Rank::allreduce_bf16, &Rank::allreduce_i64,
+                       &Rank::broadcast_i32, &Rank::allgather_f64, &Rank::reduce_scatter_f32,
+                       &Rank::barrier>();
+
+ private:
+  std::size_t rank() const { return static_cast<std::size_t>(comm_.rank()); }
+  collective::Communicator comm_;
+};
+
+/// The elementwise `op` over ranks `ranks` of input(r, i).
+double expected(ReduceOp op, std::size_t ranks, std::size_t i) {
+  double acc = input(0, i);
+  for (std::size_t r = 1; r < ranks; ++r) {
+    const double x = input(r, i);
+    acc = op == ReduceOp::min ? std::min(acc, x) : op == ReduceOp::max ? std::max(acc, x) : acc + x;
+  }
+  return op == ReduceOp::avg ? acc / static_cast<double>(ranks) : acc;
+}
+
+TEST(Collective, HalfPrecisionConvertsAsIeeeSaysRoundingToNearestEven) {
+  using collective::bfloat16;
+  using collective::float16;
+  EXPECT_EQ(float16(1.0F).bits, 0x3c00);
+  EXPECT_EQ(float16(-2.0F).bits, 0xc000);
+  EXPECT_EQ(float16(65504.0F).bits, 0x7bff);                      // the largest half
+  EXPECT_EQ(float16(1e6F).bits, 0x7c00);                          // overflows to infinity
+  EXPECT_EQ(float16(std::ldexp(1.0F, -24)).bits, 0x0001);         // the smallest subnormal
+  EXPECT_EQ(float16(1.0F + std::ldexp(1.0F, -11)).bits, 0x3c00);  // a tie: to even
+  EXPECT_EQ(float16(1.0F + 3 * std::ldexp(1.0F, -11)).bits, 0x3c02);
+  EXPECT_TRUE(std::isnan(static_cast<float>(float16(std::nanf("")))));
+  for (std::uint32_t b = 0; b < 0x7c00; ++b) {  // every finite half survives float and back
+    float16 h;
+    h.bits = static_cast<std::uint16_t>(b);
+    ASSERT_EQ(float16(static_cast<float>(h)).bits, b);
+  }
+  EXPECT_EQ(bfloat16(1.0F).bits, 0x3f80);
+  EXPECT_EQ(static_cast<float>(bfloat16(3.140625F)), 3.140625F);
+  EXPECT_EQ(bfloat16(1.0F + std::ldexp(1.0F, -8)).bits, 0x3f80);  // a tie: to even
+  EXPECT_TRUE(std::isnan(static_cast<float>(bfloat16(std::nanf("")))));
+}
+
+TEST(Collective, EveryCollectiveMatchesADirectComputation) {
+  ProcMesh procs = this_host().spawn_procs({{"procs", 3}});
+  auto ranks = procs.spawn<Rank>("ranks");
+  EXPECT_EQ(ranks.call(&Rank::join, collective::make_group(ranks)).get().values(),
+            (std::vector<int>{0, 1, 2}));
+  for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{300001}}) {
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::min, ReduceOp::max}) {
+      const int o = static_cast<int>(op);
+      struct Case {
+        const char* type;
+        std::vector<std::vector<double>> got;
+        double tolerance;  // relative
+      };
+      const Case cases[] = {
+          {"f32", ranks.call(&Rank::allreduce_f32, n, o).get().values(), 1e-6},
+          {"f64", ranks.call(&Rank::allreduce_f64, n, o).get().values(), 1e-12},
+          {"f16", ranks.call(&Rank::allreduce_f16, n, o).get().values(), 4e-3},
+          {"bf16", ranks.call(&Rank::allreduce_bf16, n, o).get().values(), 3e-2},
+      };
+      for (const auto& c : cases) {
+        ASSERT_EQ(c.got.size(), 3u);
+        for (const auto& v : c.got) {
+          ASSERT_EQ(v.size(), n);
+          for (std::size_t i = 0; i < n; ++i) {
+            const double want = expected(op, 3, i);
+            ASSERT_NEAR(v[i], want, std::abs(want) * c.tolerance)
+                << c.type << " op " << o << " n " << n << " i " << i;
+          }
+        }
+      }
+    }
+    for (const auto& v : ranks.call(&Rank::allreduce_i64, n, 0).get().values()) {
+      for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(v[i], static_cast<std::int64_t>(3000 + 3 * i));
+    }
+    for (const auto& v : ranks.call(&Rank::broadcast_i32, n, 2).get().values()) {
+      EXPECT_EQ(v, std::vector<std::int32_t>(n, 102));
+    }
+    for (const auto& v : ranks.call(&Rank::allgather_f64, n).get().values()) {
+      ASSERT_EQ(v.size(), 3 * n);
+      for (std::size_t r = 0; r < 3; ++r) {
+        for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(v[r * n + i], input(r, i));
+      }
+    }
+    const auto scattered = ranks.call(&Rank::reduce_scatter_f32, n, 0).get().values();
+    for (std::size_t r = 0; r < 3; ++r) {
+      for (std::size_t i = 0; i < n; ++i) {
+        const double want = expected(ReduceOp::sum, 3, r * n + i);
+        ASSERT_NEAR(scattered[r][i], want, want * 1e-6) << "rank " << r << " i " << i;
+      }
+    }
+  }
+  EXPECT_EQ(ranks.call(&Rank::barrier).get().values(), (std::vector<int>{0, 1, 2}));
+  procs.stop().get();
+}
+
+TEST(Collective, ASliceOfAMeshIsAGroupOfItsOwn) {
+  ProcMesh procs = this_host().spawn_procs({{"procs", 4}});
+  auto ranks = procs.spawn<Rank>("ranks");
+  auto slice = ranks.slice("procs", 1, 4);  // mesh ranks 1, 2, 3: group ranks 0, 1, 2
+  EXPECT_EQ(slice.call(&Rank::join, collective::make_group(slice)).get().values(),
+            (std::vector<int>{0, 1, 2}));
+  for (const auto& v : slice.call(&Rank::allreduce_i64, 5, 0).get().values()) {
+    EXPECT_EQ(v, (std::vector<std::int64_t>{3000, 3003, 3006, 3009, 3012}));
+  }
+  procs.stop().get();
+}
+
+TEST(Collective, ARankKilledMidCollectiveFailsTheOthersNamingItAndANewGroupWorks) {
+  ProcMesh procs = this_host().spawn_procs({{"procs", 3}});
+  auto ranks = procs.spawn<Rank>("ranks");
+  (void)ranks.call(&Rank::join, collective::make_group(ranks)).get();
+  const int victim = ranks.slice("procs", 2).call(&Rank::pid).get().values().at(0);
+  // Ranks 0 and 1 enter an allreduce that rank 2 never joins; rank 2's process is killed.
+  auto live = ranks.slice("procs", 0, 2);
+  auto pending = live.call(&Rank::allreduce_f32, std::size_t{1000}, 0);
+  ::kill(victim, SIGKILL);
+  try {
+    (void)pending.get(std::chrono::seconds(60));
+    ADD_FAILURE() << "an allreduce with a dead rank completed";
+  } catch (const TimeoutError&) {
+    ADD_FAILURE() << "an allreduce with a dead rank hung";
+  } catch (const std::exception& e) {
+    EXPECT_THAT(e.what(), HasSubstr("rank 2"));
+    EXPECT_THAT(e.what(), HasSubstr("is gone"));
+  }
+  // The group is broken for good; a new one of the live members works.
+  EXPECT_EQ(live.call(&Rank::join, collective::make_group(live)).get().values(),
+            (std::vector<int>{0, 1}));
+  for (const auto& v : live.call(&Rank::allreduce_i64, 3, 0).get().values()) {
+    EXPECT_EQ(v, (std::vector<std::int64_t>{1000, 1002, 1004}));
+  }
+  live.stop().get();
+}
+
+}  // namespace
+}  // namespace baton
+
+int main(int argc, char** argv) {
+  return baton::test::run_hosts_test(argc, argv);
+}
