@@ -255,10 +255,11 @@ int Communicator::size() const {
   return impl_ ? static_cast<int>(impl_->group.members.size()) : 0;
 }
 
-Future<void> Communicator::allreduce_bytes(void* data, std::size_t count, DType type, ReduceOp op) {
+Future<void> Communicator::allreduce_bytes(void* data, std::size_t count, DType type, ReduceOp op,
+                                           Keep keep) {
   if (!impl_) throw UsageError("allreduce on a Communicator that joined no group");
   Impl* c = impl_.get();
-  return c->submit("allreduce", [c, data, count, type, op] {
+  return c->submit("allreduce", [c, data, count, type, op, keep = std::move(keep)] {
     gloo::AllreduceOptions o(c->context);
     with_type(type, [&]<class T>() { o.setOutput(static_cast<T*>(data), count); });
     o.setReduceFunction(reduce_fn(type, op));
@@ -269,13 +270,13 @@ Future<void> Communicator::allreduce_bytes(void* data, std::size_t count, DType 
   });
 }
 
-Future<void> Communicator::broadcast_bytes(void* data, std::size_t bytes, int root) {
+Future<void> Communicator::broadcast_bytes(void* data, std::size_t bytes, int root, Keep keep) {
   if (!impl_) throw UsageError("broadcast on a Communicator that joined no group");
   if (root < 0 || root >= size()) {
     throw UsageError("broadcast: root " + std::to_string(root) + " is not a rank of the group");
   }
   Impl* c = impl_.get();
-  return c->submit("broadcast", [c, data, bytes, root] {
+  return c->submit("broadcast", [c, data, bytes, root, keep = std::move(keep)] {
     gloo::BroadcastOptions o(c->context);
     o.setOutput(static_cast<char*>(data), bytes);
     o.setRoot(root);
@@ -286,13 +287,13 @@ Future<void> Communicator::broadcast_bytes(void* data, std::size_t bytes, int ro
 }
 
 Future<void> Communicator::allgather_bytes(const void* in, std::size_t in_bytes, void* out,
-                                           std::size_t out_bytes) {
+                                           std::size_t out_bytes, Keep keep) {
   if (!impl_) throw UsageError("allgather on a Communicator that joined no group");
   if (out_bytes != in_bytes * static_cast<std::size_t>(size())) {
     throw UsageError("allgather: the output must hold size() times the input");
   }
   Impl* c = impl_.get();
-  return c->submit("allgather", [c, in, in_bytes, out, out_bytes] {
+  return c->submit("allgather", [c, in, in_bytes, out, out_bytes, keep = std::move(keep)] {
     gloo::AllgatherOptions o(c->context);
     o.setInput(const_cast<char*>(static_cast<const char*>(in)), in_bytes);
     o.setOutput(static_cast<char*>(out), out_bytes);
@@ -303,13 +304,15 @@ Future<void> Communicator::allgather_bytes(const void* in, std::size_t in_bytes,
 }
 
 Future<void> Communicator::reduce_scatter_bytes(const void* in, std::size_t in_count, void* out,
-                                                std::size_t out_count, DType type, ReduceOp op) {
+                                                std::size_t out_count, DType type, ReduceOp op,
+                                                Keep keep) {
   if (!impl_) throw UsageError("reduce_scatter on a Communicator that joined no group");
   if (in_count != out_count * static_cast<std::size_t>(size())) {
     throw UsageError("reduce_scatter: the input must hold size() blocks of the output's size");
   }
   Impl* c = impl_.get();
-  return c->submit("reduce_scatter", [c, in, in_count, out, out_count, type, op] {
+  return c->submit("reduce_scatter", [c, in, in_count, out, out_count, type, op,
+                                      keep = std::move(keep)] {
     // The whole reduced, then this rank's block kept: twice an allreduce's traffic at most.
     const std::size_t width = size_of(type);
     std::vector<char> all(static_cast<const char*>(in),

@@ -160,12 +160,17 @@ class Communicator {
   struct Impl;
 
  private:
-  Future<void> allreduce_bytes(void* data, std::size_t count, DType type, ReduceOp op);
-  Future<void> broadcast_bytes(void* data, std::size_t bytes, int root);
+  friend struct TensorAccess;  // collectives on tensors (tensor.hpp)
+  // Each holds `keep` (what owns the buffers, or nothing) until the collective is over.
+  using Keep = std::shared_ptr<const void>;
+  Future<void> allreduce_bytes(void* data, std::size_t count, DType type, ReduceOp op,
+                               Keep keep = nullptr);
+  Future<void> broadcast_bytes(void* data, std::size_t bytes, int root, Keep keep = nullptr);
   Future<void> allgather_bytes(const void* in, std::size_t in_bytes, void* out,
-                               std::size_t out_bytes);
+                               std::size_t out_bytes, Keep keep = nullptr);
   Future<void> reduce_scatter_bytes(const void* in, std::size_t in_count, void* out,
-                                    std::size_t out_count, DType type, ReduceOp op);
+                                    std::size_t out_count, DType type, ReduceOp op,
+                                    Keep keep = nullptr);
   std::shared_ptr<Impl> impl_;
 };
 
