@@ -69,7 +69,7 @@ test-sanitizers-core:
 	  ctest --output-on-failure -j $(JOBS) -R '$(CORE_REGEX)'
 
 demo: deps build
-	./$(BUILD)/bin/quickstart
+	./$(BUILD)/bin/ddp_train
 
 bench: build
 	./$(BUILD)/bin/baton-bench all

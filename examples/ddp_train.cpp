@@ -1,0 +1,250 @@
+// ddp_train: data-parallel training of a small libtorch MLP on the scikit-learn digits data set
+// (8x8 images of digits, shipped in Debian's python3-sklearn). N trainer actors in N procs each
+// train on a shard; their gradients are averaged with an allreduce at every step, so every
+// replica takes the same step. An evaluator actor in a proc of its own scores the held-out fifth
+// of the data after each epoch. The run fails (exit 1) unless the loss falls and the final
+// accuracy reaches --min-accuracy.
+//
+//   ddp_train [--trainers N] [--epochs E] [--batch B] [--min-accuracy A] [--data digits.csv.gz]
+
+#include <torch/torch.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <baton/baton.hpp>
+#include <baton/collective/tensor.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using baton::Task;
+namespace collective = baton::collective;
+
+constexpr const char* kDigits =
+    "/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz";
+
+/// The digits: 64 pixels (0-16, scaled to 0-1) and a label per sample; every fifth sample is
+/// held out for evaluation.
+struct Digits {
+  std::vector<float> x;
+  std::vector<std::int64_t> y;
+  std::size_t size() const { return y.size(); }
+};
+
+void load(const std::string& path, Digits& train, Digits& test) {
+  gzFile in = gzopen(path.c_str(), "rb");
+  if (in == nullptr) {
+    throw std::runtime_error("cannot read " + path +
+                             " (Debian's python3-sklearn has it; make deps)");
+  }
+  char line[1024];
+  std::size_t n = 0;
+  while (gzgets(in, line, sizeof line) != nullptr) {
+    std::istringstream fields(line);
+    std::vector<float> row;
+    for (std::string f; std::getline(fields, f, ',');) row.push_back(std::stof(f));
+    if (row.size() != 65) continue;
+    Digits& to = n++ % 5 == 0 ? test : train;
+    for (std::size_t i = 0; i < 64; ++i) to.x.push_back(row[i] / 16.0F);
+    to.y.push_back(static_cast<std::int64_t>(row[64]));
+  }
+  gzclose(in);
+  if (train.size() == 0) throw std::runtime_error(path + " holds no digits");
+}
+
+torch::nn::Sequential make_model() {
+  torch::manual_seed(0);  // every replica starts from the same weights
+  return torch::nn::Sequential(torch::nn::Linear(64, 64), torch::nn::ReLU(),
+                               torch::nn::Linear(64, 10));
+}
+
+class Trainer : public baton::Actor {
+ public:
+  explicit Trainer(const std::string& data) : model_(make_model()) {
+    torch::set_num_threads(1);
+    Digits test;
+    load(data, train_, test);
+    optimizer_ = std::make_unique<torch::optim::SGD>(model_->parameters(),
+                                                     torch::optim::SGDOptions(0.1).momentum(0.9));
+  }
+  Task<int> join(collective::Group g) {
+    co_await comm_.join(g, *this);
+    co_return comm_.rank();
+  }
+  /// One pass over this rank's shard; returns {mean loss, samples}.
+  Task<std::vector<double>> epoch(int e, int batch) {
+    const auto ranks = static_cast<std::size_t>(comm_.size());
+    const auto me = static_cast<std::size_t>(comm_.rank());
+    std::vector<std::int64_t> shard;
+    for (std::size_t i = me; i < train_.size(); i += ranks)
+      shard.push_back(static_cast<std::int64_t>(i));
+    torch::manual_seed(static_cast<std::uint64_t>(e) * 1000 + me);
+    const auto order = torch::randperm(static_cast<std::int64_t>(shard.size()), torch::kLong);
+    const auto all_x =
+        torch::from_blob(train_.x.data(), {static_cast<std::int64_t>(train_.size()), 64});
+    const auto all_y =
+        torch::from_blob(train_.y.data(), {static_cast<std::int64_t>(train_.size())}, torch::kLong);
+    const auto index =
+        torch::from_blob(shard.data(), {static_cast<std::int64_t>(shard.size())}, torch::kLong)
+            .index_select(0, order);
+    // Every rank takes the same number of steps: the allreduce of each is collective.
+    const std::size_t steps = (train_.size() / ranks) / static_cast<std::size_t>(batch);
+    double loss_sum = 0;
+    for (std::size_t s = 0; s < steps; ++s) {
+      const auto rows = index.slice(0, static_cast<std::int64_t>(s) * batch,
+                                    static_cast<std::int64_t>(s + 1) * batch);
+      optimizer_->zero_grad();
+      auto loss = torch::nn::functional::cross_entropy(model_->forward(all_x.index_select(0, rows)),
+                                                       all_y.index_select(0, rows));
+      loss.backward();
+      // The gradients, flattened, averaged over the ranks, and put back.
+      std::vector<torch::Tensor> grads;
+      for (auto& p : model_->parameters()) grads.push_back(p.grad().view(-1));
+      torch::Tensor flat = torch::cat(grads);
+      co_await collective::allreduce(comm_, flat, collective::ReduceOp::avg);
+      std::int64_t at = 0;
+      for (auto& p : model_->parameters()) {
+        const auto n = p.grad().numel();
+        p.grad().view(-1).copy_(flat.slice(0, at, at + n));
+        at += n;
+      }
+      optimizer_->step();
+      loss_sum += loss.item<double>();
+    }
+    co_return std::vector<double>{loss_sum / static_cast<double>(steps),
+                                  static_cast<double>(steps * static_cast<std::size_t>(batch))};
+  }
+  /// The weights, flattened (every replica has the same).
+  std::vector<float> weights() {
+    std::vector<torch::Tensor> all;
+    for (auto& p : model_->parameters()) all.push_back(p.detach().view(-1));
+    const torch::Tensor flat = torch::cat(all).contiguous();
+    return {flat.data_ptr<float>(), flat.data_ptr<float>() + flat.numel()};
+  }
+  static constexpr auto endpoints =
+      baton::endpoints<&Trainer::join, &Trainer::epoch, &Trainer::weights>();
+
+ private:
+  Digits train_;
+  torch::nn::Sequential model_;
+  std::unique_ptr<torch::optim::SGD> optimizer_;
+  collective::Communicator comm_;
+};
+
+class Evaluator : public baton::Actor {
+ public:
+  explicit Evaluator(const std::string& data) : model_(make_model()) {
+    torch::set_num_threads(1);
+    Digits train;
+    load(data, train, test_);
+  }
+  /// The held-out accuracy of `weights`.
+  double accuracy(const std::vector<float>& weights) {
+    torch::NoGradGuard no_grad;
+    std::int64_t at = 0;
+    for (auto& p : model_->parameters()) {
+      const auto n = p.numel();
+      p.view(-1).copy_(torch::from_blob(const_cast<float*>(weights.data()) + at, {n}));
+      at += n;
+    }
+    const auto x = torch::from_blob(test_.x.data(), {static_cast<std::int64_t>(test_.size()), 64});
+    const auto y =
+        torch::from_blob(test_.y.data(), {static_cast<std::int64_t>(test_.size())}, torch::kLong);
+    const auto right = model_->forward(x).argmax(1).eq(y).sum().item<std::int64_t>();
+    return static_cast<double>(right) / static_cast<double>(test_.size());
+  }
+  static constexpr auto endpoints = baton::endpoints<&Evaluator::accuracy>();
+
+ private:
+  Digits test_;
+  torch::nn::Sequential model_;
+};
+
+/// An indicatif-style line: redrawn in place on a terminal, a line each otherwise.
+void progress(int epoch, int epochs, double loss, double accuracy, double samples_per_s) {
+  const bool tty = ::isatty(STDOUT_FILENO) != 0;
+  constexpr int kWidth = 24;
+  const int done = kWidth * epoch / epochs;
+  std::printf("%s[%s%s] epoch %d/%d  loss %.4f  accuracy %.3f  %.0f samples/s%s", tty ? "\r" : "",
+              std::string(static_cast<std::size_t>(done), '#').c_str(),
+              std::string(static_cast<std::size_t>(kWidth - done), '-').c_str(), epoch, epochs,
+              loss, accuracy, samples_per_s, tty && epoch < epochs ? "" : "\n");
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  baton::Runtime rt(argc, argv);  // in a worker process this never returns
+  int trainers_n = 2;
+  int epochs = 15;
+  int batch = 16;
+  double min_accuracy = 0.9;
+  std::string data = kDigits;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--trainers")
+      trainers_n = std::atoi(argv[i + 1]);
+    else if (flag == "--epochs")
+      epochs = std::atoi(argv[i + 1]);
+    else if (flag == "--batch")
+      batch = std::atoi(argv[i + 1]);
+    else if (flag == "--min-accuracy")
+      min_accuracy = std::atof(argv[i + 1]);
+    else if (flag == "--data")
+      data = argv[i + 1];
+    else {
+      std::fprintf(stderr, "ddp_train: unknown option %s\n", flag.c_str());
+      return 2;
+    }
+  }
+  auto procs = baton::this_host().spawn_procs({{"trainers", static_cast<std::size_t>(trainers_n)}});
+  auto trainers = procs.spawn<Trainer>("trainers", data);
+  auto eval_proc = baton::this_host().spawn_procs({{"evaluators", 1}});
+  auto evaluator = eval_proc.spawn<Evaluator>("evaluator", data);
+  (void)trainers.call(&Trainer::join, collective::make_group(trainers)).get();
+  std::printf("ddp_train: %d trainers, %d epochs, batch %d per trainer, digits from %s\n",
+              trainers_n, epochs, batch, data.c_str());
+  double first_loss = 0;
+  double loss = 0;
+  double accuracy = 0;
+  for (int e = 1; e <= epochs; ++e) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto results = trainers.call(&Trainer::epoch, e, batch).get().values();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    loss = 0;
+    double samples = 0;
+    for (const auto& r : results) {
+      loss += r[0] / static_cast<double>(results.size());
+      samples += r[1];
+    }
+    if (e == 1) first_loss = loss;
+    const auto weights = trainers.at(0).call(&Trainer::weights).get();
+    accuracy = evaluator.at(0).call(&Evaluator::accuracy, weights).get();
+    progress(e, epochs, loss, accuracy, samples / seconds / trainers_n);
+  }
+  // Data-parallel: every replica took the same steps, so all hold the same weights.
+  const auto replicas = trainers.call(&Trainer::weights).get().values();
+  bool same = true;
+  for (const auto& w : replicas) same = same && w == replicas.front();
+  procs.stop().get();
+  eval_proc.stop().get();
+  if (!same) {
+    std::fprintf(stderr, "ddp_train: the replicas' weights differ\n");
+    return 1;
+  }
+  std::printf("ddp_train: final held-out accuracy %.3f (loss %.4f, from %.4f)\n", accuracy, loss,
+              first_loss);
+  if (!(loss < first_loss) || accuracy < min_accuracy) {
+    std::fprintf(stderr, "ddp_train: the model did not learn (want accuracy >= %.2f)\n",
+                 min_accuracy);
+    return 1;
+  }
+  return 0;
+}
