@@ -5,8 +5,15 @@
 // of the data after each epoch. The run fails (exit 1) unless the loss falls and the final
 // accuracy reaches --min-accuracy.
 //
-//   ddp_train [--trainers N] [--epochs E] [--batch B] [--min-accuracy A] [--data digits.csv.gz]
+// --kill-at STEP kills the last trainer's process (SIGKILL) at that step: the others'
+// allreduce fails naming it, supervision reports it, and the controller respawns it in a new
+// proc, restores the weights from a surviving rank through an RdmaBuffer, rebuilds the group
+// and finishes the training; it prints what happened and how long the recovery took.
+//
+//   ddp_train [--trainers N] [--epochs E] [--batch B] [--min-accuracy A] [--kill-at STEP]
+//             [--data digits.csv.gz]
 
+#include <signal.h>
 #include <torch/torch.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -69,15 +76,17 @@ class Trainer : public baton::Actor {
     torch::set_num_threads(1);
     Digits test;
     load(data, train_, test);
-    optimizer_ = std::make_unique<torch::optim::SGD>(model_->parameters(),
-                                                     torch::optim::SGDOptions(0.1).momentum(0.9));
+    // Plain SGD: no optimizer state, so a respawned replica needs the weights alone.
+    optimizer_ =
+        std::make_unique<torch::optim::SGD>(model_->parameters(), torch::optim::SGDOptions(0.2));
   }
   Task<int> join(collective::Group g) {
     co_await comm_.join(g, *this);
     co_return comm_.rank();
   }
-  /// One pass over this rank's shard; returns {mean loss, samples}.
-  Task<std::vector<double>> epoch(int e, int batch) {
+  /// One pass over this rank's shard; returns {mean loss, samples}. The rank `victim` kills its
+  /// own process when it reaches step `kill_at` (counted over the whole run).
+  Task<std::vector<double>> epoch(int e, int batch, int kill_at, int victim) {
     const auto ranks = static_cast<std::size_t>(comm_.size());
     const auto me = static_cast<std::size_t>(comm_.rank());
     std::vector<std::int64_t> shard;
@@ -96,6 +105,7 @@ class Trainer : public baton::Actor {
     const std::size_t steps = (train_.size() / ranks) / static_cast<std::size_t>(batch);
     double loss_sum = 0;
     for (std::size_t s = 0; s < steps; ++s) {
+      if (comm_.rank() == victim && steps_done_++ == kill_at) ::kill(::getpid(), SIGKILL);
       const auto rows = index.slice(0, static_cast<std::int64_t>(s) * batch,
                                     static_cast<std::int64_t>(s + 1) * batch);
       optimizer_->zero_grad();
@@ -126,10 +136,34 @@ class Trainer : public baton::Actor {
     const torch::Tensor flat = torch::cat(all).contiguous();
     return {flat.data_ptr<float>(), flat.data_ptr<float>() + flat.numel()};
   }
+  /// This replica's weights, published for one-sided reads.
+  baton::RdmaBuffer publish() {
+    snapshot_ = weights();
+    published_ =
+        baton::RdmaBuffer::register_memory(snapshot_.data(), snapshot_.size() * sizeof(float));
+    return published_;
+  }
+  /// Takes the weights another replica published; says how they moved.
+  Task<std::string> restore(baton::RdmaBuffer from, std::int64_t floats) {
+    std::vector<float> got(static_cast<std::size_t>(floats));
+    co_await from.read_into(got.data(), got.size() * sizeof(float));
+    torch::NoGradGuard no_grad;
+    std::int64_t at = 0;
+    for (auto& p : model_->parameters()) {
+      const auto n = p.numel();
+      p.view(-1).copy_(torch::from_blob(got.data() + at, {n}));
+      at += n;
+    }
+    co_return std::string(baton::to_string(baton::rdma_backend(from, got.data())));
+  }
   static constexpr auto endpoints =
-      baton::endpoints<&Trainer::join, &Trainer::epoch, &Trainer::weights>();
+      baton::endpoints<&Trainer::join, &Trainer::epoch, &Trainer::weights, &Trainer::publish,
+                       &Trainer::restore>();
 
  private:
+  int steps_done_ = 0;
+  std::vector<float> snapshot_;
+  baton::RdmaBuffer published_;
   Digits train_;
   torch::nn::Sequential model_;
   std::unique_ptr<torch::optim::SGD> optimizer_;
@@ -179,43 +213,126 @@ void progress(int epoch, int epochs, double loss, double accuracy, double sample
 
 }  // namespace
 
+/// The trainers, in group rank order: the first mesh's members, then any respawned ones.
+struct Trainers {
+  std::vector<baton::ActorMesh<Trainer>> parts;
+
+  std::size_t size() const {
+    std::size_t n = 0;
+    for (const auto& p : parts) n += p.size();
+    return n;
+  }
+  /// A group of them all, in order, which each joins.
+  void join() const {
+    std::vector<baton::ActorId> ids;
+    std::vector<std::string> addresses;
+    for (const auto& p : parts) {
+      for (std::size_t r = 0; r < p.size(); ++r) {
+        ids.push_back(p.at(r).id());
+        addresses.push_back(baton::detail::address_text(p.at(r).id().proc));
+      }
+    }
+    const collective::Group group = collective::make_group(ids, addresses);
+    std::vector<baton::Future<baton::ValueMesh<int>>> joined;
+    joined.reserve(parts.size());
+    for (const auto& p : parts) joined.push_back(p.call(&Trainer::join, group));
+    for (auto& j : joined) (void)j.get();
+  }
+  /// One epoch on every trainer; {loss, samples} by rank.
+  std::vector<std::vector<double>> epoch(int e, int batch, int kill_at, int victim) const {
+    std::vector<baton::Future<baton::ValueMesh<std::vector<double>>>> calls;
+    calls.reserve(parts.size());
+    for (const auto& p : parts) calls.push_back(p.call(&Trainer::epoch, e, batch, kill_at, victim));
+    std::vector<std::vector<double>> out;
+    for (auto& c : calls) {
+      for (auto& v : c.get().values()) out.push_back(v);
+    }
+    return out;
+  }
+};
+
 int main(int argc, char** argv) {
-  baton::Runtime rt(argc, argv);  // in a worker process this never returns
+  baton::RuntimeOptions options;
+  options.supervise = [](const baton::MeshFailure& f) {
+    std::printf("ddp_train: supervision: %s\n", f.to_string().c_str());
+    return true;  // the training loop recovers from it
+  };
+  baton::Runtime rt(argc, argv, options);  // in a worker process this never returns
   int trainers_n = 2;
   int epochs = 15;
   int batch = 16;
+  int kill_at = -1;
   double min_accuracy = 0.9;
   std::string data = kDigits;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--trainers")
+    if (flag == "--trainers") {
       trainers_n = std::atoi(argv[i + 1]);
-    else if (flag == "--epochs")
+    } else if (flag == "--epochs") {
       epochs = std::atoi(argv[i + 1]);
-    else if (flag == "--batch")
+    } else if (flag == "--batch") {
       batch = std::atoi(argv[i + 1]);
-    else if (flag == "--min-accuracy")
+    } else if (flag == "--min-accuracy") {
       min_accuracy = std::atof(argv[i + 1]);
-    else if (flag == "--data")
+    } else if (flag == "--kill-at") {
+      kill_at = std::atoi(argv[i + 1]);
+    } else if (flag == "--data") {
       data = argv[i + 1];
-    else {
+    } else {
       std::fprintf(stderr, "ddp_train: unknown option %s\n", flag.c_str());
       return 2;
     }
   }
+  if (trainers_n < 2 && kill_at >= 0) {
+    std::fprintf(stderr, "ddp_train: --kill-at needs 2 trainers or more (a survivor)\n");
+    return 2;
+  }
   auto procs = baton::this_host().spawn_procs({{"trainers", static_cast<std::size_t>(trainers_n)}});
-  auto trainers = procs.spawn<Trainer>("trainers", data);
   auto eval_proc = baton::this_host().spawn_procs({{"evaluators", 1}});
   auto evaluator = eval_proc.spawn<Evaluator>("evaluator", data);
-  (void)trainers.call(&Trainer::join, collective::make_group(trainers)).get();
+  Trainers trainers{{procs.spawn<Trainer>("trainers", data)}};
+  trainers.join();
+  std::vector<baton::ProcMesh> respawned;
   std::printf("ddp_train: %d trainers, %d epochs, batch %d per trainer, digits from %s\n",
               trainers_n, epochs, batch, data.c_str());
+  const int victim = trainers_n - 1;
+  bool recovered = false;
   double first_loss = 0;
   double loss = 0;
   double accuracy = 0;
   for (int e = 1; e <= epochs; ++e) {
     const auto t0 = std::chrono::steady_clock::now();
-    const auto results = trainers.call(&Trainer::epoch, e, batch).get().values();
+    std::vector<std::vector<double>> results;
+    try {
+      results = trainers.epoch(e, batch, recovered ? -1 : kill_at, victim);
+    } catch (const std::exception& failure) {
+      if (kill_at < 0 || recovered) throw;
+      // A trainer died mid-epoch: respawn it, give it a survivor's weights, rebuild the group,
+      // and run the epoch again.
+      const auto t_fail = std::chrono::steady_clock::now();
+      const std::string why = failure.what();
+      std::printf("\nddp_train: trainer rank %d died at step %d: %s\n", victim, kill_at,
+                  why.substr(0, why.find('\n')).c_str());
+      auto survivors =
+          trainers.parts.front().slice("trainers", 0, static_cast<std::size_t>(victim));
+      respawned.push_back(baton::this_host().spawn_procs({{"trainers", 1}}));
+      auto fresh = respawned.back().spawn<Trainer>("trainers-respawned", data);
+      const baton::RdmaBuffer weights = survivors.at(0).call(&Trainer::publish).get();
+      const auto floats = static_cast<std::int64_t>(weights.size() / sizeof(float));
+      const std::string via = fresh.at(0).call(&Trainer::restore, weights, floats).get();
+      trainers.parts = {survivors, fresh};
+      trainers.join();
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_fail)
+              .count();
+      std::printf(
+          "ddp_train: respawned rank %d in a new proc, restored its weights from rank 0 "
+          "through an RdmaBuffer (%s), rebuilt the group: recovered in %.0f ms\n",
+          victim, via.c_str(), ms);
+      recovered = true;
+      --e;
+      continue;
+    }
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     loss = 0;
@@ -225,22 +342,31 @@ int main(int argc, char** argv) {
       samples += r[1];
     }
     if (e == 1) first_loss = loss;
-    const auto weights = trainers.at(0).call(&Trainer::weights).get();
+    const auto weights = trainers.parts.front().at(0).call(&Trainer::weights).get();
     accuracy = evaluator.at(0).call(&Evaluator::accuracy, weights).get();
     progress(e, epochs, loss, accuracy, samples / seconds / trainers_n);
   }
   // Data-parallel: every replica took the same steps, so all hold the same weights.
-  const auto replicas = trainers.call(&Trainer::weights).get().values();
+  std::vector<std::vector<float>> replicas;
+  for (const auto& p : trainers.parts) {
+    for (auto& w : p.call(&Trainer::weights).get().values()) replicas.push_back(w);
+  }
   bool same = true;
   for (const auto& w : replicas) same = same && w == replicas.front();
   procs.stop().get();
+  for (auto& r : respawned) r.stop().get();
   eval_proc.stop().get();
+  std::printf("ddp_train: final held-out accuracy %.3f (loss %.4f, from %.4f)\n", accuracy, loss,
+              first_loss);
   if (!same) {
     std::fprintf(stderr, "ddp_train: the replicas' weights differ\n");
     return 1;
   }
-  std::printf("ddp_train: final held-out accuracy %.3f (loss %.4f, from %.4f)\n", accuracy, loss,
-              first_loss);
+  if (kill_at >= 0 && !recovered) {
+    std::fprintf(stderr, "ddp_train: --kill-at %d: no trainer was killed (fewer steps?)\n",
+                 kill_at);
+    return 1;
+  }
   if (!(loss < first_loss) || accuracy < min_accuracy) {
     std::fprintf(stderr, "ddp_train: the model did not learn (want accuracy >= %.2f)\n",
                  min_accuracy);
