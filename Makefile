@@ -10,7 +10,8 @@ DEB_PACKAGES := build-essential cmake ninja-build pkg-config clang libclang-rt-1
   libucx-dev libamdhip64-5 \
   clang-format clang-tidy libgtest-dev libgmock-dev libbenchmark-dev libasio-dev \
   libssl-dev libcereal-dev libspdlog-dev libfmt-dev libcli11-dev libcaf-dev iproute2 \
-  openssh-client openssh-server slurm-wlm munge python3-yaml libgloo-dev python3-torch libtorch-dev
+  openssh-client openssh-server slurm-wlm munge python3-yaml libgloo-dev python3-torch libtorch-dev \
+  python3-sklearn zlib1g-dev
 
 .PHONY: all deps build install test test-asan test-tsan test-sanitizers-core demo bench format format-check tidy clean
 

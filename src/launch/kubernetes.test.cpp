@@ -73,7 +73,7 @@ for d in docs:
         open(sys.argv[2], "wb").write(base64.b64decode(d["data"]["credentials"]))
 )";
   const internal::Ran r =
-      internal::run_command({"python3", "-c", kFlatten, yaml, secret}, "python3-yaml");
+      internal::run_command({"/usr/bin/python3", "-c", kFlatten, yaml, secret}, "python3-yaml");
   if (!internal::succeeded(r)) throw std::runtime_error("the YAML did not parse: " + r.err);
   std::map<std::string, std::string> out;
   std::istringstream lines(r.out);
