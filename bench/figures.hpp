@@ -36,6 +36,8 @@ int run_failure();
 int run_rdma();
 /// `baton-bench allreduce`: 64 MiB over 4 procs through baton, against Gloo set up directly.
 int run_allreduce();
+/// `baton-bench ddp`: ddp_train's samples/s per trainer against one plain libtorch process.
+int run_ddp();
 /// `baton-bench hosts`: three namespace hosts against this host and raw TCP (needs root).
 int run_hosts();
 /// The TCP echo server `run_hosts` starts in a namespace (BATON_BENCH_TCP_ECHO=port).

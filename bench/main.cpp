@@ -69,6 +69,7 @@ int main(int argc, char** argv) {
     if (which == "failure") return baton::bench::run_failure();
     if (which == "rdma") return baton::bench::run_rdma();
     if (which == "allreduce") return baton::bench::run_allreduce();
+    if (which == "ddp") return baton::bench::run_ddp();
     if (which == "hosts") {
       const int rc = baton::bench::run_hosts();
       std::filesystem::remove_all(credentials);
@@ -84,6 +85,6 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::fprintf(stderr,
-               "usage: baton-bench inproc|rtt|cast|spawn|failure|rdma|allreduce|hosts|all\n");
+               "usage: baton-bench inproc|rtt|cast|spawn|failure|rdma|allreduce|ddp|hosts|all\n");
   return 2;
 }

@@ -11,7 +11,10 @@
 // and finishes the training; it prints what happened and how long the recovery took.
 //
 //   ddp_train [--trainers N] [--epochs E] [--batch B] [--min-accuracy A] [--kill-at STEP]
-//             [--data digits.csv.gz]
+//             [--data digits.csv.gz] [--plain 1]
+//
+// --plain 1 trains the same model on the same data in this process alone, with no baton, and
+// prints its samples/s: the baseline of `baton-bench ddp`.
 
 #include <signal.h>
 #include <torch/torch.h>
@@ -70,6 +73,42 @@ torch::nn::Sequential make_model() {
                                torch::nn::Linear(64, 10));
 }
 
+/// The loss on rows `rows` of (x, y), its gradients left in `model`.
+torch::Tensor forward_backward(torch::nn::Sequential& model, const torch::Tensor& x,
+                               const torch::Tensor& y, const torch::Tensor& rows) {
+  auto loss = torch::nn::functional::cross_entropy(model->forward(x.index_select(0, rows)),
+                                                   y.index_select(0, rows));
+  loss.backward();
+  return loss;
+}
+
+/// The same training in this process alone, with no baton: the baseline of `--plain`.
+/// Returns samples per second.
+double plain_training(const std::string& data, int epochs, int batch) {
+  Digits train;
+  Digits test;
+  load(data, train, test);
+  torch::set_num_threads(1);
+  auto model = make_model();
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.2));
+  const auto n = static_cast<std::int64_t>(train.size());
+  const auto x = torch::from_blob(train.x.data(), {n, 64});
+  const auto y = torch::from_blob(train.y.data(), {n}, torch::kLong);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::int64_t samples = 0;
+  for (int e = 1; e <= epochs; ++e) {
+    const auto order = torch::randperm(n, torch::kLong);
+    for (std::int64_t s = 0; (s + 1) * batch <= n; ++s) {
+      optimizer.zero_grad();
+      (void)forward_backward(model, x, y, order.slice(0, s * batch, (s + 1) * batch));
+      optimizer.step();
+      samples += batch;
+    }
+  }
+  return static_cast<double>(samples) /
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 class Trainer : public baton::Actor {
  public:
   explicit Trainer(const std::string& data) : model_(make_model()) {
@@ -109,9 +148,7 @@ class Trainer : public baton::Actor {
       const auto rows = index.slice(0, static_cast<std::int64_t>(s) * batch,
                                     static_cast<std::int64_t>(s + 1) * batch);
       optimizer_->zero_grad();
-      auto loss = torch::nn::functional::cross_entropy(model_->forward(all_x.index_select(0, rows)),
-                                                       all_y.index_select(0, rows));
-      loss.backward();
+      const auto loss = forward_backward(model_, all_x, all_y, rows);
       // The gradients, flattened, averaged over the ranks, and put back.
       std::vector<torch::Tensor> grads;
       for (auto& p : model_->parameters()) grads.push_back(p.grad().view(-1));
@@ -262,6 +299,7 @@ int main(int argc, char** argv) {
   int epochs = 15;
   int batch = 16;
   int kill_at = -1;
+  bool plain = false;
   double min_accuracy = 0.9;
   std::string data = kDigits;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -278,10 +316,17 @@ int main(int argc, char** argv) {
       kill_at = std::atoi(argv[i + 1]);
     } else if (flag == "--data") {
       data = argv[i + 1];
+    } else if (flag == "--plain") {
+      plain = std::string(argv[i + 1]) == "1";
     } else {
       std::fprintf(stderr, "ddp_train: unknown option %s\n", flag.c_str());
       return 2;
     }
+  }
+  if (plain) {
+    std::printf("ddp_train: plain single-process libtorch: %.0f samples/s\n",
+                plain_training(data, epochs, batch));
+    return 0;
   }
   if (trainers_n < 2 && kill_at >= 0) {
     std::fprintf(stderr, "ddp_train: --kill-at needs 2 trainers or more (a survivor)\n");
@@ -300,6 +345,7 @@ int main(int argc, char** argv) {
   double first_loss = 0;
   double loss = 0;
   double accuracy = 0;
+  double rate_sum = 0;  // samples/s per trainer, summed over the epochs
   for (int e = 1; e <= epochs; ++e) {
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::vector<double>> results;
@@ -344,6 +390,7 @@ int main(int argc, char** argv) {
     if (e == 1) first_loss = loss;
     const auto weights = trainers.parts.front().at(0).call(&Trainer::weights).get();
     accuracy = evaluator.at(0).call(&Evaluator::accuracy, weights).get();
+    rate_sum += samples / seconds / trainers_n;
     progress(e, epochs, loss, accuracy, samples / seconds / trainers_n);
   }
   // Data-parallel: every replica took the same steps, so all hold the same weights.
@@ -358,6 +405,7 @@ int main(int argc, char** argv) {
   eval_proc.stop().get();
   std::printf("ddp_train: final held-out accuracy %.3f (loss %.4f, from %.4f)\n", accuracy, loss,
               first_loss);
+  std::printf("ddp_train: %.0f samples/s per trainer\n", rate_sum / epochs);
   if (!same) {
     std::fprintf(stderr, "ddp_train: the replicas' weights differ\n");
     return 1;
