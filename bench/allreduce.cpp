@@ -34,11 +34,11 @@ class Reducer : public Actor {
     co_await comm_.join(g, *this);
     co_return comm_.rank();
   }
-  /// Median ms of an allreduce of kFloats floats through the group.
-  Task<double> through_baton() {
-    std::vector<float> data(kFloats, 1.0F);
+  /// Median ms of an allreduce of `floats` floats through the group, over `rounds`.
+  Task<double> through_baton(std::size_t floats, int rounds) {
+    std::vector<float> data(floats, 1.0F);
     std::vector<double> ms;
-    for (int i = 0; i < kRounds; ++i) {
+    for (int i = 0; i < rounds; ++i) {
       const auto t0 = Clock::now();
       co_await comm_.allreduce(std::span<float>(data));
       ms.push_back(ms_since(t0));
@@ -46,16 +46,16 @@ class Reducer : public Actor {
     co_return median(ms);
   }
   /// The same with a Gloo context of its own: a file store in `dir`, TCP on loopback.
-  double direct_gloo(const std::string& dir, int rank, int size) {
+  double direct_gloo(const std::string& dir, int rank, int size, std::size_t floats, int rounds) {
     gloo::transport::tcp::attr attr;
     attr.hostname = "127.0.0.1";
     auto device = gloo::transport::tcp::CreateDevice(attr);
     auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
     gloo::rendezvous::FileStore store(dir);
     context->connectFullMesh(store, device);
-    std::vector<float> data(kFloats, 1.0F);
+    std::vector<float> data(floats, 1.0F);
     std::vector<double> ms;
-    for (int i = 0; i < kRounds; ++i) {
+    for (int i = 0; i < rounds; ++i) {
       const auto t0 = Clock::now();
       gloo::AllreduceOptions o(context);
       o.setOutput(data.data(), data.size());
@@ -81,32 +81,43 @@ class Reducer : public Actor {
 
 }  // namespace
 
+/// {through baton, with Gloo directly}: the slowest rank's median ms for `floats` floats.
+std::pair<double, double> measure(const ActorMesh<Reducer>& ranks, std::size_t floats, int rounds) {
+  const auto baton_ms = ranks.call(&Reducer::through_baton, floats, rounds).get().values();
+  const auto dir =
+      std::filesystem::temp_directory_path() /
+      ("baton-bench-gloo-" + std::to_string(::getpid()) + "-" + std::to_string(floats));
+  std::filesystem::create_directories(dir);
+  std::vector<Future<double>> direct;
+  direct.reserve(ranks.size());
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    direct.push_back(ranks.at(r).call(&Reducer::direct_gloo, dir.string(), static_cast<int>(r),
+                                      static_cast<int>(ranks.size()), floats, rounds));
+  }
+  std::vector<double> gloo_ms;
+  gloo_ms.reserve(ranks.size());
+  for (auto& f : direct) gloo_ms.push_back(f.get());
+  std::filesystem::remove_all(dir);
+  // A collective is as slow as its slowest rank.
+  return {*std::max_element(baton_ms.begin(), baton_ms.end()),
+          *std::max_element(gloo_ms.begin(), gloo_ms.end())};
+}
+
 int run_allreduce() {
   constexpr std::size_t kProcs = 4;
   ProcMesh procs = this_host().spawn_procs({{"procs", kProcs}});
   auto ranks = procs.spawn<Reducer>("reducers");
   (void)ranks.call(&Reducer::join, collective::make_group(ranks)).get();
-  const auto baton_ms = ranks.call(&Reducer::through_baton).get().values();
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("baton-bench-gloo-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  std::vector<Future<double>> direct;
-  direct.reserve(kProcs);
-  for (std::size_t r = 0; r < kProcs; ++r) {
-    direct.push_back(ranks.at(r).call(&Reducer::direct_gloo, dir.string(), static_cast<int>(r),
-                                      static_cast<int>(kProcs)));
-  }
-  std::vector<double> gloo_ms;
-  gloo_ms.reserve(kProcs);
-  for (auto& f : direct) gloo_ms.push_back(f.get());
-  std::filesystem::remove_all(dir);
+  const auto [ours, theirs] = measure(ranks, kFloats, kRounds);
+  // A gradient of a small model (ddp_train's: 4810 floats), where latency is all.
+  const auto [ours_small, theirs_small] = measure(ranks, 4810, 201);
   procs.stop().get();
-  // A collective is as slow as its slowest rank.
-  const double ours = *std::max_element(baton_ms.begin(), baton_ms.end());
-  const double theirs = *std::max_element(gloo_ms.begin(), gloo_ms.end());
   print_figure("allreduce_64mib_p50", ours, "ms");
   print_figure("gloo_allreduce_64mib_p50", theirs, "ms");
   print_figure("allreduce_ratio", ours / theirs, "x");
+  print_figure("allreduce_19kib_p50", ours_small * 1000, "us");
+  print_figure("gloo_allreduce_19kib_p50", theirs_small * 1000, "us");
+  print_figure("allreduce_19kib_ratio", ours_small / theirs_small, "x");
   return 0;
 }
 

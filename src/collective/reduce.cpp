@@ -73,32 +73,38 @@ bfloat16::operator float() const {
 
 namespace {
 
-template <class T>
-T combine(T a, T b, ReduceOp op) {
-  switch (op) {
-    case ReduceOp::min:
-      return std::min(a, b);
-    case ReduceOp::max:
-      return std::max(a, b);
-    default:
-      return static_cast<T>(a + b);  // sum, and avg's sum (divided once all are in)
+/// out[i] = f(a[i], b[i]) for n elements; plain loops, which the compiler vectorizes.
+template <class T, class F>
+void apply(void* out, const void* a, const void* b, std::size_t n, F f) {
+  auto* o = static_cast<T*>(out);
+  const auto* x = static_cast<const T*>(a);
+  const auto* y = static_cast<const T*>(b);
+  for (std::size_t i = 0; i < n; ++i) {
+    if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>) {
+      o[i] = T(f(static_cast<float>(x[i]), static_cast<float>(y[i])));
+    } else {
+      o[i] = static_cast<T>(f(x[i], y[i]));
+    }
   }
 }
 
 template <class T>
 ReduceFn reduce_of(ReduceOp op) {
-  return [op](void* out, const void* a, const void* b, std::size_t n) {
-    auto* o = static_cast<T*>(out);
-    const auto* x = static_cast<const T*>(a);
-    const auto* y = static_cast<const T*>(b);
-    for (std::size_t i = 0; i < n; ++i) {
-      if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>) {
-        o[i] = T(combine(static_cast<float>(x[i]), static_cast<float>(y[i]), op));
-      } else {
-        o[i] = combine(x[i], y[i], op);
-      }
-    }
-  };
+  // The operation is chosen once, not per element.
+  switch (op) {
+    case ReduceOp::min:
+      return [](void* o, const void* a, const void* b, std::size_t n) {
+        apply<T>(o, a, b, n, [](auto x, auto y) { return std::min(x, y); });
+      };
+    case ReduceOp::max:
+      return [](void* o, const void* a, const void* b, std::size_t n) {
+        apply<T>(o, a, b, n, [](auto x, auto y) { return std::max(x, y); });
+      };
+    default:  // sum, and avg's sum (divided once all are in)
+      return [](void* o, const void* a, const void* b, std::size_t n) {
+        apply<T>(o, a, b, n, [](auto x, auto y) { return x + y; });
+      };
+  }
 }
 
 template <class T>
