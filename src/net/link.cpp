@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -382,7 +383,26 @@ std::shared_ptr<Link> Link::connect(IoThread& io, const Address& to, LinkHandler
       const Protocol::endpoint ep = internal::to_endpoint(ctx, to);
       socket.open(ep.protocol());
       internal::prepare_socket(socket.native_handle());
-      socket.connect(ep);
+      // Bounded by dead_after: a host that drops the SYNs would keep a blocking connect (and
+      // the thread that called, perhaps a caller's) for minutes.
+      socket.non_blocking(true);
+      asio::error_code ec;
+      socket.connect(ep, ec);
+      if (ec == asio::error::in_progress || ec == asio::error::would_block) {
+        pollfd p{socket.native_handle(), POLLOUT, 0};
+        const int ready = ::poll(&p, 1, static_cast<int>(options.dead_after.count()));
+        if (ready == 0) {
+          throw std::runtime_error("cannot connect to " + to.to_string() + ": no answer within " +
+                                   std::to_string(options.dead_after.count()) +
+                                   " ms (is the host up and reachable from here?)");
+        }
+        int err = 0;
+        socklen_t len = sizeof err;
+        ::getsockopt(socket.native_handle(), SOL_SOCKET, SO_ERROR, &err, &len);
+        ec = err == 0 ? asio::error_code() : asio::error_code(err, asio::system_category());
+      }
+      if (ec) throw std::system_error(ec);
+      socket.non_blocking(false);
     }
   } catch (const std::system_error& e) {
     throw std::runtime_error("cannot connect to " + to.to_string() + ": " + e.code().message() +
