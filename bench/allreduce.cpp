@@ -24,10 +24,6 @@ using Clock = std::chrono::steady_clock;
 constexpr std::size_t kFloats = std::size_t{16} << 20;  // 64 MiB
 constexpr int kRounds = 7;
 
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
 class Reducer : public Actor {
  public:
   Task<int> join(collective::Group g) {

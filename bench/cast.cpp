@@ -30,10 +30,6 @@ class Pinger : public Actor {
   static constexpr auto endpoints = baton::endpoints<&Pinger::ping>();
 };
 
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
 }  // namespace
 
 int run_cast() {

@@ -32,10 +32,6 @@ class Sleeper : public Actor {
   static constexpr auto endpoints = baton::endpoints<&Sleeper::pid, &Sleeper::hang>();
 };
 
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
 /// Starts `n` copies of this executable that wait in pause() (see main.cpp).
 std::vector<pid_t> start_bare(std::size_t n) {
   std::vector<std::string> env_s;

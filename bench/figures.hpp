@@ -3,6 +3,7 @@
 // Figures the benchmarks print, one per line: `name value unit`.
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdio>
 #include <string_view>
@@ -42,6 +43,14 @@ int run_ddp();
 int run_hosts();
 /// The TCP echo server `run_hosts` starts in a namespace (BATON_BENCH_TCP_ECHO=port).
 [[noreturn]] void run_tcp_echo_server(int port);
+
+/// Milliseconds and microseconds since `t0` (a steady_clock time).
+inline double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+inline double us_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+}
 
 /// The median of `v` (which it reorders).
 inline double median(std::vector<double> v) {

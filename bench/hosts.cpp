@@ -34,10 +34,6 @@ class Echo : public Actor {
   static constexpr auto endpoints = baton::endpoints<&Echo::ping>();
 };
 
-double us_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-}
-
 /// A process run inside a namespace (`ip netns exec`), killed with the object.
 struct InNamespace {
   test::SelfChild child;

@@ -188,16 +188,7 @@ Group make_group(const std::vector<ActorId>& members, const std::vector<std::str
   g.members = members;
   g.addresses = addresses;
   g.timeout_ms = options.timeout.count();
-  // Where each rank listens: its host; ranks on this host listen on loopback, unless the
-  // group spans hosts, then on this host's address on the route to them.
-  std::string remote;
-  for (const auto& a : addresses) {
-    if (a.starts_with("tcp://")) remote = a.substr(6, a.rfind(':') - 6);
-  }
-  const std::string here = remote.empty() ? "127.0.0.1" : internal::route_address(remote);
-  for (const auto& a : addresses) {
-    g.hosts.push_back(a.starts_with("tcp://") ? a.substr(6, a.rfind(':') - 6) : here);
-  }
+  g.hosts = internal::reachable_hosts(addresses);  // where each rank's transport listens
   g.store = Runtime::get().proc().spawn<Store>("collective-store-" + std::to_string(g.key)).id();
   return g;
 }

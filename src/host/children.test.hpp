@@ -3,8 +3,13 @@
 // Test helper: the child processes of this process, from /proc.
 
 #include <dirent.h>
+#include <poll.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -34,6 +39,19 @@ inline std::vector<int> children(int parent = ::getpid()) {
   }
   ::closedir(d);
   return out;
+}
+
+/// Whether process `pid` (any process, not only a child) has ended by `deadline`: waits on a
+/// pidfd, no polling.
+inline bool ends_by(int pid, std::chrono::steady_clock::time_point deadline) {
+  const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0) return true;  // gone already
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  pollfd p{fd, POLLIN, 0};
+  const bool ended = ::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0))) == 1;
+  ::close(fd);
+  return ended;
 }
 
 }  // namespace baton::test

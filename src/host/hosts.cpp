@@ -362,6 +362,22 @@ std::string interface_address(const std::string& name) {
   return found;
 }
 
+std::vector<std::string> reachable_hosts(const std::vector<std::string>& addresses) {
+  std::vector<Address> parsed;
+  parsed.reserve(addresses.size());
+  std::string remote;
+  for (const auto& a : addresses) {
+    parsed.push_back(Address::parse(a));
+    if (parsed.back().transport == Address::Transport::tcp) remote = parsed.back().host;
+  }
+  const std::string here = remote.empty() ? "127.0.0.1" : route_address(remote);
+  std::vector<std::string> out;
+  out.reserve(parsed.size());
+  for (const auto& a : parsed)
+    out.push_back(a.transport == Address::Transport::tcp ? a.host : here);
+  return out;
+}
+
 std::vector<std::string> host_addresses(const HostMesh& hosts) {
   std::vector<std::string> out;
   if (const auto& h = HostsAccess::hosts(hosts)) {

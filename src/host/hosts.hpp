@@ -123,6 +123,10 @@ std::string route_address(const std::string& peer);
 /// The first IPv4 address of interface `name` (or of any interface that is up and not loopback,
 /// when `name` is empty); empty if there is none.
 std::string interface_address(const std::string& name);
+/// For procs at `addresses` (as references carry them), the host each listens on so that all
+/// of them can reach it: a TCP proc's own host; a proc of this host (a unix socket) loopback
+/// when all are here, else this host's address on the route to the others.
+std::vector<std::string> reachable_hosts(const std::vector<std::string>& addresses);
 /// The numeric address of `host` (itself if it is one already), IPv4 first; throws naming
 /// `what` if it cannot be looked up.
 std::string resolve_host(const std::string& host, const std::string& what);

@@ -241,14 +241,8 @@ TEST(Hosts, ASpawnThatFailsOnOneHostStopsWhatTheOthersStarted) {
   // Host a started its part; it is stopped, not left to run until this controller ends.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   for (int pid : test::children(a.pid())) {
-    const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-    if (fd < 0) continue;  // gone already
-    pollfd p{fd, POLLIN, 0};
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    EXPECT_EQ(::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0))), 1)
+    EXPECT_TRUE(test::ends_by(pid, deadline))
         << "worker " << pid << " of a failed spawn still runs on host a";
-    ::close(fd);
   }
 }
 
@@ -353,14 +347,7 @@ TEST_P(ControllerDeath, AnAgentStopsTheProcsOfAControllerThatDied) {
   // agent stops its procs.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   for (int pid : pids) {
-    const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-    if (fd < 0) continue;  // gone already
-    pollfd p{fd, POLLIN, 0};
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    EXPECT_EQ(::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0))), 1)
-        << "worker " << pid << " outlived its controller by 60 s";
-    ::close(fd);
+    EXPECT_TRUE(test::ends_by(pid, deadline)) << "worker " << pid << " outlived its controller";
   }
   if (once) {
     EXPECT_TRUE(a.wait_exit(std::chrono::seconds(60))) << "a --once agent outlived its controller";

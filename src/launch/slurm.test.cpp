@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "host/children.test.hpp"
 #include "host/hosts.test.hpp"
 #include "launch/command.hpp"
 
@@ -313,9 +314,9 @@ TEST_F(Slurm, AControllerThatDiesLeavesNoJobNoAgentAndNoProc) {
   // The agent's link to it closes for good within its reconnect bound (5 s); it stops its
   // procs and exits, which ends the step, srun, and the allocation.
   EXPECT_TRUE(Cluster::drains(std::chrono::seconds(90))) << Cluster::queue();
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
   for (int pid : pids) {
-    EXPECT_TRUE(eventually([pid] { return ::kill(pid, 0) != 0; }, std::chrono::seconds(30)))
-        << "worker " << pid << " outlived its controller";
+    EXPECT_TRUE(test::ends_by(pid, deadline)) << "worker " << pid << " outlived its controller";
   }
 }
 

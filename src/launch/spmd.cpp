@@ -148,15 +148,13 @@ Future<std::vector<int>> run_spmd(const ProcMesh& procs, const SpmdOptions& opti
   for (std::size_t d = 0; d < shape.num_dims(); ++d) {
     if (shape.labels()[d] == "hosts") per_host = world / shape.size(shape.labels()[d]);
   }
-  // Rank 0's host, as the others reach it: loopback when all are on this host, else its
-  // address on the route to theirs.
-  const auto host_of = [](const std::string& a) { return a.substr(6, a.rfind(':') - 6); };
-  const std::string zero = detail::address_text(ranks.at(0).id().proc);
-  std::string master = zero.starts_with("tcp://") ? host_of(zero) : "127.0.0.1";
-  for (std::size_t r = 1; r < world && master == "127.0.0.1"; ++r) {
-    const std::string a = detail::address_text(ranks.at(r).id().proc);
-    if (a.starts_with("tcp://")) master = internal::route_address(host_of(a));
+  // Rank 0's host, as the others reach it.
+  std::vector<std::string> addresses;
+  addresses.reserve(world);
+  for (std::size_t r = 0; r < world; ++r) {
+    addresses.push_back(detail::address_text(ranks.at(r).id().proc));
   }
+  const std::string master = internal::reachable_hosts(addresses).front();
   const int port =
       options.master_port != 0 ? options.master_port : ranks.at(0).call(&SpmdRank::free_port).get();
   std::vector<Future<int>> parts;
