@@ -385,9 +385,12 @@ std::shared_ptr<Link> Link::connect(IoThread& io, const Address& to, LinkHandler
       internal::prepare_socket(socket.native_handle());
       // Bounded by dead_after: a host that drops the SYNs would keep a blocking connect (and
       // the thread that called, perhaps a caller's) for minutes.
+      // (The system's connect: Asio's synchronous one waits without end for a pending connect.)
       socket.non_blocking(true);
       asio::error_code ec;
-      socket.connect(ep, ec);
+      if (::connect(socket.native_handle(), ep.data(), static_cast<socklen_t>(ep.size())) != 0) {
+        ec = asio::error_code(errno, asio::system_category());
+      }
       if (ec == asio::error::in_progress || ec == asio::error::would_block) {
         pollfd p{socket.native_handle(), POLLOUT, 0};
         const int ready = ::poll(&p, 1, static_cast<int>(options.dead_after.count()));
