@@ -12,6 +12,9 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -118,6 +121,13 @@ struct Communicator::Impl {
   }
 
   void run() {
+    // Gloo writes to its peers' sockets from this thread and from the device thread it starts
+    // here (which inherits this mask): a write to a rank that died must fail with EPIPE, not
+    // kill this process with SIGPIPE.
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    ::pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
     for (;;) {
       std::function<void()> job;
       {
