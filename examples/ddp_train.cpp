@@ -10,8 +10,12 @@
 // proc, restores the weights from a surviving rank through an RdmaBuffer, rebuilds the group
 // and finishes the training; it prints what happened and how long the recovery took.
 //
+// Where libtorch has CUDA (or ROCm) and the machine has GPUs, each trainer's model, data and
+// gradients live on GPU rank % GPUs and the allreduce runs through NCCL (RCCL); otherwise on the
+// CPU through Gloo. --device cpu keeps them on the CPU.
+//
 //   ddp_train [--trainers N] [--epochs E] [--batch B] [--min-accuracy A] [--kill-at STEP]
-//             [--data digits.csv.gz] [--plain 1]
+//             [--data digits.csv.gz] [--device auto|cpu] [--plain 1]
 //
 // --plain 1 trains the same model on the same data in this process alone, with no baton, and
 // prints its samples/s: the baseline of `baton-bench ddp`.
@@ -111,17 +115,29 @@ double plain_training(const std::string& data, int epochs, int batch) {
 
 class Trainer : public baton::Actor {
  public:
-  explicit Trainer(const std::string& data) : model_(make_model()) {
+  Trainer(const std::string& data, const std::string& device)
+      : use_gpu_(device != "cpu"), model_(make_model()) {
     torch::set_num_threads(1);
     Digits test;
     load(data, train_, test);
+    x_ = torch::from_blob(train_.x.data(), {static_cast<std::int64_t>(train_.size()), 64});
+    y_ =
+        torch::from_blob(train_.y.data(), {static_cast<std::int64_t>(train_.size())}, torch::kLong);
     // Plain SGD: no optimizer state, so a respawned replica needs the weights alone.
     optimizer_ =
         std::make_unique<torch::optim::SGD>(model_->parameters(), torch::optim::SGDOptions(0.2));
   }
-  Task<int> join(collective::Group g) {
+  /// Joins the group; returns the device this rank trains on.
+  Task<std::string> join(collective::Group g) {
     co_await comm_.join(g, *this);
-    co_return comm_.rank();
+    if (use_gpu_ && torch::cuda::is_available() && device_.is_cpu()) {
+      const auto gpus = static_cast<int>(torch::cuda::device_count());
+      device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(comm_.rank() % gpus));
+      model_->to(device_);  // the parameters keep their identity: the optimizer still has them
+      x_ = x_.to(device_);
+      y_ = y_.to(device_);
+    }
+    co_return device_.str();
   }
   /// One pass over this rank's shard; returns {mean loss, samples}. The rank `victim` kills its
   /// own process when it reaches step `kill_at` (counted over the whole run).
@@ -133,13 +149,10 @@ class Trainer : public baton::Actor {
       shard.push_back(static_cast<std::int64_t>(i));
     torch::manual_seed(static_cast<std::uint64_t>(e) * 1000 + me);
     const auto order = torch::randperm(static_cast<std::int64_t>(shard.size()), torch::kLong);
-    const auto all_x =
-        torch::from_blob(train_.x.data(), {static_cast<std::int64_t>(train_.size()), 64});
-    const auto all_y =
-        torch::from_blob(train_.y.data(), {static_cast<std::int64_t>(train_.size())}, torch::kLong);
     const auto index =
         torch::from_blob(shard.data(), {static_cast<std::int64_t>(shard.size())}, torch::kLong)
-            .index_select(0, order);
+            .index_select(0, order)
+            .to(device_);
     // Every rank takes the same number of steps: the allreduce of each is collective.
     const std::size_t steps = (train_.size() / ranks) / static_cast<std::size_t>(batch);
     double loss_sum = 0;
@@ -148,7 +161,7 @@ class Trainer : public baton::Actor {
       const auto rows = index.slice(0, static_cast<std::int64_t>(s) * batch,
                                     static_cast<std::int64_t>(s + 1) * batch);
       optimizer_->zero_grad();
-      const auto loss = forward_backward(model_, all_x, all_y, rows);
+      const auto loss = forward_backward(model_, x_, y_, rows);
       // The gradients, flattened, averaged over the ranks, and put back.
       std::vector<torch::Tensor> grads;
       for (auto& p : model_->parameters()) grads.push_back(p.grad().view(-1));
@@ -170,7 +183,7 @@ class Trainer : public baton::Actor {
   std::vector<float> weights() {
     std::vector<torch::Tensor> all;
     for (auto& p : model_->parameters()) all.push_back(p.detach().view(-1));
-    const torch::Tensor flat = torch::cat(all).contiguous();
+    const torch::Tensor flat = torch::cat(all).to(torch::kCPU).contiguous();
     return {flat.data_ptr<float>(), flat.data_ptr<float>() + flat.numel()};
   }
   /// This replica's weights, published for one-sided reads.
@@ -199,6 +212,10 @@ class Trainer : public baton::Actor {
 
  private:
   int steps_done_ = 0;
+  bool use_gpu_;
+  torch::Device device_ = torch::kCPU;
+  torch::Tensor x_;  // the training data, on device_
+  torch::Tensor y_;
   std::vector<float> snapshot_;
   baton::RdmaBuffer published_;
   Digits train_;
@@ -259,8 +276,8 @@ struct Trainers {
     for (const auto& p : parts) n += p.size();
     return n;
   }
-  /// A group of them all, in order, which each joins.
-  void join() const {
+  /// A group of them all, in order, which each joins; the devices they train on, by rank.
+  std::vector<std::string> join() const {
     std::vector<baton::ActorId> ids;
     std::vector<std::string> addresses;
     for (const auto& p : parts) {
@@ -270,10 +287,14 @@ struct Trainers {
       }
     }
     const collective::Group group = collective::make_group(ids, addresses);
-    std::vector<baton::Future<baton::ValueMesh<int>>> joined;
+    std::vector<baton::Future<baton::ValueMesh<std::string>>> joined;
     joined.reserve(parts.size());
     for (const auto& p : parts) joined.push_back(p.call(&Trainer::join, group));
-    for (auto& j : joined) (void)j.get();
+    std::vector<std::string> devices;
+    for (auto& j : joined) {
+      for (auto& d : j.get().values()) devices.push_back(d);
+    }
+    return devices;
   }
   /// One epoch on every trainer; {loss, samples} by rank.
   std::vector<std::vector<double>> epoch(int e, int batch, int kill_at, int victim) const {
@@ -302,6 +323,7 @@ int main(int argc, char** argv) {
   bool plain = false;
   double min_accuracy = 0.9;
   std::string data = kDigits;
+  std::string device = "auto";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--trainers") {
@@ -316,6 +338,12 @@ int main(int argc, char** argv) {
       kill_at = std::atoi(argv[i + 1]);
     } else if (flag == "--data") {
       data = argv[i + 1];
+    } else if (flag == "--device") {
+      device = argv[i + 1];
+      if (device != "auto" && device != "cpu") {
+        std::fprintf(stderr, "ddp_train: --device takes auto or cpu, not %s\n", device.c_str());
+        return 2;
+      }
     } else if (flag == "--plain") {
       plain = std::string(argv[i + 1]) == "1";
     } else {
@@ -335,11 +363,15 @@ int main(int argc, char** argv) {
   auto procs = baton::this_host().spawn_procs({{"trainers", static_cast<std::size_t>(trainers_n)}});
   auto eval_proc = baton::this_host().spawn_procs({{"evaluators", 1}});
   auto evaluator = eval_proc.spawn<Evaluator>("evaluator", data);
-  Trainers trainers{{procs.spawn<Trainer>("trainers", data)}};
-  trainers.join();
+  Trainers trainers{{procs.spawn<Trainer>("trainers", data, device)}};
+  const std::vector<std::string> devices = trainers.join();
   std::vector<baton::ProcMesh> respawned;
+  std::string on;
+  for (const auto& d : devices) on += (on.empty() ? "" : ", ") + d;
   std::printf("ddp_train: %d trainers, %d epochs, batch %d per trainer, digits from %s\n",
               trainers_n, epochs, batch, data.c_str());
+  std::printf("ddp_train: trainers on %s, gradients allreduced through %s\n", on.c_str(),
+              devices.front() == "cpu" ? "Gloo" : "NCCL/RCCL");
   const int victim = trainers_n - 1;
   bool recovered = false;
   double first_loss = 0;
@@ -362,12 +394,12 @@ int main(int argc, char** argv) {
       auto survivors =
           trainers.parts.front().slice("trainers", 0, static_cast<std::size_t>(victim));
       respawned.push_back(baton::this_host().spawn_procs({{"trainers", 1}}));
-      auto fresh = respawned.back().spawn<Trainer>("trainers-respawned", data);
+      auto fresh = respawned.back().spawn<Trainer>("trainers-respawned", data, device);
       const baton::RdmaBuffer weights = survivors.at(0).call(&Trainer::publish).get();
       const auto floats = static_cast<std::int64_t>(weights.size() / sizeof(float));
       const std::string via = fresh.at(0).call(&Trainer::restore, weights, floats).get();
       trainers.parts = {survivors, fresh};
-      trainers.join();
+      (void)trainers.join();
       const double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_fail)
               .count();

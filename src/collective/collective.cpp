@@ -25,6 +25,8 @@
 
 #include "baton/baton.hpp"
 #include "baton/collective/collective.hpp"
+#include "baton/gpu/gpu.hpp"
+#include "collective/nccl.hpp"
 #include "collective/reduce.hpp"
 #include "host/hosts.hpp"
 
@@ -90,6 +92,31 @@ class GlooStore : public gloo::rendezvous::Store {
   std::chrono::milliseconds timeout_;
 };
 
+/// Thrown where the ranks that are gone are already named.
+struct RanksGone : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// The device whose memory `p` is, or -1 for host memory (or no GPU).
+int device_of(const void* p) {
+  auto& gpu = gpu::api();
+  if (!gpu.available()) return -1;
+  const gpu::PointerInfo info = gpu.pointer_info(p);
+  return info.device ? info.device_index : -1;
+}
+
+/// The device both buffers of one collective are on (-1: host); they must agree.
+int device_of(const void* in, const void* out, const char* what) {
+  const int a = device_of(in);
+  const int b = device_of(out);
+  if (a != b) {
+    throw UsageError(std::string(what) +
+                     ": the input and output are in different memories (one on a device, one "
+                     "not, or on two devices): put both in the same");
+  }
+  return a;
+}
+
 }  // namespace
 
 struct Communicator::Impl {
@@ -97,6 +124,7 @@ struct Communicator::Impl {
   int rank = 0;
   Proc* proc = nullptr;
   std::shared_ptr<gloo::rendezvous::Context> context;
+  std::unique_ptr<nccl::DeviceComm> device_comm;  // made by the first collective on a device
   std::uint32_t next_tag = 0;
 
   std::mutex mu;
@@ -155,6 +183,9 @@ struct Communicator::Impl {
       try {
         op();
         done.set_value();
+      } catch (const RanksGone& e) {
+        fail(what, e.what(), true);
+        done.set_exception(std::make_exception_ptr(std::runtime_error(broken)));
       } catch (const std::exception& e) {
         fail(what, e.what());
         done.set_exception(std::make_exception_ptr(std::runtime_error(broken)));
@@ -164,25 +195,65 @@ struct Communicator::Impl {
     return done.get_future();
   }
 
-  /// The group is broken: its connections close at once (so the ranks waiting on this one fail
-  /// too, not at their timeout), and the ranks that do not answer are named.
-  void fail(const std::string& what, const std::string& why) {
-    context.reset();
-    std::string gone;
+  /// The ranks that do not answer a ping (all asked at once), named; empty when all answer.
+  std::string gone() const {
     const auto ask = std::min<std::chrono::milliseconds>(timeout(), std::chrono::seconds(5));
+    std::vector<std::pair<std::size_t, Future<int>>> pings;
     for (std::size_t r = 0; r < group.members.size(); ++r) {
       if (static_cast<int>(r) == rank) continue;
       const ActorId peer{group.members[r].proc, peer_name(group.key, r), 0};
+      pings.emplace_back(r, ActorRef<Peer>(peer).call(&Peer::ping));
+    }
+    const auto deadline = std::chrono::steady_clock::now() + ask;
+    std::string names;
+    for (auto& [r, ping] : pings) {
       try {
-        (void)ActorRef<Peer>(peer).call(&Peer::ping).get(ask);
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            deadline - std::chrono::steady_clock::now());
+        (void)ping.get(std::max(left, std::chrono::milliseconds(1)));
       } catch (const std::exception& e) {
-        gone += (gone.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + " (" +
-                group.members[r].to_string() + ") is gone: " + e.what();
+        names += (names.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + " (" +
+                 group.members[r].to_string() + ") is gone: " + e.what();
       }
     }
+    return names;
+  }
+
+  /// This rank's communicator on `device`, made (with rank 0's id, sent through the group's
+  /// store) by the first collective on device memory.
+  nccl::DeviceComm& device(int index) {
+    if (device_comm) return *device_comm;
+    if (auto why = nccl::device_collectives_unavailable(); !why.empty()) {
+      throw UsageError("collectives on device memory need NCCL or RCCL: " + why);
+    }
+    GlooStore store(*proc, group.store, timeout());
+    const std::string key = std::to_string(group.key) + "/device-comm-id";
+    nccl::DeviceCommId id{};
+    if (rank == 0) {
+      id = nccl::make_device_comm_id();
+      store.set(key, std::vector<char>(id.begin(), id.end()));
+    } else {
+      const std::vector<char> got = store.get(key);
+      if (got.size() != id.size()) throw std::runtime_error("a malformed NCCL id from rank 0");
+      std::copy(got.begin(), got.end(), id.begin());
+    }
+    device_comm = std::make_unique<nccl::DeviceComm>(
+        id, rank, static_cast<int>(group.members.size()), index, timeout(), [this] {
+          if (auto names = gone(); !names.empty()) throw RanksGone(names);
+        });
+    return *device_comm;
+  }
+
+  /// The group is broken: its connections close at once (so the ranks waiting on this one fail
+  /// too, not at their timeout), and the ranks that do not answer are named (unless `named`:
+  /// `why` names them already).
+  void fail(const std::string& what, const std::string& why, bool named = false) {
+    context.reset();
+    if (device_comm) device_comm->abort();
+    const std::string names = named ? why : gone();
     broken = "collective " + what + " failed on rank " + std::to_string(rank) + " of " +
              std::to_string(group.members.size()) + ": " +
-             (gone.empty() ? why : gone + " (" + why + ")") +
+             (names.empty() || named ? why : names + " (" + why + ")") +
              "; the group is broken: make a new one of the live members (make_group)";
   }
 };
@@ -203,10 +274,23 @@ Group make_group(const std::vector<ActorId>& members, const std::vector<std::str
   return g;
 }
 
+Group make_group(const ProcMesh& procs, GroupOptions options) {
+  std::vector<ActorId> ids;
+  std::vector<std::string> addresses;
+  for (std::size_t r = 0; r < procs.size(); ++r) {
+    ids.push_back(ActorId{procs.proc(r), kAnyActor, 0});
+    addresses.push_back(detail::address_text(procs.proc(r)));
+  }
+  return make_group(ids, addresses, options);
+}
+
 Future<void> Communicator::join(const Group& group, Actor& self) {
   int rank = -1;
   for (std::size_t r = 0; r < group.members.size(); ++r) {
-    if (group.members[r] == self.id()) rank = static_cast<int>(r);
+    const ActorId& m = group.members[r];
+    if (m == self.id() || (m.name == kAnyActor && m.proc == self.id().proc)) {
+      rank = static_cast<int>(r);
+    }
   }
   if (rank < 0) {
     throw UsageError("collective::join: " + self.id().to_string() +
@@ -260,6 +344,11 @@ Future<void> Communicator::allreduce_bytes(void* data, std::size_t count, DType 
                                            Keep keep) {
   if (!impl_) throw UsageError("allreduce on a Communicator that joined no group");
   Impl* c = impl_.get();
+  if (const int dev = device_of(data); dev >= 0) {
+    return c->submit("allreduce", [c, dev, data, count, type, op, keep = std::move(keep)] {
+      c->device(dev).allreduce(data, count, type, op);
+    });
+  }
   return c->submit("allreduce", [c, data, count, type, op, keep = std::move(keep)] {
     gloo::AllreduceOptions o(c->context);
     with_type(type, [&]<class T>() { o.setOutput(static_cast<T*>(data), count); });
@@ -277,6 +366,11 @@ Future<void> Communicator::broadcast_bytes(void* data, std::size_t bytes, int ro
     throw UsageError("broadcast: root " + std::to_string(root) + " is not a rank of the group");
   }
   Impl* c = impl_.get();
+  if (const int dev = device_of(data); dev >= 0) {
+    return c->submit("broadcast", [c, dev, data, bytes, root, keep = std::move(keep)] {
+      c->device(dev).broadcast(data, bytes, root);
+    });
+  }
   return c->submit("broadcast", [c, data, bytes, root, keep = std::move(keep)] {
     gloo::BroadcastOptions o(c->context);
     o.setOutput(static_cast<char*>(data), bytes);
@@ -294,6 +388,11 @@ Future<void> Communicator::allgather_bytes(const void* in, std::size_t in_bytes,
     throw UsageError("allgather: the output must hold size() times the input");
   }
   Impl* c = impl_.get();
+  if (const int dev = device_of(in, out, "allgather"); dev >= 0) {
+    return c->submit("allgather", [c, dev, in, in_bytes, out, keep = std::move(keep)] {
+      c->device(dev).allgather(in, in_bytes, out);
+    });
+  }
   return c->submit("allgather", [c, in, in_bytes, out, out_bytes, keep = std::move(keep)] {
     gloo::AllgatherOptions o(c->context);
     o.setInput(const_cast<char*>(static_cast<const char*>(in)), in_bytes);
@@ -312,6 +411,12 @@ Future<void> Communicator::reduce_scatter_bytes(const void* in, std::size_t in_c
     throw UsageError("reduce_scatter: the input must hold size() blocks of the output's size");
   }
   Impl* c = impl_.get();
+  if (const int dev = device_of(in, out, "reduce_scatter"); dev >= 0) {
+    return c->submit("reduce_scatter",
+                     [c, dev, in, out, out_count, type, op, keep = std::move(keep)] {
+                       c->device(dev).reduce_scatter(in, out, out_count, type, op);
+                     });
+  }
   return c->submit("reduce_scatter", [c, in, in_count, out, out_count, type, op,
                                       keep = std::move(keep)] {
     // The whole reduced, then this rank's block kept: twice an allreduce's traffic at most.

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "baton/collective/collective.hpp"
+#include "baton/gpu/gpu.hpp"
+#include "collective/nccl.hpp"
 #include "host/hosts.test.hpp"
 
 namespace baton {
@@ -131,6 +133,16 @@ TEST(Collective, HalfPrecisionConvertsAsIeeeSaysRoundingToNearestEven) {
   EXPECT_TRUE(std::isnan(static_cast<float>(bfloat16(std::nanf("")))));
 }
 
+TEST(Collective, DeviceCollectivesWithoutAGpuOrNcclAreRefusedSayingWhy) {
+  const std::string why = collective::nccl::device_collectives_unavailable();
+  if (!gpu::api().available()) {
+    EXPECT_THAT(why, HasSubstr("no GPU here"));
+    EXPECT_THAT(why, HasSubstr(gpu::api().status()));
+  } else if (!why.empty()) {
+    EXPECT_THAT(why, HasSubstr("install"));  // a GPU, but no NCCL/RCCL: what to install
+  }
+}
+
 TEST(Collective, EveryCollectiveMatchesADirectComputation) {
   ProcMesh procs = this_host().spawn_procs({{"procs", 3}});
   auto ranks = procs.spawn<Rank>("ranks");
@@ -194,6 +206,24 @@ TEST(Collective, ASliceOfAMeshIsAGroupOfItsOwn) {
             (std::vector<int>{0, 1, 2}));
   for (const auto& v : slice.call(&Rank::allreduce_i64, 5, 0).get().values()) {
     EXPECT_EQ(v, (std::vector<std::int64_t>{3000, 3003, 3006, 3009, 3012}));
+  }
+  procs.stop().get();
+}
+
+TEST(Collective, AProcMeshSliceIsAGroupAnActorInEachOfItsProcsJoins) {
+  ProcMesh procs = this_host().spawn_procs({{"procs", 4}});
+  auto ranks = procs.spawn<Rank>("ranks");
+  const collective::Group group = collective::make_group(procs.slice("procs", 1, 4));
+  try {  // proc 0 is not in the group
+    (void)ranks.slice("procs", 0).call(&Rank::join, group).get();
+    ADD_FAILURE() << "an actor outside the group's procs joined it";
+  } catch (const std::exception& e) {
+    EXPECT_THAT(e.what(), HasSubstr("is not a member of the group"));
+  }
+  auto members = ranks.slice("procs", 1, 4);
+  EXPECT_EQ(members.call(&Rank::join, group).get().values(), (std::vector<int>{0, 1, 2}));
+  for (const auto& v : members.call(&Rank::allreduce_i64, 2, 0).get().values()) {
+    EXPECT_EQ(v, (std::vector<std::int64_t>{3000, 3003}));
   }
   procs.stop().get();
 }

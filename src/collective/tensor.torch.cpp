@@ -12,13 +12,13 @@
 namespace baton::collective {
 namespace {
 
-/// Throws UsageError unless `t` is a contiguous CPU tensor (`what` names the argument).
+/// Throws UsageError unless `t` is a contiguous tensor on the CPU or a GPU (CUDA, or ROCm, which
+/// libtorch calls CUDA too): `what` names the argument.
 void check(const at::Tensor& t, const char* what) {
   if (!t.defined()) throw UsageError(std::string(what) + ": an undefined tensor");
-  if (!t.device().is_cpu()) {
+  if (!t.device().is_cpu() && !t.device().is_cuda()) {
     throw UsageError(std::string(what) + ": a tensor on " + t.device().str() +
-                     "; collectives on GPU tensors (NCCL/RCCL) are not here yet: move it to "
-                     "the CPU (.cpu())");
+                     "; collectives move CPU and GPU (CUDA/ROCm) tensors: move it (.cpu())");
   }
   if (!t.is_contiguous()) {
     throw UsageError(std::string(what) + ": a tensor that is not contiguous (.contiguous())");

@@ -1,8 +1,10 @@
 #pragma once
 
 // Collectives over the members of an actor mesh (or a slice of one): allreduce, broadcast,
-// allgather, reduce_scatter and barrier on contiguous buffers, on CPU through Gloo, whose
-// rendezvous goes through baton's own messages (no store, no port for the user to manage).
+// allgather, reduce_scatter and barrier on contiguous buffers: host memory through Gloo, device
+// memory through NCCL (NVIDIA) or RCCL (AMD), loaded at run time as the gpu layer loads its
+// runtime. Rendezvous goes through baton's own messages (no store, no port for the user to
+// manage); a buffer on a device with no NCCL/RCCL present is refused, saying why.
 //
 //   controller:   collective::Group g = collective::make_group(trainers);
 //                 trainers.call(&Trainer::join, g).get();
@@ -24,6 +26,7 @@
 #include "baton/actor/actor.hpp"
 #include "baton/actor/future.hpp"
 #include "baton/mesh/actor_mesh.hpp"
+#include "baton/mesh/proc_mesh.hpp"
 
 namespace baton::collective {
 
@@ -81,11 +84,14 @@ constexpr DType dtype_of<std::int64_t>() {
   return DType::i64;
 }
 
+/// The actor name a group of procs (make_group(ProcMesh)) gives its members: any actor there.
+inline constexpr const char* kAnyActor = "collective-any-actor";
+
 /// Who is in a group (by group rank) and where they meet. Made by make_group on the controller,
 /// sent to every member, joined by each (join()).
 struct Group {
   std::uint64_t key = 0;
-  std::vector<ActorId> members;        // by group rank
+  std::vector<ActorId> members;        // by group rank; a proc's: {proc, kAnyActor}
   std::vector<std::string> addresses;  // each member's proc, as references carry it
   std::vector<std::string> hosts;      // where each rank's transport listens
   ActorId store;                       // the rendezvous, in the controller
@@ -119,15 +125,19 @@ Group make_group(const ActorMesh<A>& mesh, GroupOptions options = {}) {
   return make_group(ids, addresses, options);
 }
 
+/// A group of the procs of `procs` (a slice too), ranked in the mesh's order: in each proc, one
+/// actor (any) joins as that proc's rank.
+Group make_group(const ProcMesh& procs, GroupOptions options = {});
+
 /// One rank's end of a group: its collectives run in order on a thread of its own, and each
 /// returns a future (co_await it inside an actor). The buffers must stay alive, untouched,
 /// until the future completes. Copies share the one end.
 class Communicator {
  public:
   Communicator() = default;
-  /// Joins `group` as `self` (a member of it): connects to every other rank, which join too;
-  /// completes once connected. Throws UsageError if `self` is not a member. A Communicator that
-  /// joined before leaves its old group.
+  /// Joins `group` as `self` (a member of it, or an actor in a member proc): connects to every
+  /// other rank, which join too; completes once connected. Throws UsageError if `self` is not a
+  /// member. A Communicator that joined before leaves its old group.
   Future<void> join(const Group& group, Actor& self);
   int rank() const;
   int size() const;

@@ -1,9 +1,9 @@
 #pragma once
 
 // Collectives on libtorch tensors (link baton::baton_collective_torch, built where libtorch is):
-// the same operations as Communicator's, on contiguous CPU tensors of float, double, half,
-// bfloat16 and 8/32/64-bit integers. Each future keeps its tensors alive until it completes.
-// GPU tensors (NCCL/RCCL) are not here yet: they are refused saying so.
+// the same operations as Communicator's, on contiguous CPU or GPU tensors (GPU ones through
+// NCCL/RCCL) of float, double, half, bfloat16 and 8/32/64-bit integers. Each future keeps its
+// tensors alive until it completes.
 
 #include <ATen/core/Tensor.h>
 
