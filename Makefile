@@ -11,9 +11,14 @@ DEB_PACKAGES := build-essential cmake ninja-build pkg-config clang libclang-rt-1
   clang-format clang-tidy libgtest-dev libgmock-dev libbenchmark-dev libasio-dev \
   libssl-dev libcereal-dev libspdlog-dev libfmt-dev libcli11-dev libcaf-dev iproute2 \
   openssh-client openssh-server slurm-wlm munge python3-yaml libgloo-dev python3-torch libtorch-dev \
-  python3-sklearn zlib1g-dev
+  python3-sklearn zlib1g-dev \
+  pybind11-dev python3-dev python3-pytest python3-cloudpickle python3-numpy
 
-.PHONY: all deps build install test test-asan test-tsan test-sanitizers-core demo bench format format-check tidy clean
+# `import baton` from the build tree: PYTHONPATH=python:$(BUILD)/python (see the README).
+python: $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS) --target _baton
+
+.PHONY: python all deps build install test test-asan test-tsan test-sanitizers-core demo bench format format-check tidy clean
 
 all: build
 

@@ -1,0 +1,50 @@
+"""baton: drive a cluster from one Python program, over baton's C++ runtime.
+
+    import baton
+
+    class Counter(baton.Actor):
+        def __init__(self, start):
+            self.n = start
+
+        @baton.endpoint
+        def incr(self):
+            self.n += 1
+            return self.n
+
+    if __name__ == "__main__":
+        procs = baton.this_host().spawn_procs({"gpus": 4})
+        counters = procs.spawn("counters", Counter, 0)
+        print(counters.incr.call().get().values())   # [1, 1, 1, 1]
+"""
+
+from ._actor import Actor, endpoint
+from ._errors import (
+    ActorError,
+    BatonError,
+    SupervisionError,
+    TimeoutError,
+    UndeliverableError,
+    UsageError,
+)
+from ._mesh import ActorMesh, Future, HostMesh, Point, ProcMesh, ValueMesh, this_host
+from ._runtime import set_supervise, shutdown
+
+__all__ = [
+    "Actor",
+    "ActorError",
+    "ActorMesh",
+    "BatonError",
+    "Future",
+    "HostMesh",
+    "Point",
+    "ProcMesh",
+    "SupervisionError",
+    "TimeoutError",
+    "UndeliverableError",
+    "UsageError",
+    "ValueMesh",
+    "endpoint",
+    "set_supervise",
+    "shutdown",
+    "this_host",
+]

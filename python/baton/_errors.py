@@ -1,0 +1,66 @@
+"""The exceptions baton raises, as Python classes."""
+
+import builtins
+
+
+class BatonError(Exception):
+    """The base of every baton error."""
+
+
+class UsageError(BatonError):
+    """A call baton cannot make as asked (a wrong argument, a call in the wrong place)."""
+
+
+class TimeoutError(BatonError, builtins.TimeoutError):
+    """A wait ran past its timeout; what it waited for may still complete."""
+
+
+class SupervisionError(BatonError):
+    """The actor that would have answered failed or stopped before it replied (or its process
+    died)."""
+
+
+class UndeliverableError(BatonError):
+    """A message could not be delivered (unknown actor, link lost)."""
+
+
+class ActorError(BatonError):
+    """A remote endpoint raised. Keeps the original exception's type name and message, the
+    remote traceback's text, the actor's id and, when called through a mesh, its point."""
+
+    def __init__(self, actor, endpoint, where, remote_type, remote_message, remote_traceback):
+        self.actor = actor
+        self.endpoint = endpoint
+        self.where = where
+        self.remote_type = remote_type
+        self.remote_message = remote_message
+        self.remote_traceback = remote_traceback
+        place = f" ({where})" if where else ""
+        super().__init__(
+            f"{actor}{place} raised in {endpoint}: {remote_type}: {remote_message}"
+            + (f"\n\nRemote traceback:\n{remote_traceback}" if remote_traceback else "")
+        )
+
+
+# How a Python exception raised in an actor travels as the runtime's error text, readable where
+# the C++ runtime prints it: "[py:<type>] <message>\n\nRemote traceback:\n<traceback>".
+_TRACEBACK_MARK = "\n\nRemote traceback:\n"
+
+
+def encode_exception(exc):
+    import traceback
+
+    kind = type(exc)
+    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return f"[py:{name}] {exc}{_TRACEBACK_MARK}{text}"
+
+
+def actor_error(actor, endpoint, where, message):
+    """The ActorError for a remote failure whose text is `message` (from a Python actor, as
+    encode_exception wrote it, or a C++ actor's exception text)."""
+    if message.startswith("[py:") and "] " in message:
+        name, _, rest = message[4:].partition("] ")
+        text, _, tb = rest.partition(_TRACEBACK_MARK)
+        return ActorError(actor, endpoint, where, name, text, tb)
+    return ActorError(actor, endpoint, where, "RuntimeError", message, "")

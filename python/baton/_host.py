@@ -1,0 +1,72 @@
+"""The worker's side of Python actors, called by the runtime (C++) with the GIL held: makes the
+actor, runs its endpoints (async ones on the process's event loop thread), and turns what they
+raise into the error text the caller's ActorError is made from."""
+
+import asyncio
+import inspect
+import threading
+
+from ._errors import encode_exception
+from ._pickle import dumps, loads, wrap_bytes
+
+_loop = None
+_loop_lock = threading.Lock()
+
+VALUE, PENDING, ERROR = 0, 1, 2
+
+
+def construct(data, buffers):
+    cls, args, kwargs = loads(data, buffers)
+    return cls(*args, **kwargs)
+
+
+def _endpoint(instance, method):
+    fn = getattr(type(instance), method, None)
+    if fn is None or not getattr(fn, "_baton_endpoint", False):
+        raise AttributeError(
+            f"{type(instance).__qualname__} has no endpoint {method!r} "
+            "(mark its methods with @baton.endpoint)"
+        )
+    return getattr(instance, method)
+
+
+def invoke(instance, method, data, buffers):
+    """(VALUE, (data, buffers)), (PENDING, coroutine) or (ERROR, text)."""
+    try:
+        args, kwargs = loads(data, buffers)
+        result = _endpoint(instance, method)(*args, **kwargs)
+        if inspect.iscoroutine(result):
+            return (PENDING, result)
+        return (VALUE, dumps(wrap_bytes(result)))
+    except BaseException as e:  # noqa: B902: everything an endpoint raises goes to its caller
+        return (ERROR, encode_exception(e))
+
+
+def _event_loop():
+    global _loop
+    with _loop_lock:
+        if _loop is None:
+            _loop = asyncio.new_event_loop()
+            threading.Thread(target=_loop.run_forever, name="baton-asyncio", daemon=True).start()
+        return _loop
+
+
+def schedule(coroutine, done):
+    """Runs `coroutine` on this process's event loop; then done(VALUE, (data, buffers)) or
+    done(ERROR, text), on the loop's thread."""
+
+    def finished(future):
+        try:
+            reply = (VALUE, dumps(wrap_bytes(future.result())))
+        except BaseException as e:  # noqa: B902
+            reply = (ERROR, encode_exception(e))
+        done(*reply)
+
+    asyncio.run_coroutine_threadsafe(coroutine, _event_loop()).add_done_callback(finished)
+
+
+def supervise(instance, failure):
+    hook = getattr(instance, "__supervise__", None)
+    if hook is None:
+        return False
+    return bool(hook(failure))

@@ -1,0 +1,92 @@
+"""Values on the wire: pickled (cloudpickle, protocol 5), with every buffer that can travel out
+of band (bytearray, memoryview, numpy arrays, CPU torch tensors, and bytes given as an argument
+or returned) kept out of the pickle and sent as a part of its own, never copied into it."""
+
+import collections
+import io
+import pickle
+import sys
+
+import cloudpickle
+
+# Smaller bytes objects are cheaper in the pickle than as a part of their own.
+_BYTES_OUT_OF_BAND = 64 * 1024
+
+
+def _rebuild_tensor(array):
+    import torch
+
+    # Received bytes are read-only (other receivers in this process may share them), which
+    # torch does not support: such a tensor gets its own copy.
+    return torch.from_numpy(array if array.flags.writeable else array.copy())
+
+
+def _reduce_tensor(t):
+    # A CPU tensor goes as its numpy view, whose bytes travel out of band (torch's own pickling
+    # copies them into the pickle).
+    if t.device.type != "cpu" or t.requires_grad or t.is_sparse:
+        return t.__reduce_ex__(5)
+    return (_rebuild_tensor, (t.detach().contiguous().numpy(),))
+
+
+def _reduce_memoryview(m):
+    return (memoryview, (pickle.PickleBuffer(m),))
+
+
+class _Bytes:
+    """A big bytes or bytearray argument or result, so that its payload travels out of band
+    (the pickler copies those two types into the pickle whatever its dispatch table says)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __reduce_ex__(self, protocol):
+        return (type(self.value), (pickle.PickleBuffer(self.value),))
+
+
+def wrap_bytes(value):
+    if type(value) in (bytes, bytearray) and len(value) >= _BYTES_OUT_OF_BAND:
+        return _Bytes(value)
+    return value
+
+
+def _dispatch():
+    ours = {memoryview: _reduce_memoryview}
+    if "torch" in sys.modules:
+        ours[sys.modules["torch"].Tensor] = _reduce_tensor
+    return collections.ChainMap(ours, cloudpickle.CloudPickler.dispatch_table)
+
+
+class _Pickler(cloudpickle.CloudPickler):
+    # Read by the pickler when it is made: ours first, then cloudpickle's.
+    @property
+    def dispatch_table(self):
+        return _dispatch()
+
+
+def dumps(obj):
+    """(pickle bytes, [memoryview, ...]) for `obj`."""
+    buffers = []
+
+    def take(pb):
+        try:
+            buffers.append(pb.raw())
+        except BufferError:  # not contiguous: it goes in the pickle
+            return True
+        return False
+
+    f = io.BytesIO()
+    _Pickler(f, protocol=5, buffer_callback=take).dump(obj)
+    return f.getvalue(), buffers
+
+
+def dumps_call(args, kwargs):
+    return dumps(
+        (tuple(wrap_bytes(a) for a in args), {k: wrap_bytes(v) for k, v in kwargs.items()})
+    )
+
+
+def loads(data, buffers):
+    return pickle.loads(data, buffers=buffers)

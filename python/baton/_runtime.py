@@ -1,0 +1,40 @@
+"""The controller's runtime: made at the first use, closed at exit."""
+
+import atexit
+import os
+import sys
+
+from ._errors import UsageError
+
+_rt = None
+
+
+def runtime():
+    global _rt
+    if _rt is None:
+        import _baton
+
+        if os.environ.get("BATON_PROC"):
+            raise UsageError("a worker process has its runtime already")
+        # Workers are this interpreter running baton._worker; they find what this program
+        # imports (its directory, a virtual environment) through PYTHONPATH.
+        path = [os.getcwd() if p == "" else p for p in sys.path]
+        os.environ["PYTHONPATH"] = os.pathsep.join(path)
+        os.environ["PYTHONUNBUFFERED"] = "1"  # workers' prints reach the controller at once
+        _rt = _baton.Runtime([sys.executable or "python3", "-m", "baton._worker"])
+        atexit.register(shutdown)
+    return _rt
+
+
+def shutdown():
+    """Stops every proc this program started and closes the runtime."""
+    global _rt
+    if _rt is not None:
+        rt, _rt = _rt, None
+        rt.close()
+
+
+def set_supervise(hook):
+    """The controller's supervise hook: hook(failure_text) -> True if handled. Unset, a
+    failure no owner handled stops the program (exit status 1), printing it."""
+    runtime().set_supervise(hook)

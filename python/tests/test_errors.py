@@ -1,0 +1,64 @@
+"""Errors as Python users expect: the remote exception's type, message and traceback, the actor
+and its point; supervision when a worker is killed."""
+
+import os
+import signal
+
+import pytest
+
+import baton
+from actors import Counter
+
+
+@pytest.fixture(scope="module")
+def procs():
+    p = baton.this_host().spawn_procs({"gpus": 2})
+    yield p
+    p.stop().get(timeout=60)
+
+
+def test_a_remote_exception_keeps_its_type_message_and_traceback(procs):
+    counters = procs.spawn("errors", Counter, 0)
+    with pytest.raises(baton.ActorError) as info:
+        counters.slice(gpus=1).fail.call_one("bad value").get(timeout=30)
+    e = info.value
+    assert e.remote_type == "ValueError"
+    assert e.remote_message == "bad value"
+    assert "in fail" in e.remote_traceback and "raise ValueError(text)" in e.remote_traceback
+    assert "errors" in e.actor
+    assert e.endpoint
+    # The actor lives on: one failed call does not stop it.
+    assert counters.incr.call().get(timeout=30).values() == [1, 1]
+
+
+def test_a_mesh_call_names_the_member_that_raised(procs):
+    counters = procs.spawn("errors-mesh", Counter, 0)
+    with pytest.raises(baton.ActorError) as info:
+        counters.fail.call("everywhere").get(timeout=30)
+    assert "rank 0" in info.value.where
+
+
+def test_an_async_endpoint_raising(procs):
+    counters = procs.spawn("errors-async", Counter, 0)
+    with pytest.raises(baton.ActorError) as info:
+        counters.slice(gpus=0).fail_later.call_one().get(timeout=30)
+    assert info.value.remote_type == "KeyError"
+    assert "fail_later" in info.value.remote_traceback
+
+
+def test_a_constructor_that_raises_fails_the_spawn(procs):
+    with pytest.raises(Exception, match="missing 1 required positional argument"):
+        procs.spawn("bad-ctor", Counter).incr.call().get(timeout=30)
+
+
+def test_a_worker_killed_by_sigkill_is_a_supervision_error():
+    procs = baton.this_host().spawn_procs({"gpus": 2})
+    counters = procs.spawn("victims", Counter, 0)
+    pid = counters.slice(gpus=1).pid.call_one().get(timeout=30)
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(baton.SupervisionError) as info:
+        counters.slice(gpus=1).value.call_one().get(timeout=30)
+    assert "rank 1" in str(info.value) or "victims" in str(info.value)
+    # The survivor still answers.
+    assert counters.slice(gpus=0).value.call_one().get(timeout=30) == 0
+    procs.stop().get(timeout=60)

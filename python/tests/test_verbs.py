@@ -1,0 +1,105 @@
+"""Every verb, slicing, ValueMesh, ordering per sender and asyncio, against Python actors in
+real worker processes."""
+
+import asyncio
+
+import pytest
+
+import baton
+from actors import Counter
+
+
+@pytest.fixture(scope="module")
+def procs():
+    p = baton.this_host().spawn_procs({"gpus": 4})
+    yield p
+    p.stop().get(timeout=60)
+
+
+def test_call_gathers_every_member_in_rank_order(procs):
+    counters = procs.spawn("call", Counter, 10, step=2)
+    got = counters.incr.call().get(timeout=30)
+    assert isinstance(got, baton.ValueMesh)
+    assert got.values() == [12, 12, 12, 12]
+    assert [p["gpus"] for p in got.points()] == [0, 1, 2, 3]
+    assert got.shape == {"gpus": 4}
+
+
+def test_call_one_choose_broadcast_stream(procs):
+    counters = procs.spawn("verbs", Counter, 0)
+    assert counters.slice(gpus=2).incr.call_one().get(timeout=30) == 1
+    with pytest.raises(baton.UsageError):
+        counters.incr.call_one().get(timeout=30)
+    assert counters.value.choose().get(timeout=30) in (0, 1)
+    counters.incr.broadcast()
+    assert sorted(counters.value.call().get(timeout=30).values()) == [1, 1, 1, 2]
+    seen = list(counters.value.stream(timeout=30))
+    assert sorted(p["gpus"] for p, _ in seen) == [0, 1, 2, 3]
+    assert dict((p["gpus"], v) for p, v in seen) == {0: 1, 1: 1, 2: 2, 3: 1}
+
+
+def test_slicing_by_keyword_is_a_view(procs):
+    counters = procs.spawn("slices", Counter, 0)
+    first_two = counters.slice(gpus=slice(0, 2))
+    assert first_two.shape == {"gpus": 2}
+    assert first_two.incr.call().get(timeout=30).values() == [1, 1]
+    one = counters.slice(gpus=3)
+    assert one.shape == {}
+    assert one.incr.call_one().get(timeout=30) == 1
+    assert counters.value.call().get(timeout=30).values() == [1, 1, 0, 1]
+    tail = counters.slice(gpus=slice(2, None))
+    assert [p["gpus"] for p in tail.value.call().get(timeout=30).points()] == [0, 1]
+    with pytest.raises(baton.UsageError):
+        counters.slice(hosts=0)
+
+
+def test_value_mesh_is_iterable_by_point(procs):
+    counters = procs.spawn("points", Counter, 5)
+    vm = counters.value.call().get(timeout=30)
+    pairs = list(vm)
+    assert len(pairs) == 4
+    for point, value in pairs:
+        assert isinstance(point, baton.Point)
+        assert dict(point) == {"gpus": point.rank}
+        assert value == 5
+    assert vm[{"gpus": 3}] == 5
+
+
+def test_order_per_sender_holds_through_broadcasts(procs):
+    counters = procs.spawn("order", Counter, 0)
+    for i in range(200):
+        counters.note.broadcast(i)
+    for noted in counters.noted.call().get(timeout=30).values():
+        assert noted == list(range(200))
+
+
+def test_an_unknown_endpoint_says_which_there_are(procs):
+    counters = procs.spawn("unknown", Counter, 0)
+    with pytest.raises(AttributeError, match="no endpoint 'not_an_endpoint'"):
+        counters.not_an_endpoint
+    with pytest.raises(AttributeError, match="incr"):
+        counters.nope
+
+
+def test_async_endpoints_and_asyncio_at_the_controller(procs):
+    counters = procs.spawn("async", Counter, 0)
+
+    async def main():
+        futures = [counters.later.call(i) for i in range(10)]
+        results = await asyncio.gather(*futures)
+        one = await counters.slice(gpus=1).later.call_one(21)
+        return results, one
+
+    results, one = asyncio.run(main())
+    assert [r.values() for r in results] == [[2 * i] * 4 for i in range(10)]
+    assert one == 42
+
+
+def test_get_with_a_timeout_raises_baton_timeout_and_stays_usable(procs):
+    counters = procs.spawn("timeout", Counter, 0)
+    f = counters.later.call(1)
+    try:
+        f.get(timeout=0)
+    except baton.TimeoutError as e:
+        assert isinstance(e, TimeoutError)
+    assert f.get(timeout=30).values() == [2, 2, 2, 2]

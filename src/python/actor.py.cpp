@@ -1,0 +1,123 @@
+// PyActor: the worker's side of a Python actor. Every call into Python holds the GIL only while
+// Python runs; an `async def` endpoint runs on the process's event loop thread while the actor
+// waits for it (co_await), so the actor still handles one message at a time.
+
+#include <memory>
+#include <optional>
+
+#include "python/py_actor.hpp"
+
+namespace baton::python {
+namespace {
+
+py::module_ host() {
+  return py::module_::import("baton._host");
+}
+
+constexpr int kValue = 0;
+constexpr int kPending = 1;
+
+/// The text of a Python exception raised outside the user's code (the runtime's own helpers).
+std::runtime_error internal_error(const py::error_already_set& e) {
+  return std::runtime_error(std::string("[py:RuntimeError] baton's Python side failed: ") +
+                            e.what());
+}
+
+/// A Python object released with the GIL held, whichever thread drops the last reference.
+std::shared_ptr<const void> keep(py::buffer_info* info) {
+  return std::shared_ptr<const void>(info, [](const void* p) {
+    auto* i = static_cast<py::buffer_info*>(const_cast<void*>(p));
+    if (Py_IsInitialized() == 0) return;  // the interpreter is gone: nothing to release
+    py::gil_scoped_acquire gil;
+    delete i;
+  });
+}
+
+}  // namespace
+
+Pickled to_pickled(py::handle data_and_buffers) {
+  auto t = py::reinterpret_borrow<py::tuple>(data_and_buffers);
+  Pickled p;
+  const auto data = t[0].cast<std::string_view>();  // a small pickle: copied
+  p.data = Bytes::copy(data.data(), data.size());
+  for (py::handle b : py::reinterpret_borrow<py::list>(t[1])) {
+    auto* info = new py::buffer_info(py::reinterpret_borrow<py::buffer>(b).request());
+    const auto* start = static_cast<const std::byte*>(info->ptr);
+    const auto size = static_cast<std::size_t>(info->size * info->itemsize);
+    p.buffers.push_back(Bytes::view(keep(info), start, size));
+  }
+  return p;
+}
+
+py::tuple from_pickled(const Pickled& p) {
+  py::list buffers;
+  for (const auto& b : p.buffers) buffers.append(py::cast(b));
+  return py::make_tuple(py::cast(p.data), buffers);
+}
+
+PyActor::PyActor(const Pickled& spawn) {
+  py::gil_scoped_acquire gil;
+  try {
+    const py::tuple args = from_pickled(spawn);
+    instance_ = host().attr("construct")(args[0], args[1]);
+  } catch (const py::error_already_set& e) {
+    throw std::runtime_error(host().attr("encode_exception")(e.value()).cast<std::string>());
+  }
+}
+
+PyActor::~PyActor() {
+  if (Py_IsInitialized() == 0) {
+    (void)instance_.release();  // the interpreter is gone: nothing to release
+    return;
+  }
+  py::gil_scoped_acquire gil;
+  instance_ = py::object();
+}
+
+Task<Pickled> PyActor::invoke(std::string method, Pickled args) {
+  std::optional<Future<Pickled>> later;
+  Pickled now;
+  std::optional<std::string> error;
+  {
+    py::gil_scoped_acquire gil;
+    try {
+      const py::tuple in = from_pickled(args);
+      const py::tuple r = host().attr("invoke")(instance_, method, in[0], in[1]);
+      const int status = r[0].cast<int>();
+      if (status == kValue) {
+        now = to_pickled(r[1]);
+      } else if (status == kPending) {
+        Promise<Pickled> done;
+        later = done.get_future();
+        host().attr("schedule")(r[1], py::cpp_function([done](int s, py::object v) {
+                                  if (s == kValue) {
+                                    done.set_value(to_pickled(v));
+                                  } else {
+                                    done.set_exception(std::make_exception_ptr(
+                                        std::runtime_error(v.cast<std::string>())));
+                                  }
+                                }));
+      } else {
+        error = r[1].cast<std::string>();
+      }
+    } catch (const py::error_already_set& e) {
+      error = internal_error(e).what();
+    }
+  }
+  if (error) throw std::runtime_error(*error);
+  if (later) co_return co_await *later;
+  co_return now;
+}
+
+bool PyActor::supervise(const MeshFailure& failure) {
+  py::gil_scoped_acquire gil;
+  try {
+    return host().attr("supervise")(instance_, failure.to_string()).cast<bool>();
+  } catch (const py::error_already_set& e) {
+    std::fprintf(stderr, "baton: %s.__supervise__ raised: %s\n", id().to_string().c_str(),
+                 e.what());
+    return false;
+  }
+}
+
+}  // namespace baton::python

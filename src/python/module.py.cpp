@@ -1,0 +1,304 @@
+// The `_baton` extension module: the runtime, host/proc/actor meshes of Python actors, futures
+// and streams, over the same C++ runtime. The Python package `baton` wraps it; nothing here is
+// meant to be called by users directly. Every call that can block releases the GIL.
+
+#include <pybind11/functional.h>
+#include <pybind11/stl.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "python/py_actor.hpp"
+
+namespace baton::python {
+namespace {
+
+using Dims = std::vector<std::pair<std::string, std::size_t>>;
+/// {dim, begin, end, index}: index selects one coordinate and drops the dimension.
+using Select = std::tuple<std::string, std::size_t, std::size_t, bool>;
+
+std::vector<DimSelect> selects(const std::vector<Select>& in) {
+  std::vector<DimSelect> out;
+  for (const auto& [dim, begin, end, index] : in) {
+    if (index) {
+      out.emplace_back(dim, begin);
+    } else {
+      out.emplace_back(dim, DimSelect::Range{begin, end});
+    }
+  }
+  return out;
+}
+
+py::tuple point(const Point& p) {
+  return py::make_tuple(p.labels, p.coords, p.rank);
+}
+
+/// (labels, sizes) of a shape.
+py::tuple shape(const Shape& s) {
+  std::vector<std::size_t> sizes;
+  for (const auto& l : s.labels()) sizes.push_back(s.size(l));
+  return py::make_tuple(s.labels(), sizes);
+}
+
+/// A future of any type, its value converted for Python once it is there.
+class PyFuture {
+ public:
+  virtual ~PyFuture() = default;
+  virtual detail::StateBase& state() = 0;
+  /// The value (GIL held; the future is ready); raises its failure.
+  virtual py::object value() = 0;
+
+  bool ready() { return state().ready(); }
+  /// Waits up to `seconds` (for ever: None) with the GIL released; whether it is ready.
+  bool wait(std::optional<double> seconds) {
+    py::gil_scoped_release unlocked;
+    if (!seconds) {
+      state().wait();
+      return true;
+    }
+    return state().wait_for(std::chrono::duration<double>(*seconds));
+  }
+};
+
+template <class T, class Convert>
+class FutureOf : public PyFuture {
+ public:
+  FutureOf(Future<T> f, Convert c) : f_(std::move(f)), convert_(std::move(c)) {}
+  detail::StateBase& state() override { return *f_.state(); }
+  py::object value() override {
+    if constexpr (std::is_void_v<T>) {
+      f_.get();
+      return py::none();
+    } else {
+      return convert_(f_.get());
+    }
+  }
+
+ private:
+  Future<T> f_;
+  Convert convert_;
+};
+
+template <class T, class Convert>
+std::shared_ptr<PyFuture> wrap(Future<T> f, Convert c) {
+  return std::make_shared<FutureOf<T, Convert>>(std::move(f), std::move(c));
+}
+std::shared_ptr<PyFuture> wrap(Future<void> f) {
+  return wrap(std::move(f), [] { return py::none(); });
+}
+
+/// Tells an asyncio loop that futures are ready: it watches `fd` (readable once one is) and
+/// takes the tokens of the ready ones with drain(). No thread per future, no thread per loop.
+class Notifier : public std::enable_shared_from_this<Notifier> {
+ public:
+  Notifier() : fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+    if (fd_ < 0) throw std::runtime_error("eventfd failed");
+  }
+  ~Notifier() { ::close(fd_); }
+  Notifier(const Notifier&) = delete;
+  Notifier& operator=(const Notifier&) = delete;
+  int fd() const { return fd_; }
+  void watch(PyFuture& f, std::int64_t token) {
+    f.state().on_ready([self = shared_from_this(), token] {
+      {
+        std::lock_guard lock(self->mu_);
+        self->ready_.push_back(token);
+      }
+      const std::uint64_t one = 1;
+      (void)!::write(self->fd_, &one, sizeof one);
+    });
+  }
+  std::vector<std::int64_t> drain() {
+    std::uint64_t n = 0;
+    (void)!::read(fd_, &n, sizeof n);
+    std::lock_guard lock(mu_);
+    return std::exchange(ready_, {});
+  }
+
+ private:
+  int fd_;
+  std::mutex mu_;
+  std::vector<std::int64_t> ready_;
+};
+
+/// Replies of a stream, one per member: (point, value) or None once every member answered.
+class PyStream {
+ public:
+  explicit PyStream(MeshStream<Pickled> s) : s_(std::move(s)) {}
+  py::object next(std::optional<double> seconds) {
+    std::optional<std::pair<Point, Pickled>> item;
+    {
+      py::gil_scoped_release unlocked;
+      item = seconds ? s_.next(std::chrono::duration_cast<std::chrono::milliseconds>(
+                           std::chrono::duration<double>(*seconds)))
+                     : s_.next();
+    }
+    if (!item) return py::none();
+    return py::make_tuple(point(item->first), from_pickled(item->second));
+  }
+
+ private:
+  MeshStream<Pickled> s_;
+};
+
+using Mesh = ActorMesh<PyActor>;
+
+py::object value_mesh(const ValueMesh<Pickled>& vm) {
+  py::list items;
+  for (const auto& [p, v] : vm.items()) items.append(py::make_tuple(point(p), from_pickled(v)));
+  return py::make_tuple(shape(vm.shape()), items);
+}
+
+/// The controller's runtime, owned by the Python module until close().
+class PyRuntime {
+ public:
+  explicit PyRuntime(const std::vector<std::string>& argv) {
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    py::gil_scoped_release unlocked;
+    rt_ = std::make_unique<Runtime>(static_cast<int>(argv.size()), args.data());
+  }
+  void close() {
+    py::gil_scoped_release unlocked;
+    rt_.reset();
+  }
+  void set_supervise(std::function<bool(const std::string&)> hook) {
+    if (!rt_) throw UsageError("the runtime is closed");
+    rt_->set_supervise([hook = std::move(hook)](const MeshFailure& f) {
+      py::gil_scoped_acquire gil;
+      try {
+        return hook(f.to_string());
+      } catch (const py::error_already_set& e) {
+        std::fprintf(stderr, "baton: the controller's supervise hook raised: %s\n", e.what());
+        return false;
+      }
+    });
+  }
+  std::string name() {
+    if (!rt_) throw UsageError("the runtime is closed");
+    return rt_->proc().id().name;
+  }
+
+ private:
+  std::unique_ptr<Runtime> rt_;
+};
+
+/// Raises, as baton's Python exception classes, the runtime's failures.
+void translate(std::exception_ptr p) {
+  auto raise = [](const char* cls, const std::string& text) {
+    py::object type = py::module_::import("baton._errors").attr(cls);
+    PyErr_SetString(type.ptr(), text.c_str());
+  };
+  try {
+    std::rethrow_exception(p);
+  } catch (const ActorError& e) {
+    py::object err =
+        py::module_::import("baton._errors")
+            .attr("actor_error")(e.actor(), e.endpoint(), e.where(), e.remote_message());
+    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(err.ptr())), err.ptr());
+  } catch (const SupervisionError& e) {
+    raise("SupervisionError", e.what());
+  } catch (const UndeliverableError& e) {
+    raise("UndeliverableError", e.what());
+  } catch (const TimeoutError& e) {
+    raise("TimeoutError", e.what());
+  } catch (const UsageError& e) {
+    raise("UsageError", e.what());
+  }
+}
+
+}  // namespace
+}  // namespace baton::python
+
+PYBIND11_MODULE(_baton, m) {
+  using namespace baton;          // NOLINT(google-build-using-namespace)
+  using namespace baton::python;  // NOLINT(google-build-using-namespace)
+  m.doc() = "baton's runtime, for the baton package";
+  py::register_exception_translator(translate);
+
+  py::class_<Bytes>(m, "Buffer", py::buffer_protocol())
+      .def_buffer([](Bytes& b) {
+        return py::buffer_info(const_cast<std::byte*>(b.data()), 1, "B", 1,  // NOLINT
+                               {static_cast<py::ssize_t>(b.size())}, {1}, true);
+      })
+      .def("__len__", &Bytes::size);
+
+  py::class_<PyRuntime>(m, "Runtime")
+      .def(py::init<const std::vector<std::string>&>())
+      .def("close", &PyRuntime::close)
+      .def("name", &PyRuntime::name)
+      .def("set_supervise", &PyRuntime::set_supervise);
+
+  m.def("serve_worker", [](const std::vector<std::string>& argv) {
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    py::gil_scoped_release unlocked;
+    Runtime rt(static_cast<int>(argv.size()), args.data());  // a worker: never returns
+  });
+
+  py::class_<PyFuture, std::shared_ptr<PyFuture>>(m, "Future")
+      .def("ready", &PyFuture::ready)
+      .def("wait", &PyFuture::wait, py::arg("seconds") = py::none())
+      .def("value", &PyFuture::value);
+
+  py::class_<Notifier, std::shared_ptr<Notifier>>(m, "Notifier")
+      .def(py::init<>())
+      .def("fd", &Notifier::fd)
+      .def("watch", &Notifier::watch)
+      .def("drain", &Notifier::drain);
+
+  py::class_<PyStream>(m, "Stream").def("next", &PyStream::next, py::arg("seconds") = py::none());
+
+  py::class_<Mesh>(m, "ActorMesh")
+      .def("shape", [](const Mesh& a) { return shape(a.shape()); })
+      .def("size", &Mesh::size)
+      .def("point", [](const Mesh& a, std::size_t r) { return point(a.shape().point(r)); })
+      .def("slice", [](const Mesh& a, const std::vector<Select>& s) { return a.slice(selects(s)); })
+      .def("call",
+           [](const Mesh& a, const std::string& method, py::handle args) {
+             return wrap(a.call(&PyActor::invoke, method, to_pickled(args)),
+                         [](const ValueMesh<Pickled>& vm) { return value_mesh(vm); });
+           })
+      .def("call_one",
+           [](const Mesh& a, const std::string& method, py::handle args) {
+             return wrap(a.call_one(&PyActor::invoke, method, to_pickled(args)),
+                         [](const Pickled& p) { return py::object(from_pickled(p)); });
+           })
+      .def("choose",
+           [](const Mesh& a, const std::string& method, py::handle args) {
+             return wrap(a.choose(&PyActor::invoke, method, to_pickled(args)),
+                         [](const Pickled& p) { return py::object(from_pickled(p)); });
+           })
+      .def("broadcast",
+           [](const Mesh& a, const std::string& method, py::handle args) {
+             a.broadcast(&PyActor::invoke, method, to_pickled(args));
+           })
+      .def("stream",
+           [](const Mesh& a, const std::string& method, py::handle args) {
+             return PyStream(a.stream(&PyActor::invoke, method, to_pickled(args)));
+           })
+      .def("stop", [](const Mesh& a) { return wrap(a.stop()); });
+
+  py::class_<ProcMesh>(m, "ProcMesh")
+      .def("shape", [](const ProcMesh& p) { return shape(p.shape()); })
+      .def("size", &ProcMesh::size)
+      .def("slice",
+           [](const ProcMesh& p, const std::vector<Select>& s) { return p.slice(selects(s)); })
+      .def("spawn",
+           [](const ProcMesh& p, const std::string& name, py::handle args) {
+             Pickled spawn = to_pickled(args);
+             py::gil_scoped_release unlocked;
+             return p.spawn<PyActor>(name, spawn);
+           })
+      .def("stop", [](const ProcMesh& p) { return wrap(p.stop()); });
+
+  m.def("spawn_procs", [](const Dims& dims) {
+    py::gil_scoped_release unlocked;
+    return this_host().spawn_procs(dims);
+  });
+}

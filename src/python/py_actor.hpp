@@ -1,0 +1,54 @@
+#pragma once
+
+// Python actors: one C++ actor type, PyActor, holds an instance of the user's Python class and
+// runs its endpoints by name. What travels is a pickle (Pickled) whose big buffers are parts of
+// their own, never copied into it. Internal to the `_baton` extension module.
+
+#include <pybind11/pybind11.h>
+
+#include <string>
+#include <vector>
+
+#include "baton/baton.hpp"
+
+namespace baton::python {
+
+namespace py = pybind11;
+
+/// A pickled Python value: the pickle, and its out-of-band buffers (pickle protocol 5).
+struct Pickled {
+  Bytes data;
+  std::vector<Bytes> buffers;
+  template <class Ar>
+  void serialize(Ar& ar) {
+    ar(data, buffers);
+  }
+};
+
+/// (data, [buffers]) from Python, as baton_pickle.dumps makes it: the buffers are not copied
+/// (each keeps its Python object alive until the bytes are sent). GIL held.
+Pickled to_pickled(py::handle data_and_buffers);
+/// (data, [buffers]) for Python, as views of the received bytes (read-only). GIL held.
+py::tuple from_pickled(const Pickled& p);
+
+/// An instance of a Python class, made from a pickle of (class, args, kwargs) in this proc.
+class PyActor : public Actor {
+ public:
+  explicit PyActor(const Pickled& spawn);
+  ~PyActor() override;
+  PyActor(const PyActor&) = delete;
+  PyActor& operator=(const PyActor&) = delete;
+
+  /// Calls the endpoint `method` with the pickled (args, kwargs); returns the pickled result.
+  /// An exception raised there fails the call with its type, message and traceback.
+  Task<Pickled> invoke(std::string method, Pickled args);
+  /// The instance's __supervise__(failure), if it has one.
+  bool supervise(const MeshFailure& failure) override;
+
+  static constexpr auto endpoints = baton::endpoints<&PyActor::invoke>();
+
+ private:
+  py::object instance_;
+};
+
+}  // namespace baton::python
