@@ -6,7 +6,22 @@ import inspect
 class Actor:
     """The base of Python actors. An actor handles one message at a time; its endpoints are
     the methods marked @baton.endpoint (plain or async def). Define `__supervise__(self,
-    failure)` to hear of the failures of meshes it spawned (return True if handled)."""
+    failure)` to hear of the failures of meshes it spawned (return True if handled).
+
+    Inside the actor (its __init__ too): self.rank and self.point (its place in its mesh) and
+    self.actor_id."""
+
+    @property
+    def actor_id(self):
+        return self._baton_where[0]
+
+    @property
+    def rank(self):
+        return self._baton_where[2]
+
+    @property
+    def point(self):
+        return self._baton_where[3]
 
 
 def endpoint(fn):

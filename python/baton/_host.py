@@ -7,6 +7,7 @@ import inspect
 import threading
 
 from ._errors import encode_exception
+from ._point import Point
 from ._pickle import dumps, loads, wrap_bytes
 
 _loop = None
@@ -15,9 +16,15 @@ _loop_lock = threading.Lock()
 VALUE, PENDING, ERROR = 0, 1, 2
 
 
-def construct(data, buffers):
+def construct(data, buffers, where):
+    """An instance of the pickled class; `where` (its id, mesh, rank and point) is set on it
+    before its __init__ runs, so that self.rank and self.point work there too."""
     cls, args, kwargs = loads(data, buffers)
-    return cls(*args, **kwargs)
+    instance = cls.__new__(cls)
+    actor_id, mesh, rank, point = where
+    instance._baton_where = (actor_id, mesh, rank, Point(*point))
+    instance.__init__(*args, **kwargs)
+    return instance
 
 
 def _endpoint(instance, method):

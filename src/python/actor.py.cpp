@@ -59,7 +59,10 @@ PyActor::PyActor(const Pickled& spawn) {
   py::gil_scoped_acquire gil;
   try {
     const py::tuple args = from_pickled(spawn);
-    instance_ = host().attr("construct")(args[0], args[1]);
+    const ActorContext& c = context();
+    const py::tuple where = py::make_tuple(c.id.to_string(), c.mesh, c.rank,
+                                           py::make_tuple(c.point.labels, c.point.coords, c.rank));
+    instance_ = host().attr("construct")(args[0], args[1], where);
   } catch (const py::error_already_set& e) {
     throw std::runtime_error(host().attr("encode_exception")(e.value()).cast<std::string>());
   }
@@ -89,7 +92,7 @@ Task<Pickled> PyActor::invoke(std::string method, Pickled args) {
       } else if (status == kPending) {
         Promise<Pickled> done;
         later = done.get_future();
-        host().attr("schedule")(r[1], py::cpp_function([done](int s, py::object v) {
+        host().attr("schedule")(r[1], py::cpp_function([done](int s, const py::object& v) {
                                   if (s == kValue) {
                                     done.set_value(to_pickled(v));
                                   } else {

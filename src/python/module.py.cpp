@@ -152,13 +152,20 @@ py::object value_mesh(const ValueMesh<Pickled>& vm) {
   return py::make_tuple(shape(vm.shape()), items);
 }
 
+/// argv as C wants it (null-terminated); the strings stay `argv`'s.
+std::vector<char*> c_args(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  args.reserve(argv.size() + 1);
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));  // NOLINT
+  args.push_back(nullptr);
+  return args;
+}
+
 /// The controller's runtime, owned by the Python module until close().
 class PyRuntime {
  public:
   explicit PyRuntime(const std::vector<std::string>& argv) {
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
+    std::vector<char*> args = c_args(argv);
     py::gil_scoped_release unlocked;
     rt_ = std::make_unique<Runtime>(static_cast<int>(argv.size()), args.data());
   }
@@ -188,13 +195,14 @@ class PyRuntime {
 };
 
 /// Raises, as baton's Python exception classes, the runtime's failures.
+/// (pybind11 hands the exception over by value.)
 void translate(std::exception_ptr p) {
   auto raise = [](const char* cls, const std::string& text) {
     py::object type = py::module_::import("baton._errors").attr(cls);
     PyErr_SetString(type.ptr(), text.c_str());
   };
   try {
-    std::rethrow_exception(p);
+    std::rethrow_exception(std::move(p));
   } catch (const ActorError& e) {
     py::object err =
         py::module_::import("baton._errors")
@@ -234,9 +242,7 @@ PYBIND11_MODULE(_baton, m) {
       .def("set_supervise", &PyRuntime::set_supervise);
 
   m.def("serve_worker", [](const std::vector<std::string>& argv) {
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
+    std::vector<char*> args = c_args(argv);
     py::gil_scoped_release unlocked;
     Runtime rt(static_cast<int>(argv.size()), args.data());  // a worker: never returns
   });

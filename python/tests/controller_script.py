@@ -1,0 +1,20 @@
+"""A controller the process tests run and then interrupt or kill: it starts two workers, prints
+their pids and a line from each, says "ready", and waits for its signal."""
+
+import os
+import sys
+import threading
+
+import baton
+from actors import Counter
+
+if __name__ == "__main__":
+    procs = baton.this_host().spawn_procs({"gpus": 2})
+    counters = procs.spawn("counters", Counter, 0)
+    pids = counters.pid.call().get(timeout=30).values()
+    counters.say.call("hello from a worker").get(timeout=30)
+    print("pids", *pids, flush=True)
+    print("ready", flush=True)
+    if len(sys.argv) > 1 and sys.argv[1] == "raise":
+        counters.slice(gpus=1).fail.call_one("uncaught in the controller").get(timeout=30)
+    threading.Event().wait()  # until the test's signal

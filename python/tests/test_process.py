@@ -1,0 +1,84 @@
+"""The controller's life as a process: Ctrl-C stops the job cleanly (no orphans, no traceback
+storm), SIGKILL leaves no worker behind, workers' prints reach it with their rank prefixes."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def start(*args):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([HERE] + env.get("PYTHONPATH", "").split(os.pathsep))
+    return subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "controller_script.py"), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def read_pids(proc):
+    pids = None
+    for line in proc.stdout:
+        if line.startswith("pids "):
+            pids = [int(p) for p in line.split()[1:]]
+        if line.strip() == "ready":
+            return pids
+    raise AssertionError("the controller ended before it was ready: " + proc.stderr.read())
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def gone_within(pids, seconds):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not any(alive(p) for p in pids):
+            return True
+        time.sleep(0.05)  # polling the process table, bounded by the deadline
+    return False
+
+
+def test_ctrl_c_stops_the_job_cleanly():
+    proc = start()
+    pids = read_pids(proc)
+    assert len(pids) == 2 and all(alive(p) for p in pids)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGINT, err
+    assert "Traceback" not in err
+    assert gone_within(pids, 10), f"workers {pids} outlived the controller"
+    # The workers' print reached the controller's output, with the proc's prefix.
+    assert "hello from a worker" in out + err
+    assert "[procs0 0-1]" in out + err or "[procs0 0]" in out + err
+
+
+def test_sigkill_of_the_controller_leaves_no_worker():
+    proc = start()
+    pids = read_pids(proc)
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert gone_within(pids, 30), f"workers {pids} outlived a SIGKILLed controller"
+
+
+def test_an_uncaught_actor_error_names_the_actor_and_shows_its_traceback():
+    proc = start("raise")
+    pids = read_pids(proc)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert "ActorError" in err and "uncaught in the controller" in err
+    assert "raise ValueError(text)" in err  # the remote traceback
+    assert "counters" in err  # the actor
+    assert gone_within(pids, 30)
