@@ -27,6 +27,7 @@ from ._errors import (
     UsageError,
 )
 from ._mesh import ActorMesh, Future, HostMesh, Point, ProcMesh, ValueMesh, this_host
+from ._rdma import RdmaBuffer
 from ._runtime import set_supervise, shutdown
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "HostMesh",
     "Point",
     "ProcMesh",
+    "RdmaBuffer",
     "SupervisionError",
     "TimeoutError",
     "UndeliverableError",

@@ -190,13 +190,25 @@ class Endpoint:
             yield _point(p), _decode(v)
 
 
+def _mesh_from_wire(head, parts, cls):
+    import _baton
+
+    return ActorMesh(_baton.ActorMesh.from_wire(head, parts), cls)
+
+
 class ActorMesh:
     """One actor per member of a proc mesh (or a slice of one); its endpoints are attributes:
-    `mesh.value.call()`."""
+    `mesh.value.call()`. A mesh can be passed to actors (as an argument or a result); inside an
+    actor, call it from an `async def` endpoint and `await` the future (a plain endpoint runs on
+    the actor's thread, where blocking on get() is refused)."""
 
     def __init__(self, core, cls):
         self._core = core
         self._cls = cls
+
+    def __reduce__(self):
+        head, parts = self._core.to_wire()
+        return (_mesh_from_wire, (head, parts, self._cls))
 
     def __getattr__(self, name):
         if name.startswith("_"):

@@ -57,3 +57,26 @@ class Counter(baton.Actor):
 
     def not_an_endpoint(self):
         return 1
+
+
+class Caller(baton.Actor):
+    """Given meshes and buffers by the controller, uses them from inside an actor."""
+
+    @baton.endpoint
+    async def total(self, counters):
+        values = await counters.value.call()
+        return sum(values.values())
+
+    @baton.endpoint
+    def blocking(self, counters):
+        return counters.value.call().get()
+
+    @baton.endpoint
+    async def fetch(self, buffer, n, offset=0):
+        out = bytearray(n)
+        await buffer.read_into(out, offset)
+        return bytes(out)
+
+    @baton.endpoint
+    async def put(self, buffer, data, offset=0):
+        await buffer.write_from(bytearray(data), offset)

@@ -62,3 +62,20 @@ def test_a_worker_killed_by_sigkill_is_a_supervision_error():
     # The survivor still answers.
     assert counters.slice(gpus=0).value.call_one().get(timeout=30) == 0
     procs.stop().get(timeout=60)
+
+
+def test_an_exception_with_no_caller_to_take_it_reaches_supervision_with_its_traceback(procs):
+    import time
+
+    from conftest import FAILURES
+
+    counters = procs.spawn("errors-broadcast", Counter, 0)
+    before = len(FAILURES)
+    counters.slice(gpus=0).fail.broadcast("nobody waits for this")
+    deadline = time.monotonic() + 30
+    while len(FAILURES) == before and time.monotonic() < deadline:
+        time.sleep(0.02)  # polling the hook's record, bounded by the deadline
+    assert len(FAILURES) > before, "the failure never reached the controller's hook"
+    report = FAILURES[-1]
+    assert "errors-broadcast" in report
+    assert "nobody waits for this" in report and "raise ValueError(text)" in report

@@ -23,7 +23,8 @@ std::runtime_error internal_error(const py::error_already_set& e) {
                             e.what());
 }
 
-/// A Python object released with the GIL held, whichever thread drops the last reference.
+}  // namespace
+
 std::shared_ptr<const void> keep(py::buffer_info* info) {
   return std::shared_ptr<const void>(info, [](const void* p) {
     auto* i = static_cast<py::buffer_info*>(const_cast<void*>(p));
@@ -32,8 +33,6 @@ std::shared_ptr<const void> keep(py::buffer_info* info) {
     delete i;
   });
 }
-
-}  // namespace
 
 Pickled to_pickled(py::handle data_and_buffers) {
   auto t = py::reinterpret_borrow<py::tuple>(data_and_buffers);

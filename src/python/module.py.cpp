@@ -54,6 +54,8 @@ class PyFuture {
   bool ready() { return state().ready(); }
   /// Waits up to `seconds` (for ever: None) with the GIL released; whether it is ready.
   bool wait(std::optional<double> seconds) {
+    // F-2: not on an actor's thread (a plain endpoint); an async endpoint awaits instead.
+    if (!ready()) detail::check_may_block("Future.get() (await it in an async endpoint)");
     py::gil_scoped_release unlocked;
     if (!seconds) {
       state().wait();
@@ -145,6 +147,33 @@ class PyStream {
 };
 
 using Mesh = ActorMesh<PyActor>;
+
+/// A value of the runtime (a mesh, a buffer's handle) as (head, [parts]) of bytes, to pickle.
+template <class T>
+py::tuple to_wire(const T& value) {
+  const Body b = encode(value);
+  py::list parts;
+  for (const auto& p : b.parts) parts.append(py::bytes(std::string(p.str())));
+  return py::make_tuple(py::bytes(b.head), parts);
+}
+template <class T>
+T from_wire(const std::string& head, const std::vector<std::string>& parts) {
+  Body b;
+  b.head = head;
+  for (const auto& p : parts) b.parts.push_back(Bytes::copy(p));
+  return decode<T>(b);
+}
+
+/// A Python buffer held (its GIL taken to release it) until `future` completes.
+void hold_until(const std::shared_ptr<PyFuture>& future, py::buffer_info* info) {
+  std::shared_ptr<const void> held = keep(info);
+  future->state().on_ready([held]() mutable { held.reset(); });
+}
+
+/// A Python buffer held open (writable, if asked), for hold_until() to release.
+py::buffer_info* request(const py::buffer& b, bool writable) {
+  return new py::buffer_info(b.request(writable));
+}
 
 py::object value_mesh(const ValueMesh<Pickled>& vm) {
   py::list items;
@@ -288,7 +317,55 @@ PYBIND11_MODULE(_baton, m) {
            [](const Mesh& a, const std::string& method, py::handle args) {
              return PyStream(a.stream(&PyActor::invoke, method, to_pickled(args)));
            })
-      .def("stop", [](const Mesh& a) { return wrap(a.stop()); });
+      .def("stop", [](const Mesh& a) { return wrap(a.stop()); })
+      .def("to_wire", [](const Mesh& a) { return to_wire(a); })
+      .def_static("from_wire", &from_wire<Mesh>);
+
+  // One-sided buffers over Python memory: the Python side keeps the registered object alive.
+  py::class_<RdmaBuffer>(m, "RdmaBuffer")
+      .def_static("register_buffer",
+                  [](const py::buffer& b) {
+                    const py::buffer_info info = b.request(true);
+                    return RdmaBuffer::register_memory(
+                        info.ptr, static_cast<std::size_t>(info.size * info.itemsize));
+                  })
+      .def_static("register_pointer",
+                  [](std::uintptr_t address, std::size_t size) {
+                    return RdmaBuffer::register_memory(reinterpret_cast<void*>(address),  // NOLINT
+                                                       size);
+                  })
+      .def("size", &RdmaBuffer::size)
+      .def("device", &RdmaBuffer::device)
+      .def("read_into",
+           [](const RdmaBuffer& r, const py::buffer& dst, std::size_t offset) {
+             py::buffer_info* info = request(dst, true);
+             auto f = wrap(r.read_into(info->ptr,
+                                       static_cast<std::size_t>(info->size * info->itemsize),
+                                       offset));
+             hold_until(f, info);
+             return f;
+           })
+      .def("write_from",
+           [](const RdmaBuffer& r, const py::buffer& src, std::size_t offset) {
+             py::buffer_info* info = request(src, false);
+             auto f = wrap(r.write_from(info->ptr,
+                                        static_cast<std::size_t>(info->size * info->itemsize),
+                                        offset));
+             hold_until(f, info);
+             return f;
+           })
+      .def("read_into_pointer",
+           [](const RdmaBuffer& r, std::uintptr_t address, std::size_t size, std::size_t offset) {
+             return wrap(r.read_into(reinterpret_cast<void*>(address), size, offset));  // NOLINT
+           })
+      .def("write_from_pointer",
+           [](const RdmaBuffer& r, std::uintptr_t address, std::size_t size, std::size_t offset) {
+             return wrap(
+                 r.write_from(reinterpret_cast<const void*>(address), size, offset));  // NOLINT
+           })
+      .def("drop", [](const RdmaBuffer& r) { return wrap(r.drop()); })
+      .def("to_wire", [](const RdmaBuffer& r) { return to_wire(r); })
+      .def_static("from_wire", &from_wire<RdmaBuffer>);
 
   py::class_<ProcMesh>(m, "ProcMesh")
       .def("shape", [](const ProcMesh& p) { return shape(p.shape()); })

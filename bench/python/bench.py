@@ -1,0 +1,128 @@
+"""Python benchmarks (make bench): each figure beside its baseline, measured in this run.
+
+py_proc_rtt_p50               a Python call to a Python actor in another proc (us)
+proc_rtt_p50                  the same round trip from C++ (`baton-bench rtt`, this run)
+torch_rpc_rtt_p50             PyTorch RPC's round trip from Python, same host (us)
+py_broadcast_gather_n16_p50   a call to 16 actors in 16 procs, gathered (ms)
+py_spawn_procs16_p50          16 worker processes spawned and linked (ms)
+
+    PYTHONPATH=python:build/python python3 bench/python/bench.py [--baton-bench build/bin/baton-bench]
+"""
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+import baton
+
+
+class Echo(baton.Actor):
+    @baton.endpoint
+    def echo(self, x):
+        return x
+
+
+def figure(name, value, unit):
+    print(f"{name} {value:.3f} {unit}", flush=True)
+
+
+def p50(samples):
+    return statistics.median(samples)
+
+
+def timed(fn, n, warmup=50):
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def cpp_proc_rtt(baton_bench):
+    out = subprocess.run([baton_bench, "rtt"], capture_output=True, text=True, timeout=600).stdout
+    for line in out.splitlines():
+        if line.startswith("proc_rtt_p50 "):
+            return float(line.split()[1])
+    raise RuntimeError("baton-bench rtt printed no proc_rtt_p50")
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _torch_rpc_worker(rank, port):
+    import torch.distributed.rpc as rpc
+
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    options = rpc.TensorPipeRpcBackendOptions(num_worker_threads=4, _transports=["uv"])
+    rpc.init_rpc(f"w{rank}", rank=rank, world_size=2, rpc_backend_options=options)
+    rpc.shutdown()
+
+
+def torch_rpc_rtt(n):
+    """PyTorch RPC (TensorPipe over TCP), rank 0 here calling rank 1 in another process."""
+    import multiprocessing as mp
+
+    import torch.distributed.rpc as rpc
+
+    port = _free_port()
+    peer = mp.get_context("spawn").Process(target=_torch_rpc_worker, args=(1, port))
+    peer.start()
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    options = rpc.TensorPipeRpcBackendOptions(num_worker_threads=4, _transports=["uv"])
+    rpc.init_rpc("w0", rank=0, world_size=2, rpc_backend_options=options)
+    try:
+        return p50(timed(lambda: rpc.rpc_sync("w1", max, args=(1, 2)), n)) * 1e6
+    finally:
+        rpc.shutdown()
+        peer.join(timeout=60)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap.add_argument("--baton-bench", default=os.path.join(here, "..", "..", "build", "bin", "baton-bench"))
+    ap.add_argument("--n", type=int, default=2000)
+    args = ap.parse_args()
+
+    procs = baton.this_host().spawn_procs({"procs": 1})
+    echo = procs.spawn("echo", Echo)
+    py = p50(timed(lambda: echo.echo.call_one(1).get(), args.n)) * 1e6
+    procs.stop().get()
+    figure("py_proc_rtt_p50", py, "us")
+    cpp = cpp_proc_rtt(args.baton_bench)
+    figure("proc_rtt_p50", cpp, "us")
+    figure("py_proc_rtt_ratio_cpp", py / cpp, "x")
+    torch_rtt = torch_rpc_rtt(args.n)
+    figure("torch_rpc_rtt_p50", torch_rtt, "us")
+    figure("py_proc_rtt_speedup_torch_rpc", torch_rtt / py, "x")
+
+    procs = baton.this_host().spawn_procs({"procs": 16})
+    echoes = procs.spawn("echoes", Echo)
+    figure(
+        "py_broadcast_gather_n16_p50",
+        p50(timed(lambda: echoes.echo.call(1).get(), 300, warmup=20)) * 1e3,
+        "ms",
+    )
+    procs.stop().get()
+
+    def spawn16():
+        baton.this_host().spawn_procs({"procs": 16}).stop().get()
+
+    figure("py_spawn_procs16_p50", p50(timed(spawn16, 10, warmup=1)) * 1e3, "ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""Meshes and RdmaBuffers passed to actors: used from inside them, one-sided."""
+
+import numpy as np
+import pytest
+import torch
+
+import baton
+from actors import Caller, Counter
+
+
+@pytest.fixture(scope="module")
+def procs():
+    p = baton.this_host().spawn_procs({"gpus": 3})
+    yield p
+    p.stop().get(timeout=60)
+
+
+def test_an_actor_calls_a_mesh_it_was_given(procs):
+    counters = procs.spawn("given", Counter, 5)
+    caller = procs.slice(gpus=0).spawn("caller", Caller)
+    assert caller.total.call_one(counters).get(timeout=30) == 15
+    counters.incr.broadcast()
+    assert caller.total.call_one(counters.slice(gpus=slice(1, 3))).get(timeout=30) == 12
+
+
+def test_blocking_inside_a_plain_endpoint_is_refused_saying_what_to_do(procs):
+    counters = procs.spawn("blocked", Counter, 0)
+    caller = procs.slice(gpus=1).spawn("blocker", Caller)
+    with pytest.raises(baton.ActorError) as info:
+        caller.blocking.call_one(counters).get(timeout=30)
+    assert "UsageError" in info.value.remote_type
+    assert "async endpoint" in info.value.remote_message
+
+
+def test_rdma_buffers_over_python_memory_read_and_written_by_an_actor(procs):
+    caller = procs.slice(gpus=2).spawn("rdma", Caller)
+    data = bytearray(b"0123456789" * 1000)
+    buf = baton.RdmaBuffer(data)
+    assert buf.size == len(data)
+    assert caller.fetch.call_one(buf, 10, 20).get(timeout=30) == b"0123456789"
+    caller.put.call_one(buf, b"abc", 5).get(timeout=30)
+    assert data[:10] == bytearray(b"01234abc89")
+    array = np.arange(1000, dtype=np.float64)
+    abuf = baton.RdmaBuffer(array)
+    got = caller.fetch.call_one(abuf, 8 * 1000).get(timeout=30)
+    assert np.array_equal(np.frombuffer(got, dtype=np.float64), array)
+    tensor = torch.zeros(100, dtype=torch.int32)
+    tbuf = baton.RdmaBuffer(tensor)
+    caller.put.call_one(tbuf, np.arange(100, dtype=np.int32).tobytes()).get(timeout=30)
+    assert torch.equal(tensor, torch.arange(100, dtype=torch.int32))
+    for b in (buf, abuf, tbuf):
+        b.drop().get(timeout=30)
+    with pytest.raises(baton.UsageError, match="writable"):
+        baton.RdmaBuffer(b"read-only bytes")
