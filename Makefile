@@ -79,6 +79,9 @@ demo: deps build
 
 bench: build
 	./$(BUILD)/bin/baton-bench all
+	@if ls $(BUILD)/python/_baton*.so >/dev/null 2>&1; then \
+	  PYTHONPATH=python:$(BUILD)/python /usr/bin/python3 bench/python/bench.py \
+	    --baton-bench $(BUILD)/bin/baton-bench; fi
 
 format:
 	clang-format -i $$(git ls-files '*.cpp' '*.hpp')

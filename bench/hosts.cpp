@@ -28,10 +28,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-class Echo : public Actor {
+class HostEcho : public Actor {
  public:
   int ping(int x) { return x + 1; }
-  static constexpr auto endpoints = baton::endpoints<&Echo::ping>();
+  static constexpr auto endpoints = baton::endpoints<&HostEcho::ping>();
 };
 
 /// A process run inside a namespace (`ip netns exec`), killed with the object.
@@ -84,23 +84,23 @@ double tcp_pingpong_us(const std::string& host, int port, int rounds) {
 }
 
 /// Median call_one round trip to member `rank`.
-double call_us(const ActorMesh<Echo>& mesh, std::size_t rank, int rounds) {
+double call_us(const ActorMesh<HostEcho>& mesh, std::size_t rank, int rounds) {
   std::vector<double> us;
-  const ActorRef<Echo> member = mesh.at(rank);
+  const ActorRef<HostEcho> member = mesh.at(rank);
   for (int i = 0; i < rounds; ++i) {
     const auto t0 = Clock::now();
-    if (member.call(&Echo::ping, i).get() != i + 1) throw std::runtime_error("bad reply");
+    if (member.call(&HostEcho::ping, i).get() != i + 1) throw std::runtime_error("bad reply");
     us.push_back(us_since(t0));
   }
   return median(us);
 }
 
 /// Median of a call on the whole mesh, replies gathered.
-double cast_ms(const ActorMesh<Echo>& mesh, int rounds) {
+double cast_ms(const ActorMesh<HostEcho>& mesh, int rounds) {
   std::vector<double> ms;
   for (int i = 0; i < rounds; ++i) {
     const auto t0 = Clock::now();
-    if (mesh.call(&Echo::ping, i).get().size() != mesh.size()) throw std::runtime_error("bad");
+    if (mesh.call(&HostEcho::ping, i).get().size() != mesh.size()) throw std::runtime_error("bad");
     ms.push_back(us_since(t0) / 1000);
   }
   return median(ms);
@@ -168,7 +168,7 @@ int run_hosts() {
 
   // This host: 12 procs.
   auto local = this_host().spawn_procs({{"procs", 12}});
-  auto here = local.spawn<Echo>("here");
+  auto here = local.spawn<HostEcho>("here");
   const double rtt_here = call_us(here, 5, kRounds);
   const double cast_here = cast_ms(here, kCasts);
   local.stop().get();
@@ -177,14 +177,14 @@ int run_hosts() {
   HostMesh hosts = job::attach(addresses);
   auto t0 = Clock::now();
   ProcMesh procs = hosts.spawn_procs({{"procs", 4}});
-  auto there = procs.spawn<Echo>("there");
-  (void)there.call(&Echo::ping, 0).get();
+  auto there = procs.spawn<HostEcho>("there");
+  (void)there.call(&HostEcho::ping, 0).get();
   const double spawn_cold = us_since(t0) / 1000;
   std::vector<double> warm;
   for (int i = 0; i < 5; ++i) {
     t0 = Clock::now();
     ProcMesh more = hosts.spawn_procs({{"procs", 4}});
-    (void)more.spawn<Echo>("more").call(&Echo::ping, 0).get();
+    (void)more.spawn<HostEcho>("more").call(&HostEcho::ping, 0).get();
     warm.push_back(us_since(t0) / 1000);
     more.stop().get();
   }
