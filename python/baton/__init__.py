@@ -17,6 +17,7 @@
         print(counters.incr.call().get().values())   # [1, 1, 1, 1]
 """
 
+from . import collective
 from ._actor import Actor, endpoint
 from ._errors import (
     ActorError,
@@ -45,6 +46,7 @@ __all__ = [
     "UndeliverableError",
     "UsageError",
     "ValueMesh",
+    "collective",
     "endpoint",
     "set_supervise",
     "shutdown",

@@ -21,8 +21,8 @@ def construct(data, buffers, where):
     before its __init__ runs, so that self.rank and self.point work there too."""
     cls, args, kwargs = loads(data, buffers)
     instance = cls.__new__(cls)
-    actor_id, mesh, rank, point = where
-    instance._baton_where = (actor_id, mesh, rank, Point(*point))
+    actor_id, mesh, rank, point, address = where
+    instance._baton_where = (actor_id, mesh, rank, Point(*point), address)
     instance.__init__(*args, **kwargs)
     return instance
 

@@ -80,3 +80,44 @@ class Caller(baton.Actor):
     @baton.endpoint
     async def put(self, buffer, data, offset=0):
         await buffer.write_from(bytearray(data), offset)
+
+
+class Rank(baton.Actor):
+    """A member of a collective group."""
+
+    @baton.endpoint
+    async def join(self, group):
+        self.comm = baton.collective.Communicator(self)
+        await self.comm.join(group)
+        return self.comm.rank
+
+    @baton.endpoint
+    async def every_collective(self, n):
+        import numpy as np
+        import torch
+
+        r, size = self.comm.rank, self.comm.size
+        a = np.arange(n, dtype=np.float32) + r
+        await self.comm.allreduce(a, op="sum")
+        t = torch.full((n,), float(r), dtype=torch.float64)
+        await self.comm.allreduce(t, op="max")
+        b = np.full(n, r + 100, dtype=np.int64)
+        await self.comm.broadcast(b, root=size - 1)
+        g = torch.zeros(n * size, dtype=torch.int32)
+        await self.comm.allgather(torch.full((n,), r, dtype=torch.int32), g)
+        s = torch.zeros(n, dtype=torch.bfloat16)
+        await self.comm.reduce_scatter(torch.ones(n * size, dtype=torch.bfloat16), s, op="sum")
+        await self.comm.barrier()
+        return a.tolist(), t.tolist(), b.tolist(), g.tolist(), s.float().tolist()
+
+    @baton.endpoint
+    async def allreduce_forever(self):
+        import numpy as np
+
+        a = np.zeros(1000, dtype=np.float32)
+        while True:
+            await self.comm.allreduce(a)
+
+    @baton.endpoint
+    def pid(self):
+        return os.getpid()

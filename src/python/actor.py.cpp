@@ -34,6 +34,19 @@ std::shared_ptr<const void> keep(py::buffer_info* info) {
   });
 }
 
+std::shared_ptr<const void> keep_object(py::object o) {
+  return std::shared_ptr<const void>(new py::object(std::move(o)), [](const void* p) {
+    auto* held = static_cast<py::object*>(const_cast<void*>(p));
+    if (Py_IsInitialized() == 0) {
+      (void)held->release();  // the interpreter is gone: nothing to release
+      delete held;
+      return;
+    }
+    py::gil_scoped_acquire gil;
+    delete held;
+  });
+}
+
 Pickled to_pickled(py::handle data_and_buffers) {
   auto t = py::reinterpret_borrow<py::tuple>(data_and_buffers);
   Pickled p;
@@ -59,8 +72,10 @@ PyActor::PyActor(const Pickled& spawn) {
   try {
     const py::tuple args = from_pickled(spawn);
     const ActorContext& c = context();
+    // Its address too: the collectives' join() needs the actor, valid while the instance is.
     const py::tuple where = py::make_tuple(c.id.to_string(), c.mesh, c.rank,
-                                           py::make_tuple(c.point.labels, c.point.coords, c.rank));
+                                           py::make_tuple(c.point.labels, c.point.coords, c.rank),
+                                           reinterpret_cast<std::uintptr_t>(this));  // NOLINT
     instance_ = host().attr("construct")(args[0], args[1], where);
   } catch (const py::error_already_set& e) {
     throw std::runtime_error(host().attr("encode_exception")(e.value()).cast<std::string>());

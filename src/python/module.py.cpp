@@ -11,7 +11,7 @@
 #include <mutex>
 #include <optional>
 
-#include "python/py_actor.hpp"
+#include "python/bindings.hpp"
 
 namespace baton::python {
 namespace {
@@ -41,55 +41,6 @@ py::tuple shape(const Shape& s) {
   std::vector<std::size_t> sizes;
   for (const auto& l : s.labels()) sizes.push_back(s.size(l));
   return py::make_tuple(s.labels(), sizes);
-}
-
-/// A future of any type, its value converted for Python once it is there.
-class PyFuture {
- public:
-  virtual ~PyFuture() = default;
-  virtual detail::StateBase& state() = 0;
-  /// The value (GIL held; the future is ready); raises its failure.
-  virtual py::object value() = 0;
-
-  bool ready() { return state().ready(); }
-  /// Waits up to `seconds` (for ever: None) with the GIL released; whether it is ready.
-  bool wait(std::optional<double> seconds) {
-    // F-2: not on an actor's thread (a plain endpoint); an async endpoint awaits instead.
-    if (!ready()) detail::check_may_block("Future.get() (await it in an async endpoint)");
-    py::gil_scoped_release unlocked;
-    if (!seconds) {
-      state().wait();
-      return true;
-    }
-    return state().wait_for(std::chrono::duration<double>(*seconds));
-  }
-};
-
-template <class T, class Convert>
-class FutureOf : public PyFuture {
- public:
-  FutureOf(Future<T> f, Convert c) : f_(std::move(f)), convert_(std::move(c)) {}
-  detail::StateBase& state() override { return *f_.state(); }
-  py::object value() override {
-    if constexpr (std::is_void_v<T>) {
-      f_.get();
-      return py::none();
-    } else {
-      return convert_(f_.get());
-    }
-  }
-
- private:
-  Future<T> f_;
-  Convert convert_;
-};
-
-template <class T, class Convert>
-std::shared_ptr<PyFuture> wrap(Future<T> f, Convert c) {
-  return std::make_shared<FutureOf<T, Convert>>(std::move(f), std::move(c));
-}
-std::shared_ptr<PyFuture> wrap(Future<void> f) {
-  return wrap(std::move(f), [] { return py::none(); });
 }
 
 /// Tells an asyncio loop that futures are ready: it watches `fd` (readable once one is) and
@@ -146,28 +97,9 @@ class PyStream {
   MeshStream<Pickled> s_;
 };
 
-using Mesh = ActorMesh<PyActor>;
-
-/// A value of the runtime (a mesh, a buffer's handle) as (head, [parts]) of bytes, to pickle.
-template <class T>
-py::tuple to_wire(const T& value) {
-  const Body b = encode(value);
-  py::list parts;
-  for (const auto& p : b.parts) parts.append(py::bytes(std::string(p.str())));
-  return py::make_tuple(py::bytes(b.head), parts);
-}
-template <class T>
-T from_wire(const std::string& head, const std::vector<std::string>& parts) {
-  Body b;
-  b.head = head;
-  for (const auto& p : parts) b.parts.push_back(Bytes::copy(p));
-  return decode<T>(b);
-}
-
 /// A Python buffer held (its GIL taken to release it) until `future` completes.
 void hold_until(const std::shared_ptr<PyFuture>& future, py::buffer_info* info) {
-  std::shared_ptr<const void> held = keep(info);
-  future->state().on_ready([held]() mutable { held.reset(); });
+  hold_until(future, keep(info));
 }
 
 /// A Python buffer held open (writable, if asked), for hold_until() to release.
@@ -339,18 +271,16 @@ PYBIND11_MODULE(_baton, m) {
       .def("read_into",
            [](const RdmaBuffer& r, const py::buffer& dst, std::size_t offset) {
              py::buffer_info* info = request(dst, true);
-             auto f = wrap(r.read_into(info->ptr,
-                                       static_cast<std::size_t>(info->size * info->itemsize),
-                                       offset));
+             auto f = wrap(r.read_into(
+                 info->ptr, static_cast<std::size_t>(info->size * info->itemsize), offset));
              hold_until(f, info);
              return f;
            })
       .def("write_from",
            [](const RdmaBuffer& r, const py::buffer& src, std::size_t offset) {
              py::buffer_info* info = request(src, false);
-             auto f = wrap(r.write_from(info->ptr,
-                                        static_cast<std::size_t>(info->size * info->itemsize),
-                                        offset));
+             auto f = wrap(r.write_from(
+                 info->ptr, static_cast<std::size_t>(info->size * info->itemsize), offset));
              hold_until(f, info);
              return f;
            })
@@ -366,6 +296,8 @@ PYBIND11_MODULE(_baton, m) {
       .def("drop", [](const RdmaBuffer& r) { return wrap(r.drop()); })
       .def("to_wire", [](const RdmaBuffer& r) { return to_wire(r); })
       .def_static("from_wire", &from_wire<RdmaBuffer>);
+
+  bind_collectives(m);
 
   py::class_<ProcMesh>(m, "ProcMesh")
       .def("shape", [](const ProcMesh& p) { return shape(p.shape()); })

@@ -28,6 +28,8 @@ struct Pickled {
 /// Owns `info` (a Python buffer held open) and releases it with the GIL held, whichever thread
 /// drops the last reference; the interpreter gone, nothing is released.
 std::shared_ptr<const void> keep(py::buffer_info* info);
+/// The same for any Python object.
+std::shared_ptr<const void> keep_object(py::object o);
 
 /// (data, [buffers]) from Python, as baton_pickle.dumps makes it: the buffers are not copied
 /// (each keeps its Python object alive until the bytes are sent). GIL held.

@@ -1,0 +1,92 @@
+#pragma once
+
+// What the translation units of the `_baton` module share: futures for Python, and values of
+// the runtime carried through pickles as their wire form.
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "baton/wire/archive.hpp"
+#include "python/py_actor.hpp"
+
+namespace baton::python {
+
+/// A future of any type, its value converted for Python once it is there.
+class PyFuture {
+ public:
+  virtual ~PyFuture() = default;
+  virtual detail::StateBase& state() = 0;
+  /// The value (GIL held; the future is ready); raises its failure.
+  virtual py::object value() = 0;
+
+  bool ready() { return state().ready(); }
+  /// Waits up to `seconds` (for ever: None) with the GIL released; whether it is ready.
+  bool wait(std::optional<double> seconds) {
+    // F-2: not on an actor's thread (a plain endpoint); an async endpoint awaits instead.
+    if (!ready()) detail::check_may_block("Future.get() (await it in an async endpoint)");
+    py::gil_scoped_release unlocked;
+    if (!seconds) {
+      state().wait();
+      return true;
+    }
+    return state().wait_for(std::chrono::duration<double>(*seconds));
+  }
+};
+
+template <class T, class Convert>
+class FutureOf : public PyFuture {
+ public:
+  FutureOf(Future<T> f, Convert c) : f_(std::move(f)), convert_(std::move(c)) {}
+  detail::StateBase& state() override { return *f_.state(); }
+  py::object value() override {
+    if constexpr (std::is_void_v<T>) {
+      f_.get();
+      return py::none();
+    } else {
+      return convert_(f_.get());
+    }
+  }
+
+ private:
+  Future<T> f_;
+  Convert convert_;
+};
+
+template <class T, class Convert>
+std::shared_ptr<PyFuture> wrap(Future<T> f, Convert c) {
+  return std::make_shared<FutureOf<T, Convert>>(std::move(f), std::move(c));
+}
+inline std::shared_ptr<PyFuture> wrap(Future<void> f) {
+  return wrap(std::move(f), [] { return py::none(); });
+}
+
+/// Releases `held` (with what it holds) once `future` completes.
+inline void hold_until(const std::shared_ptr<PyFuture>& future, std::shared_ptr<const void> held) {
+  future->state().on_ready([held = std::move(held)]() mutable { held.reset(); });
+}
+
+/// A value of the runtime (a mesh, a buffer's handle) as (head, [parts]) of bytes, to pickle.
+template <class T>
+py::tuple to_wire(const T& value) {
+  const Body b = encode(value);
+  py::list parts;
+  for (const auto& p : b.parts) parts.append(py::bytes(std::string(p.str())));
+  return py::make_tuple(py::bytes(b.head), parts);
+}
+template <class T>
+T from_wire(const std::string& head, const std::vector<std::string>& parts) {
+  Body b;
+  b.head = head;
+  for (const auto& p : parts) b.parts.push_back(Bytes::copy(p));
+  return decode<T>(b);
+}
+
+using Mesh = ActorMesh<PyActor>;
+
+/// The collectives' classes and functions (collective.py.cpp).
+void bind_collectives(py::module_& m);
+
+}  // namespace baton::python
