@@ -12,7 +12,8 @@ DEB_PACKAGES := build-essential cmake ninja-build pkg-config clang libclang-rt-1
   libssl-dev libcereal-dev libspdlog-dev libfmt-dev libcli11-dev libcaf-dev iproute2 \
   openssh-client openssh-server slurm-wlm munge python3-yaml libgloo-dev python3-torch libtorch-dev \
   python3-sklearn zlib1g-dev \
-  pybind11-dev python3-dev python3-pytest python3-cloudpickle python3-numpy
+  pybind11-dev python3-dev python3-pytest python3-cloudpickle python3-numpy \
+  python3-venv python3-pip python3-setuptools
 
 # `import baton` from the build tree: PYTHONPATH=python:$(BUILD)/python (see the README).
 python: $(BUILD)/build.ninja
