@@ -72,6 +72,12 @@ def schedule(coroutine, done):
     asyncio.run_coroutine_threadsafe(coroutine, _event_loop()).add_done_callback(finished)
 
 
+def fold(fn, a_data, a_buffers, b_data, b_buffers):
+    """A reducer's step on the cast tree: fn(a, b), pickled for the next node."""
+    f = loads(fn, [])
+    return dumps(f(loads(a_data, a_buffers), loads(b_data, b_buffers)))
+
+
 def supervise(instance, failure):
     hook = getattr(instance, "__supervise__", None)
     if hook is None:

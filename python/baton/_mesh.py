@@ -174,6 +174,16 @@ class Endpoint:
         """One member, chosen by the runtime."""
         return Future(self._mesh._core.choose(self._name, dumps_call(args, kwargs)), _decode)
 
+    def reduce(self, fn, *args, **kwargs):
+        """Every member, the replies folded with fn(a, b) along the cast tree (in each worker
+        on the way, then here), in rank order: a Future of the one value. `fn` is any picklable
+        function: operator.add, max, a lambda."""
+        data, buffers = dumps(fn)
+        if buffers:
+            raise UsageError("reduce: the function must pickle without out-of-band buffers")
+        core = self._mesh._core.reduce(data, self._name, dumps_call(args, kwargs))
+        return Future(core, _decode)
+
     def broadcast(self, *args, **kwargs):
         """Every member, no reply."""
         self._mesh._core.broadcast(self._name, dumps_call(args, kwargs))

@@ -103,3 +103,16 @@ def test_get_with_a_timeout_raises_baton_timeout_and_stays_usable(procs):
     except baton.TimeoutError as e:
         assert isinstance(e, TimeoutError)
     assert f.get(timeout=30).values() == [2, 2, 2, 2]
+
+
+def test_reducers_fold_replies_along_the_tree(procs):
+    import operator
+
+    counters = procs.spawn("reduce", Counter, 3)
+    assert counters.value.reduce(operator.add).get(timeout=30) == 12
+    counters.slice(gpus=2).incr.call_one().get(timeout=30)
+    assert counters.value.reduce(max).get(timeout=30) == 4
+    assert counters.value.reduce(lambda a, b: a * 10 + b).get(timeout=30) == 3343
+    assert counters.noted.reduce(lambda a, b: a + b).get(timeout=30) == []
+    with pytest.raises(baton.ActorError, match="ZeroDivisionError"):
+        counters.value.reduce(lambda a, b: a / 0).get(timeout=30)

@@ -67,6 +67,17 @@ py::tuple from_pickled(const Pickled& p) {
   return py::make_tuple(py::cast(p.data), buffers);
 }
 
+Pickled PyReducer::operator()(const Pickled& a, const Pickled& b) const {
+  py::gil_scoped_acquire gil;
+  try {
+    const py::tuple x = from_pickled(a);
+    const py::tuple y = from_pickled(b);
+    return to_pickled(host().attr("fold")(py::bytes(fn), x[0], x[1], y[0], y[1]));
+  } catch (const py::error_already_set& e) {
+    throw std::runtime_error(host().attr("encode_exception")(e.value()).cast<std::string>());
+  }
+}
+
 PyActor::PyActor(const Pickled& spawn) {
   py::gil_scoped_acquire gil;
   try {

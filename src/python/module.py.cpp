@@ -177,6 +177,14 @@ void translate(std::exception_ptr p) {
     raise("TimeoutError", e.what());
   } catch (const UsageError& e) {
     raise("UsageError", e.what());
+  } catch (const std::exception& e) {
+    // A Python exception that travelled as another failure's text (a reducer's, on the tree).
+    const std::string text = e.what();
+    const auto at = text.find("[py:");
+    if (at == std::string::npos) throw;
+    py::object err = py::module_::import("baton._errors")
+                         .attr("actor_error")(text.substr(0, at), "", "", text.substr(at));
+    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(err.ptr())), err.ptr());
   }
 }
 
@@ -239,6 +247,11 @@ PYBIND11_MODULE(_baton, m) {
       .def("choose",
            [](const Mesh& a, const std::string& method, py::handle args) {
              return wrap(a.choose(&PyActor::invoke, method, to_pickled(args)),
+                         [](const Pickled& p) { return py::object(from_pickled(p)); });
+           })
+      .def("reduce",
+           [](const Mesh& a, const std::string& fn, const std::string& method, py::handle args) {
+             return wrap(a.reduce(PyReducer{fn}, &PyActor::invoke, method, to_pickled(args)),
                          [](const Pickled& p) { return py::object(from_pickled(p)); });
            })
       .def("broadcast",

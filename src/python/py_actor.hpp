@@ -37,6 +37,17 @@ Pickled to_pickled(py::handle data_and_buffers);
 /// (data, [buffers]) for Python, as views of the received bytes (read-only). GIL held.
 py::tuple from_pickled(const Pickled& p);
 
+/// A Python function (a, b) -> value, pickled, folding replies along the cast tree: every node
+/// (a worker's proc, the controller) runs it with the GIL held.
+struct PyReducer {
+  std::string fn;  // the pickle: small, so it stays in the reducer's inline state
+  Pickled operator()(const Pickled& a, const Pickled& b) const;
+  template <class Ar>
+  void serialize(Ar& ar) {
+    ar(fn);
+  }
+};
+
 /// An instance of a Python class, made from a pickle of (class, args, kwargs) in this proc.
 class PyActor : public Actor {
  public:
