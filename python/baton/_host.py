@@ -58,9 +58,50 @@ def _event_loop():
         return _loop
 
 
-def schedule(coroutine, done):
-    """Runs `coroutine` on this process's event loop; then done(VALUE, (data, buffers)) or
-    done(ERROR, text), on the loop's thread."""
+class _AsActor:
+    """Steps `coroutine` as its actor: every step (send or throw) runs with the loop's thread
+    acting for the actor (what it sends is from the actor, what it spawns is the actor's)."""
+
+    def __init__(self, coroutine, acting):
+        self._coroutine = coroutine
+        self._acting = acting
+
+    def __await__(self):
+        return self
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self.send(None)
+
+    def _step(self, fn, *args):
+        if not self._acting.enter():
+            self._coroutine.close()
+            raise RuntimeError("the actor stopped while its endpoint ran")
+        try:
+            return fn(*args)
+        finally:
+            self._acting.exit()
+
+    def send(self, value):
+        return self._step(self._coroutine.send, value)
+
+    def throw(self, *exc):
+        return self._step(self._coroutine.throw, *exc)
+
+    def close(self):
+        self._coroutine.close()
+
+
+async def _as_actor(coroutine, acting):
+    return await _AsActor(coroutine, acting)
+
+
+def schedule(coroutine, acting, done):
+    """Runs `coroutine` on this process's event loop, acting as its actor; then
+    done(VALUE, (data, buffers)) or done(ERROR, text), on the loop's thread."""
+    coroutine = _as_actor(coroutine, acting)
 
     def finished(future):
         try:

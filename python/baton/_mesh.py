@@ -80,7 +80,7 @@ class Future:
     def get(self, timeout=None):
         from ._errors import TimeoutError
 
-        if not self._core.wait(timeout):
+        if not self._core.wait(timeout):  # refused inside an actor unless already done
             raise TimeoutError(f"no result within {timeout} s; the call may still complete")
         return self._convert(self._core.value())
 
@@ -268,6 +268,13 @@ class ProcMesh:
             raise UsageError(f"spawn: {cls!r} is not a subclass of baton.Actor")
         return ActorMesh(self._core.spawn(name, dumps((cls, args, kwargs))), cls)
 
+    def spawn_async(self, name, cls, *args, **kwargs):
+        """spawn(), as a Future: inside an actor, `await` it (blocking there is refused)."""
+        if not (isinstance(cls, type) and issubclass(cls, Actor)):
+            raise UsageError(f"spawn: {cls!r} is not a subclass of baton.Actor")
+        core = self._core.spawn_async(name, dumps((cls, args, kwargs)))
+        return Future(core, lambda mesh: ActorMesh(mesh, cls))
+
     def slice(self, **dims):
         labels, sizes = self._core.shape()
         return ProcMesh(self._core.slice(_resolve(_selects(labels, dims), labels, sizes)))
@@ -281,13 +288,27 @@ class HostMesh:
 
     def spawn_procs(self, per_host=None, **dims):
         """Worker processes: spawn_procs({"gpus": 4}) or spawn_procs(gpus=4)."""
+        import os
+
         import _baton
 
-        _runtime.runtime()
+        if not os.environ.get("BATON_PROC"):  # a worker has its runtime already
+            _runtime.runtime()
         shape = dict(per_host or {}, **dims)
         if not shape:
             raise UsageError("spawn_procs: give the procs' shape, e.g. {'gpus': 4}")
         return ProcMesh(_baton.spawn_procs([(k, int(v)) for k, v in shape.items()]))
+
+    def spawn_procs_async(self, per_host=None, **dims):
+        """spawn_procs(), as a Future: inside an actor, `await` it. The actor owns the procs:
+        they die with it, and their failures go to its __supervise__."""
+        import _baton
+
+        shape = dict(per_host or {}, **dims)
+        if not shape:
+            raise UsageError("spawn_procs: give the procs' shape, e.g. {'gpus': 4}")
+        core = _baton.spawn_procs_async([(k, int(v)) for k, v in shape.items()])
+        return Future(core, ProcMesh)
 
 
 def this_host():

@@ -5,4 +5,5 @@ import sys
 import _baton
 
 if __name__ == "__main__":
-    _baton.serve_worker(sys.argv)
+    # What this worker's own procs run (an actor here may spawn some): the same as it.
+    _baton.serve_worker([sys.executable or "python3", "-m", "baton._worker"])

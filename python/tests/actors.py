@@ -121,3 +121,35 @@ class Rank(baton.Actor):
     @baton.endpoint
     def pid(self):
         return os.getpid()
+
+
+class Child(baton.Actor):
+    @baton.endpoint
+    def pid(self):
+        return os.getpid()
+
+
+class Parent(baton.Actor):
+    """Spawns procs of its own from an async endpoint: it owns them and hears of their
+    failures in __supervise__."""
+
+    def __init__(self):
+        self.failures = []
+
+    def __supervise__(self, failure):
+        self.failures.append(failure)
+        return True
+
+    @baton.endpoint
+    async def start(self):
+        self.procs = await baton.this_host().spawn_procs_async({"kids": 2})
+        self.kids = await self.procs.spawn_async("kids", Child)
+        return (await self.kids.pid.call()).values()
+
+    @baton.endpoint
+    def failures_seen(self):
+        return self.failures
+
+    @baton.endpoint
+    def spawn_blocking(self):
+        return baton.this_host().spawn_procs({"kids": 1})

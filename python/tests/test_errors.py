@@ -79,3 +79,23 @@ def test_an_exception_with_no_caller_to_take_it_reaches_supervision_with_its_tra
     report = FAILURES[-1]
     assert "errors-broadcast" in report
     assert "nobody waits for this" in report and "raise ValueError(text)" in report
+
+
+def test_an_actor_owns_the_procs_it_spawns_and_supervises_them(procs):
+    import time
+
+    from actors import Parent
+
+    parent = procs.slice(gpus=0).spawn("parent", Parent)
+    pids = parent.start.call_one().get(timeout=60)
+    assert len(pids) == 2
+    os.kill(pids[1], signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    seen = []
+    while not seen and time.monotonic() < deadline:
+        seen = parent.failures_seen.call_one().get(timeout=30)
+        time.sleep(0.02)  # polling the actor's record, bounded by the deadline
+    assert seen and "kids" in seen[0] and "SIGKILL" in seen[0]
+    # Blocking inside a plain endpoint is refused, saying what to do instead.
+    with pytest.raises(baton.ActorError, match="spawn_procs_async"):
+        parent.spawn_blocking.call_one().get(timeout=30)

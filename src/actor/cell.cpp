@@ -30,6 +30,10 @@ Cell* current_cell() {
   return t_current_cell;
 }
 
+Cell* exchange_current_cell(Cell* cell) {
+  return std::exchange(t_current_cell, cell);
+}
+
 StrandPoster current_strand_poster() {
   Cell* c = t_current_cell;
   if (c == nullptr) return nullptr;

@@ -19,6 +19,12 @@
 
 namespace baton::detail {
 
+/// Makes the calling thread act for `cell` (null: for no actor) until the returned previous
+/// value is put back: what it sends is from that actor, what it spawns is owned by it, and
+/// blocking is refused as on the actor's own thread. For an actor's work that another thread
+/// runs while the actor waits for it (a Python actor's async endpoint on its event loop).
+Cell* exchange_current_cell(Cell* cell);
+
 class Cell final : public Runnable,
                    public ResumeContext,
                    public std::enable_shared_from_this<Cell> {

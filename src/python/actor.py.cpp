@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 
+#include "actor/cell.hpp"
 #include "python/py_actor.hpp"
 
 namespace baton::python {
@@ -67,6 +68,18 @@ py::tuple from_pickled(const Pickled& p) {
   return py::make_tuple(py::cast(p.data), buffers);
 }
 
+bool ActingAs::enter() {
+  held_ = cell_.lock();
+  if (!held_) return false;
+  previous_ = detail::exchange_current_cell(held_.get());
+  return true;
+}
+
+void ActingAs::exit() {
+  detail::exchange_current_cell(previous_);
+  held_.reset();
+}
+
 Pickled PyReducer::operator()(const Pickled& a, const Pickled& b) const {
   py::gil_scoped_acquire gil;
   try {
@@ -117,14 +130,16 @@ Task<Pickled> PyActor::invoke(std::string method, Pickled args) {
       } else if (status == kPending) {
         Promise<Pickled> done;
         later = done.get_future();
-        host().attr("schedule")(r[1], py::cpp_function([done](int s, const py::object& v) {
-                                  if (s == kValue) {
-                                    done.set_value(to_pickled(v));
-                                  } else {
-                                    done.set_exception(std::make_exception_ptr(
-                                        std::runtime_error(v.cast<std::string>())));
-                                  }
-                                }));
+        auto acting = std::make_shared<ActingAs>(detail::cell_ptr(*detail::current_cell()));
+        host().attr("schedule")(
+            r[1], py::cast(acting), py::cpp_function([done](int s, const py::object& v) {
+              if (s == kValue) {
+                done.set_value(to_pickled(v));
+              } else {
+                done.set_exception(
+                    std::make_exception_ptr(std::runtime_error(v.cast<std::string>())));
+              }
+            }));
       } else {
         error = r[1].cast<std::string>();
       }

@@ -42,11 +42,12 @@ class FutureOf : public PyFuture {
   FutureOf(Future<T> f, Convert c) : f_(std::move(f)), convert_(std::move(c)) {}
   detail::StateBase& state() override { return *f_.state(); }
   py::object value() override {
+    // Ready (wait() said so, or the loop was woken): no wait, so allowed in an actor's steps.
     if constexpr (std::is_void_v<T>) {
-      f_.get();
+      f_.state()->value();
       return py::none();
     } else {
-      return convert_(f_.get());
+      return convert_(f_.state()->value());
     }
   }
 

@@ -216,6 +216,10 @@ PYBIND11_MODULE(_baton, m) {
     Runtime rt(static_cast<int>(argv.size()), args.data());  // a worker: never returns
   });
 
+  py::class_<ActingAs, std::shared_ptr<ActingAs>>(m, "ActingAs")
+      .def("enter", &ActingAs::enter)
+      .def("exit", &ActingAs::exit);
+
   py::class_<PyFuture, std::shared_ptr<PyFuture>>(m, "Future")
       .def("ready", &PyFuture::ready)
       .def("wait", &PyFuture::wait, py::arg("seconds") = py::none())
@@ -323,8 +327,17 @@ PYBIND11_MODULE(_baton, m) {
              py::gil_scoped_release unlocked;
              return p.spawn<PyActor>(name, spawn);
            })
+      .def("spawn_async",
+           [](const ProcMesh& p, const std::string& name, py::handle args) {
+             return wrap(p.spawn_async<PyActor>(name, to_pickled(args)),
+                         [](const Mesh& mesh) { return py::cast(mesh); });
+           })
       .def("stop", [](const ProcMesh& p) { return wrap(p.stop()); });
 
+  m.def("spawn_procs_async", [](const Dims& dims) {
+    return wrap(this_host().spawn_procs_async(dims),
+                [](const ProcMesh& procs) { return py::cast(procs); });
+  });
   m.def("spawn_procs", [](const Dims& dims) {
     py::gil_scoped_release unlocked;
     return this_host().spawn_procs(dims);

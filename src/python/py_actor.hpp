@@ -48,6 +48,21 @@ struct PyReducer {
   }
 };
 
+/// What an async endpoint's steps run as: its actor, on the event loop's thread (while the actor
+/// itself waits for the endpoint, one message at a time). enter() returns false once the actor
+/// is gone.
+class ActingAs {
+ public:
+  explicit ActingAs(std::weak_ptr<detail::Cell> cell) : cell_(std::move(cell)) {}
+  bool enter();
+  void exit();
+
+ private:
+  std::weak_ptr<detail::Cell> cell_;
+  std::shared_ptr<detail::Cell> held_;
+  detail::Cell* previous_ = nullptr;
+};
+
 /// An instance of a Python class, made from a pickle of (class, args, kwargs) in this proc.
 class PyActor : public Actor {
  public:
