@@ -17,7 +17,7 @@ DEB_PACKAGES := build-essential cmake ninja-build pkg-config clang libclang-rt-1
 
 # `import baton` from the build tree: PYTHONPATH=python:$(BUILD)/python (see the README).
 python: $(BUILD)/build.ninja
-	cmake --build $(BUILD) -j $(JOBS) --target _baton
+	cmake --build $(BUILD) -j $(JOBS) --target python
 
 .PHONY: python all deps build install test test-asan test-tsan test-sanitizers-core demo bench format format-check tidy clean
 

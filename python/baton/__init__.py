@@ -27,7 +27,18 @@ from ._errors import (
     UndeliverableError,
     UsageError,
 )
-from ._mesh import ActorMesh, Future, HostMesh, Point, ProcMesh, ValueMesh, this_host
+from ._mesh import (
+    ActorMesh,
+    CppActorMesh,
+    Future,
+    HostMesh,
+    Point,
+    ProcMesh,
+    ValueMesh,
+    cpp,
+    this_host,
+)
+from ._port import Port, PortReceiver, open_port
 from ._rdma import RdmaBuffer
 from ._runtime import set_supervise, shutdown
 
@@ -35,10 +46,13 @@ __all__ = [
     "Actor",
     "ActorError",
     "ActorMesh",
+    "CppActorMesh",
     "BatonError",
     "Future",
     "HostMesh",
     "Point",
+    "Port",
+    "PortReceiver",
     "ProcMesh",
     "RdmaBuffer",
     "SupervisionError",
@@ -47,7 +61,9 @@ __all__ = [
     "UsageError",
     "ValueMesh",
     "collective",
+    "cpp",
     "endpoint",
+    "open_port",
     "set_supervise",
     "shutdown",
     "this_host",

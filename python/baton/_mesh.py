@@ -206,7 +206,26 @@ def _mesh_from_wire(head, parts, cls):
     return ActorMesh(_baton.ActorMesh.from_wire(head, parts), cls)
 
 
-class ActorMesh:
+class _Mesh:
+    """What every mesh has: a shape, a size, views by slicing, and stop()."""
+
+    @property
+    def shape(self):
+        labels, sizes = self._core.shape()
+        return dict(zip(labels, sizes))
+
+    def __len__(self):
+        return self._core.size()
+
+    def _sliced(self, dims):
+        labels, sizes = self._core.shape()
+        return self._core.slice(_resolve(_selects(labels, dims), labels, sizes))
+
+    def stop(self):
+        return Future(self._core.stop(), lambda v: None)
+
+
+class ActorMesh(_Mesh):
     """One actor per member of a proc mesh (or a slice of one); its endpoints are attributes:
     `mesh.value.call()`. A mesh can be passed to actors (as an argument or a result); inside an
     actor, call it from an `async def` endpoint and `await` the future (a plain endpoint runs on
@@ -231,84 +250,135 @@ class ActorMesh:
             )
         return Endpoint(self, name)
 
-    @property
-    def shape(self):
-        labels, sizes = self._core.shape()
-        return dict(zip(labels, sizes))
-
-    def __len__(self):
-        return self._core.size()
-
     def slice(self, **dims):
         """slice(gpus=slice(0, 2)) keeps a range; slice(gpus=3) one index, dropping the dim."""
-        labels, sizes = self._core.shape()
-        return ActorMesh(self._core.slice(_resolve(_selects(labels, dims), labels, sizes)), self._cls)
-
-    def stop(self):
-        return Future(self._core.stop(), lambda v: None)
+        return ActorMesh(self._sliced(dims), self._cls)
 
 
-class ProcMesh:
+class ProcMesh(_Mesh):
     """Worker processes, one per member of a shape."""
 
     def __init__(self, core):
         self._core = core
 
-    @property
-    def shape(self):
-        labels, sizes = self._core.shape()
-        return dict(zip(labels, sizes))
-
-    def __len__(self):
-        return self._core.size()
-
     def spawn(self, name, cls, *args, **kwargs):
-        """An actor of class `cls` in every proc, made with cls(*args, **kwargs) there."""
+        """An actor of class `cls` in every proc, made with cls(*args, **kwargs) there; or a C++
+        actor its program exposed, with cls = baton.cpp("Name") (positional arguments)."""
+        if isinstance(cls, cpp):
+            return self.spawn_async(name, cls, *args, **kwargs).get()
         if not (isinstance(cls, type) and issubclass(cls, Actor)):
             raise UsageError(f"spawn: {cls!r} is not a subclass of baton.Actor")
         return ActorMesh(self._core.spawn(name, dumps((cls, args, kwargs))), cls)
 
     def spawn_async(self, name, cls, *args, **kwargs):
         """spawn(), as a Future: inside an actor, `await` it (blocking there is refused)."""
+        if isinstance(cls, cpp):
+            import _baton
+
+            if kwargs:
+                raise UsageError("a C++ actor's constructor takes positional arguments only")
+            core = _baton.spawn_exposed(self._core, name, cls.name, list(args))
+            return Future(core, lambda mesh: CppActorMesh(mesh, cls))
         if not (isinstance(cls, type) and issubclass(cls, Actor)):
             raise UsageError(f"spawn: {cls!r} is not a subclass of baton.Actor")
         core = self._core.spawn_async(name, dumps((cls, args, kwargs)))
         return Future(core, lambda mesh: ActorMesh(mesh, cls))
 
     def slice(self, **dims):
-        labels, sizes = self._core.shape()
-        return ProcMesh(self._core.slice(_resolve(_selects(labels, dims), labels, sizes)))
-
-    def stop(self):
-        return Future(self._core.stop(), lambda v: None)
+        return ProcMesh(self._sliced(dims))
 
 
 class HostMesh:
     """Hosts on which procs start. this_host() is the one this program runs on."""
 
-    def spawn_procs(self, per_host=None, **dims):
-        """Worker processes: spawn_procs({"gpus": 4}) or spawn_procs(gpus=4)."""
+    def spawn_procs(self, per_host=None, program=None, **dims):
+        """Worker processes: spawn_procs({"gpus": 4}) or spawn_procs(gpus=4). `program`
+        ([executable, args...]) runs a C++ program of yours instead of this interpreter: one
+        that exposes its actors (baton::expose) and constructs a baton::Runtime first thing;
+        spawn them with baton.cpp("Name")."""
+        import os
+
+        if not os.environ.get("BATON_PROC"):  # a worker has its runtime already
+            _runtime.runtime()
+        return self.spawn_procs_async(per_host, program, **dims).get()
+
+    def spawn_procs_async(self, per_host=None, program=None, **dims):
+        """spawn_procs(), as a Future: inside an actor, `await` it. The actor owns the procs:
+        they die with it, and their failures go to its __supervise__."""
         import os
 
         import _baton
 
-        if not os.environ.get("BATON_PROC"):  # a worker has its runtime already
-            _runtime.runtime()
         shape = dict(per_host or {}, **dims)
         if not shape:
             raise UsageError("spawn_procs: give the procs' shape, e.g. {'gpus': 4}")
-        return ProcMesh(_baton.spawn_procs([(k, int(v)) for k, v in shape.items()]))
-
-    def spawn_procs_async(self, per_host=None, **dims):
-        """spawn_procs(), as a Future: inside an actor, `await` it. The actor owns the procs:
-        they die with it, and their failures go to its __supervise__."""
-        import _baton
-
-        shape = dict(per_host or {}, **dims)
-        if not shape:
-            raise UsageError("spawn_procs: give the procs' shape, e.g. {'gpus': 4}")
-        core = _baton.spawn_procs_async([(k, int(v)) for k, v in shape.items()])
+        program = [os.path.abspath(program[0]), *program[1:]] if program else []
+        core = _baton.spawn_procs_async([(k, int(v)) for k, v in shape.items()], program)
         return Future(core, ProcMesh)
+
+
+class cpp:
+    """A C++ actor type that a worker program exposed by name (baton::expose<A, Args...>):
+    procs.spawn("trainers", baton.cpp("Trainer"), 42)."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return f"baton.cpp({self.name!r})"
+
+
+def _cpp_mesh_from_wire(head, parts, kind):
+    import _baton
+
+    return CppActorMesh(_baton.ExposedMesh.from_wire(head, parts), kind)
+
+
+class CppEndpoint:
+    """An endpoint of every member of a mesh of C++ actors: the same verbs, with arguments
+    and results converted (None, bool, int, float, str, bytes, lists, dicts; numpy arrays and
+    tensors as lists)."""
+
+    def __init__(self, mesh, name):
+        self._mesh = mesh
+        self._name = name
+
+    def call(self, *args):
+        return Future(self._mesh._core.call(self._name, list(args)), _plain_mesh)
+
+    def call_one(self, *args):
+        return Future(self._mesh._core.call_one(self._name, list(args)), lambda v: v)
+
+    def choose(self, *args):
+        return Future(self._mesh._core.choose(self._name, list(args)), lambda v: v)
+
+    def broadcast(self, *args):
+        self._mesh._core.broadcast(self._name, list(args))
+
+
+def _plain_mesh(t):
+    (labels, sizes), items = t
+    return ValueMesh(labels, sizes, [(_point(p), v) for p, v in items])
+
+
+class CppActorMesh(_Mesh):
+    """C++ actors spawned from Python; endpoints by name: `trainers.train.call(1)`."""
+
+    def __init__(self, core, kind):
+        self._core = core
+        self._kind = kind
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return CppEndpoint(self, name)
+
+    def slice(self, **dims):
+        return CppActorMesh(self._sliced(dims), self._kind)
+
+    def __reduce__(self):
+        head, parts = self._core.to_wire()
+        return (_cpp_mesh_from_wire, (head, parts, self._kind))
 
 
 def this_host():

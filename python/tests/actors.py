@@ -52,6 +52,11 @@ class Counter(baton.Actor):
         return value
 
     @baton.endpoint
+    def report_to(self, port, n):
+        for i in range(n):
+            port.send((self.rank, i))
+
+    @baton.endpoint
     def say(self, text):
         print(text, flush=True)
 
@@ -66,6 +71,11 @@ class Caller(baton.Actor):
     async def total(self, counters):
         values = await counters.value.call()
         return sum(values.values())
+
+    @baton.endpoint
+    async def total_of(self, mesh, endpoint):
+        values = await getattr(mesh, endpoint).call()
+        return sum(values.values(), [])
 
     @baton.endpoint
     def blocking(self, counters):

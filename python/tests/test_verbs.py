@@ -116,3 +116,15 @@ def test_reducers_fold_replies_along_the_tree(procs):
     assert counters.noted.reduce(lambda a, b: a + b).get(timeout=30) == []
     with pytest.raises(baton.ActorError, match="ZeroDivisionError"):
         counters.value.reduce(lambda a, b: a / 0).get(timeout=30)
+
+
+def test_ports_carry_values_from_actors_in_order_per_sender(procs):
+    counters = procs.spawn("ports", Counter, 0)
+    port, receiver = baton.open_port()
+    counters.report_to.broadcast(port, 50)
+    got = [receiver.recv(timeout=30) for _ in range(200)]
+    for rank in range(4):
+        assert [i for r, i in got if r == rank] == list(range(50))
+    with pytest.raises(baton.TimeoutError):
+        receiver.recv(timeout=0.05)
+    assert receiver.try_recv("empty") == "empty"

@@ -12,7 +12,9 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <cerrno>
 #include <climits>
+#include <cstring>
 #include <filesystem>
 
 #include "actor/cell.hpp"
@@ -398,6 +400,23 @@ const Shape& HostMesh::shape() const {
 ProcMesh HostMesh::spawn_procs(const std::vector<std::pair<std::string, std::size_t>>& dims) const {
   detail::check_may_block("HostMesh::spawn_procs() (co_await spawn_procs_async() instead)");
   return spawn_procs_async(dims).get();
+}
+
+Future<ProcMesh> HostMesh::spawn_procs_async(
+    const std::vector<std::pair<std::string, std::size_t>>& dims,
+    const ProcProgram& program) const {
+  if (program.executable.empty()) return spawn_procs_async(dims);
+  if (hosts_) {
+    throw UsageError("spawn_procs: another program (" + program.executable +
+                     ") runs on this host only; the hosts of a job run the controller's program");
+  }
+  if (::access(program.executable.c_str(), X_OK) != 0) {
+    throw UsageError("spawn_procs: cannot run " + program.executable + ": " + std::strerror(errno));
+  }
+  LaunchSpec spec;
+  spec.executable = program.executable;
+  spec.args = program.args;
+  return HostsAccess::state().spawn(Shape::of(dims), spec);
 }
 
 Future<ProcMesh> HostMesh::spawn_procs_async(

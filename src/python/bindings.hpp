@@ -85,9 +85,37 @@ T from_wire(const std::string& head, const std::vector<std::string>& parts) {
   return decode<T>(b);
 }
 
+/// {dim, begin, end, index}: index selects one coordinate and drops the dimension.
+using Select = std::tuple<std::string, std::size_t, std::size_t, bool>;
+
+inline std::vector<DimSelect> selects(const std::vector<Select>& in) {
+  std::vector<DimSelect> out;
+  for (const auto& [dim, begin, end, index] : in) {
+    if (index) {
+      out.emplace_back(dim, begin);
+    } else {
+      out.emplace_back(dim, DimSelect::Range{begin, end});
+    }
+  }
+  return out;
+}
+
+inline py::tuple point(const Point& p) {
+  return py::make_tuple(p.labels, p.coords, p.rank);
+}
+
+/// (labels, sizes) of a shape.
+inline py::tuple shape(const Shape& s) {
+  std::vector<std::size_t> sizes;
+  for (const auto& l : s.labels()) sizes.push_back(s.size(l));
+  return py::make_tuple(s.labels(), sizes);
+}
+
 using Mesh = ActorMesh<PyActor>;
 
 /// The collectives' classes and functions (collective.py.cpp).
 void bind_collectives(py::module_& m);
+/// C++ actors exposed by name (exposed.py.cpp).
+void bind_exposed(py::module_& m);
 
 }  // namespace baton::python

@@ -17,32 +17,6 @@ namespace baton::python {
 namespace {
 
 using Dims = std::vector<std::pair<std::string, std::size_t>>;
-/// {dim, begin, end, index}: index selects one coordinate and drops the dimension.
-using Select = std::tuple<std::string, std::size_t, std::size_t, bool>;
-
-std::vector<DimSelect> selects(const std::vector<Select>& in) {
-  std::vector<DimSelect> out;
-  for (const auto& [dim, begin, end, index] : in) {
-    if (index) {
-      out.emplace_back(dim, begin);
-    } else {
-      out.emplace_back(dim, DimSelect::Range{begin, end});
-    }
-  }
-  return out;
-}
-
-py::tuple point(const Point& p) {
-  return py::make_tuple(p.labels, p.coords, p.rank);
-}
-
-/// (labels, sizes) of a shape.
-py::tuple shape(const Shape& s) {
-  std::vector<std::size_t> sizes;
-  for (const auto& l : s.labels()) sizes.push_back(s.size(l));
-  return py::make_tuple(s.labels(), sizes);
-}
-
 /// Tells an asyncio loop that futures are ready: it watches `fd` (readable once one is) and
 /// takes the tokens of the ready ones with drain(). No thread per future, no thread per loop.
 class Notifier : public std::enable_shared_from_this<Notifier> {
@@ -225,6 +199,33 @@ PYBIND11_MODULE(_baton, m) {
       .def("wait", &PyFuture::wait, py::arg("seconds") = py::none())
       .def("value", &PyFuture::value);
 
+  // Ports: opened by this process (the controller, or a worker), sent to from anywhere.
+  py::class_<Port<Pickled>>(m, "Port")
+      .def("send", [](const Port<Pickled>& p, py::handle v) { p.send(to_pickled(v)); })
+      .def("to_wire", [](const Port<Pickled>& p) { return to_wire(p); })
+      .def_static("from_wire", &from_wire<Port<Pickled>>);
+  py::class_<PortReceiver<Pickled>>(m, "PortReceiver")
+      .def(
+          "recv",
+          [](PortReceiver<Pickled>& r, std::optional<double> seconds) {
+            Pickled got;
+            {
+              py::gil_scoped_release unlocked;
+              got = seconds ? r.recv(std::chrono::duration<double>(*seconds)) : r.recv();
+            }
+            return from_pickled(got);
+          },
+          py::arg("seconds") = py::none())
+      .def("try_recv", [](PortReceiver<Pickled>& r) -> py::object {
+        auto got = r.try_recv();
+        if (!got) return py::none();
+        return from_pickled(*got);
+      });
+  m.def("open_port", [] {
+    auto [port, receiver] = Runtime::get().proc().open_port<Pickled>();
+    return py::make_tuple(py::cast(port), py::cast(std::move(receiver)));
+  });
+
   py::class_<Notifier, std::shared_ptr<Notifier>>(m, "Notifier")
       .def(py::init<>())
       .def("fd", &Notifier::fd)
@@ -315,6 +316,7 @@ PYBIND11_MODULE(_baton, m) {
       .def_static("from_wire", &from_wire<RdmaBuffer>);
 
   bind_collectives(m);
+  bind_exposed(m);
 
   py::class_<ProcMesh>(m, "ProcMesh")
       .def("shape", [](const ProcMesh& p) { return shape(p.shape()); })
@@ -334,12 +336,14 @@ PYBIND11_MODULE(_baton, m) {
            })
       .def("stop", [](const ProcMesh& p) { return wrap(p.stop()); });
 
-  m.def("spawn_procs_async", [](const Dims& dims) {
-    return wrap(this_host().spawn_procs_async(dims),
+  // `program`: [executable, args...] the workers run instead of this interpreter.
+  m.def("spawn_procs_async", [](const Dims& dims, const std::vector<std::string>& program) {
+    ProcProgram p;
+    if (!program.empty()) {
+      p.executable = program.front();
+      p.args.assign(program.begin() + 1, program.end());
+    }
+    return wrap(this_host().spawn_procs_async(dims, p),
                 [](const ProcMesh& procs) { return py::cast(procs); });
-  });
-  m.def("spawn_procs", [](const Dims& dims) {
-    py::gil_scoped_release unlocked;
-    return this_host().spawn_procs(dims);
   });
 }

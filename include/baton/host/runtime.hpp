@@ -114,6 +114,14 @@ class Runtime {
   std::unique_ptr<State> state_;
 };
 
+/// What worker processes run. By default this program, with its arguments; another program
+/// (this host only) must construct a baton::Runtime first thing, as every worker does: a C++
+/// program whose actors a Python controller uses (baton/python/expose.hpp), say.
+struct ProcProgram {
+  std::string executable;         // empty: this program
+  std::vector<std::string> args;  // its arguments after argv[0] (with `executable` only)
+};
+
 /// Hosts on which procs can be started: this host (this_host()), or the hosts of a job, each
 /// running an agent (`baton-host`), laid out on one dimension, {"hosts": H}.
 class HostMesh {
@@ -143,6 +151,9 @@ class HostMesh {
   /// Inside an actor it throws UsageError, as Future::get() does there (F-2): co_await
   /// spawn_procs_async.
   ProcMesh spawn_procs(const std::vector<std::pair<std::string, std::size_t>>& dims) const;
+  /// The same, with the workers running `program`: on this host only (UsageError elsewhere).
+  Future<ProcMesh> spawn_procs_async(const std::vector<std::pair<std::string, std::size_t>>& dims,
+                                     const ProcProgram& program) const;
   /// Stops every proc mesh this process started on these hosts, each as ProcMesh::stop() does,
   /// without blocking: calls to their actors fail from now on, and the future completes once
   /// every process is gone; spawn_procs can start new ones.

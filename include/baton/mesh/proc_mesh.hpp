@@ -126,13 +126,29 @@ class ProcMesh {
   template <class A, class... Args>
   Future<ActorMesh<A>> spawn_async(const std::string& name, Args&&... args) const {
     using Reg = detail::FactoryRegistration<A, std::decay_t<Args>...>;
+    Body body;
+    try {
+      body = encode(static_cast<const std::decay_t<Args>&>(args)...);
+    } catch (...) {
+      auto failed = std::make_shared<detail::State<ActorMesh<A>>>();
+      failed->set_exception(std::current_exception());
+      return Future<ActorMesh<A>>(std::move(failed));
+    }
+    return spawn_factory_async<A>(name, Reg::id, std::move(body));
+  }
+
+  /// spawn_async() by a factory's id, with its constructor's arguments encoded: for actors a
+  /// caller knows by name only (exposed to Python, baton/python/expose.hpp); A names the
+  /// endpoints the caller will use.
+  template <class A>
+  Future<ActorMesh<A>> spawn_factory_async(const std::string& name, std::uint64_t factory,
+                                           Body body) const {
     auto result = std::make_shared<detail::State<ActorMesh<A>>>();
     try {
       check();
       if (stopped_->load(std::memory_order_acquire)) {
         throw UsageError("spawn('" + name + "'): this proc mesh was stopped");
       }
-      Body body = encode(static_cast<const std::decay_t<Args>&>(args)...);
       std::vector<std::pair<std::string, std::size_t>> dims;
       for (const auto& label : shape_.labels()) dims.emplace_back(label, shape_.size(label));
       Shape mesh_shape = Shape::of(dims);
@@ -146,7 +162,7 @@ class ProcMesh {
       }
       detail::Supervisor place{detail::current_owner(), name, 0, mesh_shape, {}};
       ActorId owner = place.owner;
-      auto members = detail::spawn_members(std::move(procs), std::move(points), Reg::id,
+      auto members = detail::spawn_members(std::move(procs), std::move(points), factory,
                                            std::move(body), std::move(place), stopped_);
       // The actor mesh is dense over this (possibly sliced) proc mesh's members, in rank order.
       const auto& src = members.state();
