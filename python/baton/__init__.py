@@ -35,6 +35,7 @@ from ._mesh import (
     Point,
     ProcMesh,
     ValueMesh,
+    attach,
     cpp,
     this_host,
 )
@@ -60,6 +61,7 @@ __all__ = [
     "UndeliverableError",
     "UsageError",
     "ValueMesh",
+    "attach",
     "collective",
     "cpp",
     "endpoint",

@@ -289,7 +289,21 @@ class ProcMesh(_Mesh):
 
 
 class HostMesh:
-    """Hosts on which procs start. this_host() is the one this program runs on."""
+    """Hosts on which procs start. this_host() is the one this program runs on; attach() gives
+    the hosts of a job, each running an agent (baton-host) with the job's credentials
+    (BATON_CREDENTIALS names them here)."""
+
+    def __init__(self, core=None):
+        self._core = core  # None: this host
+
+    def __len__(self):
+        return 1 if self._core is None else self._core.size()
+
+    def stop(self):
+        """Stops every proc mesh this program started on these hosts."""
+        if self._core is None:
+            raise UsageError("stop() is for the hosts of a job; stop this host's proc meshes")
+        return Future(self._core.stop(), lambda v: None)
 
     def spawn_procs(self, per_host=None, program=None, **dims):
         """Worker processes: spawn_procs({"gpus": 4}) or spawn_procs(gpus=4). `program`
@@ -312,9 +326,13 @@ class HostMesh:
         shape = dict(per_host or {}, **dims)
         if not shape:
             raise UsageError("spawn_procs: give the procs' shape, e.g. {'gpus': 4}")
+        dims = [(k, int(v)) for k, v in shape.items()]
+        if self._core is not None:
+            if program:
+                raise UsageError("spawn_procs: the hosts of a job run this program's interpreter")
+            return Future(self._core.spawn_procs_async(dims), ProcMesh)
         program = [os.path.abspath(program[0]), *program[1:]] if program else []
-        core = _baton.spawn_procs_async([(k, int(v)) for k, v in shape.items()], program)
-        return Future(core, ProcMesh)
+        return Future(_baton.spawn_procs_async(dims, program), ProcMesh)
 
 
 class cpp:
@@ -383,3 +401,18 @@ class CppActorMesh(_Mesh):
 
 def this_host():
     return HostMesh()
+
+
+def attach(addresses):
+    """The hosts whose agents (baton-host) listen at `addresses` ("host:port"), as a mesh of
+    hosts {"hosts": H}; their procs run this interpreter with this program's PYTHONPATH, so the
+    hosts need the same Python and packages at the same paths (a shared filesystem, an image).
+    attach("FILE") reads the addresses a job saved."""
+    import _baton
+
+    from . import _runtime
+
+    _runtime.runtime()
+    if isinstance(addresses, str):
+        return HostMesh(_baton.attach_file(addresses))
+    return HostMesh(_baton.attach(list(addresses)))

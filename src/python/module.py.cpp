@@ -336,6 +336,24 @@ PYBIND11_MODULE(_baton, m) {
            })
       .def("stop", [](const ProcMesh& p) { return wrap(p.stop()); });
 
+  // Hosts of a job, each running an agent (baton-host): their procs run this interpreter there.
+  py::class_<HostMesh>(m, "HostMesh")
+      .def("size", &HostMesh::size)
+      .def("spawn_procs_async",
+           [](const HostMesh& h, const Dims& dims) {
+             return wrap(h.spawn_procs_async(dims),
+                         [](const ProcMesh& procs) { return py::cast(procs); });
+           })
+      .def("stop", [](const HostMesh& h) { return wrap(h.stop()); });
+  m.def("attach", [](const std::vector<std::string>& addresses) {
+    py::gil_scoped_release unlocked;
+    return job::attach(addresses);
+  });
+  m.def("attach_file", [](const std::string& path) {
+    py::gil_scoped_release unlocked;
+    return job::attach_file(path);
+  });
+
   // `program`: [executable, args...] the workers run instead of this interpreter.
   m.def("spawn_procs_async", [](const Dims& dims, const std::vector<std::string>& program) {
     ProcProgram p;

@@ -1,0 +1,63 @@
+"""Python on the hosts of a job: two real host agents (baton-host) on this machine, a Python
+controller that attaches to them with the job's credentials and runs Python actors on both."""
+
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+AGENT = os.environ.get("BATON_HOST_PROGRAM", "")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def agents(tmp_path):
+    assert AGENT, "BATON_HOST_PROGRAM names baton-host (CTest sets it)"
+    creds = tmp_path / "credentials"
+    subprocess.run([AGENT, "--make-credentials", str(creds)], check=True, capture_output=True)
+    started = []
+    addresses = []
+    for i in range(2):
+        port = free_port()
+        p = subprocess.Popen(
+            [AGENT, "--credentials", str(creds), "--advertise", "127.0.0.1", "--port", str(port),
+             "--cache", str(tmp_path / f"cache{i}")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        p.stdout.readline()  # the agent's first line: it listens
+        started.append(p)
+        addresses.append(f"127.0.0.1:{port}")
+    yield creds, addresses
+    for p in started:
+        p.kill()
+        p.wait(timeout=30)
+
+
+def test_a_python_controller_runs_python_actors_on_every_host_of_a_job(agents):
+    creds, addresses = agents
+    env = dict(os.environ, BATON_CREDENTIALS=str(creds))
+    env["PYTHONPATH"] = os.pathsep.join([HERE] + env.get("PYTHONPATH", "").split(os.pathsep))
+    out = subprocess.run(
+        [sys.executable, os.path.join(HERE, "hosts_script.py"), *addresses],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = dict(l.split(" ", 1) for l in out.stdout.splitlines() if " " in l)
+    assert lines["shape"] == "{'hosts': 2, 'gpus': 2}"
+    assert lines["values"] == "[2, 2, 2, 2]"
+    assert lines["points"].count("'hosts': 1") == 2
+    assert len(eval(lines["pids"])) == 4  # four worker processes
+    assert "done" in out.stdout
