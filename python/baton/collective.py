@@ -1,6 +1,7 @@
 """Collectives among Python actors: allreduce (sum, avg, min, max), broadcast, allgather,
-reduce_scatter and barrier on CPU numpy arrays and torch tensors, through Gloo, with the
-rendezvous carried by baton's messages.
+reduce_scatter and barrier on numpy arrays and torch tensors: CPU ones through Gloo, GPU ones
+(CUDA/ROCm) through NCCL/RCCL loaded at run time, with the rendezvous carried by baton's
+messages.
 
     # controller
     group = baton.collective.make_group(trainers)
@@ -54,8 +55,8 @@ def make_group(mesh, timeout=30.0):
 def _memory(t, what):
     """(owner, address, element count, dtype name) of a contiguous CPU array or tensor."""
     if hasattr(t, "data_ptr") and hasattr(t, "is_contiguous"):  # a torch tensor
-        if t.device.type != "cpu":
-            raise UsageError(f"{what}: a tensor on {t.device}; collectives here take CPU tensors")
+        if t.device.type not in ("cpu", "cuda"):  # ROCm tensors are "cuda" to torch too
+            raise UsageError(f"{what}: a tensor on {t.device}; collectives take CPU or GPU tensors")
         if not t.is_contiguous():
             raise UsageError(f"{what}: a tensor that is not contiguous (.contiguous())")
         return t, t.data_ptr(), t.numel(), str(t.dtype).replace("torch.", "")

@@ -43,3 +43,16 @@ def test_a_killed_rank_fails_the_others_naming_it_and_a_new_group_works():
         assert a == [1.0, 3.0, 5.0, 7.0]
     live.stop().get(timeout=60)
     procs.stop().get(timeout=60)
+
+
+def test_tensors_on_other_devices_and_other_objects_are_refused_saying_why():
+    import torch
+
+    from baton.collective import _memory
+
+    with pytest.raises(baton.UsageError, match="takes a numpy array or a torch tensor"):
+        _memory([1, 2, 3], "allreduce")
+    with pytest.raises(baton.UsageError, match="not contiguous"):
+        _memory(torch.zeros(4, 4).t(), "allreduce")
+    with pytest.raises(baton.UsageError, match="on meta"):
+        _memory(torch.zeros(4, device="meta"), "allreduce")
