@@ -53,5 +53,26 @@ TEST(Exposed, AValueOfTheWrongKindIsRefusedNamingTheArgument) {
                std::invalid_argument);
 }
 
+class First : public Actor {
+ public:
+  int one() { return 1; }
+  static constexpr auto endpoints = baton::endpoints<&First::one>();
+};
+class Second : public Actor {
+ public:
+  int two() { return 2; }
+  static constexpr auto endpoints = baton::endpoints<&Second::two>();
+};
+
+TEST(ExposedDeathTest, TwoTypesUnderOneNameStopTheProgramSayingSo) {
+  // A worker could not tell which to build: the runtime stops at registration instead.
+  EXPECT_DEATH(
+      {
+        (void)expose<First>("Same");
+        (void)expose<Second>("Same");
+      },
+      "two different actor types are both named");
+}
+
 }  // namespace
 }  // namespace baton

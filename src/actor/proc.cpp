@@ -51,6 +51,15 @@ std::uint64_t register_factory(std::string_view key, Factory factory, const Acto
     log_error("factory id collision between {} and {}", it->second.first, key);
     std::abort();
   }
+  // One key, two types: two actor classes of one name (in anonymous namespaces of different
+  // files, say), whose actors would be built as whichever registered first.
+  if (!inserted && it->second.second.type != type) {
+    log_error(
+        "two different actor types are both named {}: a worker could not tell which to build; "
+        "rename one",
+        type->name);
+    std::abort();
+  }
   // Two endpoints of one type hashing alike would misroute calls: a bug to stop at once.
   for (std::size_t i = 0; i < type->endpoint_count; ++i) {
     for (std::size_t j = i + 1; j < type->endpoint_count; ++j) {
