@@ -42,6 +42,17 @@ class ActorError(BatonError):
         )
 
 
+    def in_endpoint(self, endpoint):
+        """The same error, naming `endpoint` (a Python actor's method) as where it was raised,
+        in place of the runtime's endpoint that ran it; a reducer's stays as it is."""
+        if self.endpoint == "fold":
+            return self
+        return ActorError(
+            self.actor, endpoint, self.where, self.remote_type, self.remote_message,
+            self.remote_traceback,
+        )
+
+
 # How a Python exception raised in an actor travels as the runtime's error text, readable where
 # the C++ runtime prints it: "[py:<type>] <message>\n\nRemote traceback:\n<traceback>".
 _TRACEBACK_MARK = "\n\nRemote traceback:\n"

@@ -6,7 +6,7 @@ import weakref
 
 from . import _runtime
 from ._actor import Actor, endpoints_of
-from ._errors import UsageError
+from ._errors import ActorError, UsageError
 from ._pickle import dumps, dumps_call, loads
 from ._point import Point
 
@@ -70,9 +70,10 @@ class Future:
     the call's failure; `await future` waits without blocking the event loop (the runtime
     wakes the loop through a file descriptor it watches, no thread per call)."""
 
-    def __init__(self, core, convert):
+    def __init__(self, core, convert, endpoint=None):
         self._core = core
         self._convert = convert
+        self._endpoint = endpoint  # a Python endpoint's name, for the errors it raises
 
     def done(self):
         return self._core.ready()
@@ -82,7 +83,17 @@ class Future:
 
         if not self._core.wait(timeout):  # refused inside an actor unless already done
             raise TimeoutError(f"no result within {timeout} s; the call may still complete")
-        return self._convert(self._core.value())
+        return self._value()
+
+    def _value(self):
+        """The result (the future is ready); an ActorError names the Python endpoint that
+        raised, not the runtime's one that ran it."""
+        try:
+            return self._convert(self._core.value())
+        except ActorError as e:
+            if self._endpoint is None:
+                raise
+            raise e.in_endpoint(self._endpoint) from None
 
     result = get
 
@@ -94,7 +105,7 @@ async def _awaitable(future):
     if not future.done():
         waiter = _LoopNotifier.of(asyncio.get_running_loop()).wait(future._core)
         await waiter
-    return future._convert(future._core.value())
+    return future._value()
 
 
 class _LoopNotifier:
@@ -164,15 +175,17 @@ class Endpoint:
     def call(self, *args, **kwargs):
         """Every member; a Future of a ValueMesh of the results."""
         core = self._mesh._core.call(self._name, dumps_call(args, kwargs))
-        return Future(core, _decode_mesh)
+        return Future(core, _decode_mesh, self._name)
 
     def call_one(self, *args, **kwargs):
         """The mesh's one member (a mesh of one, else UsageError)."""
-        return Future(self._mesh._core.call_one(self._name, dumps_call(args, kwargs)), _decode)
+        core = self._mesh._core.call_one(self._name, dumps_call(args, kwargs))
+        return Future(core, _decode, self._name)
 
     def choose(self, *args, **kwargs):
         """One member, chosen by the runtime."""
-        return Future(self._mesh._core.choose(self._name, dumps_call(args, kwargs)), _decode)
+        core = self._mesh._core.choose(self._name, dumps_call(args, kwargs))
+        return Future(core, _decode, self._name)
 
     def reduce(self, fn, *args, **kwargs):
         """Every member, the replies folded with fn(a, b) along the cast tree (in each worker
@@ -182,7 +195,7 @@ class Endpoint:
         if buffers:
             raise UsageError("reduce: the function must pickle without out-of-band buffers")
         core = self._mesh._core.reduce(data, self._name, dumps_call(args, kwargs))
-        return Future(core, _decode)
+        return Future(core, _decode, self._name)
 
     def broadcast(self, *args, **kwargs):
         """Every member, no reply."""

@@ -52,11 +52,21 @@ def wrap_bytes(value):
     return value
 
 
+_tables = {}
+
+
 def _dispatch():
-    ours = {memoryview: _reduce_memoryview}
-    if "torch" in sys.modules:
-        ours[sys.modules["torch"].Tensor] = _reduce_tensor
-    return collections.ChainMap(ours, cloudpickle.CloudPickler.dispatch_table)
+    """Our reducers over cloudpickle's: made once, and once more when torch is imported."""
+    torch = sys.modules.get("torch")
+    table = _tables.get(torch is not None)
+    if table is None:
+        ours = {memoryview: _reduce_memoryview}
+        if torch is not None:
+            ours[torch.Tensor] = _reduce_tensor
+        table = _tables[torch is not None] = collections.ChainMap(
+            ours, cloudpickle.CloudPickler.dispatch_table
+        )
+    return table
 
 
 class _Pickler(cloudpickle.CloudPickler):

@@ -26,7 +26,7 @@ def test_a_remote_exception_keeps_its_type_message_and_traceback(procs):
     assert e.remote_message == "bad value"
     assert "in fail" in e.remote_traceback and "raise ValueError(text)" in e.remote_traceback
     assert "errors" in e.actor
-    assert e.endpoint
+    assert e.endpoint == "fail"
     # The actor lives on: one failed call does not stop it.
     assert counters.incr.call().get(timeout=30).values() == [1, 1]
 

@@ -235,11 +235,15 @@ struct DeviceComm::Impl {
     }
   }
 
-  /// Before a collective: the right device, the group usable, the device's queued work done.
-  void begin(const char* what) {
+  /// One collective: on the right device, once the device's queued work is done, `enqueue`
+  /// (given the communicator and stream) queues it; returns once it has run.
+  template <class F>
+  void run(const char* what, F enqueue) {
     if (broken) throw std::runtime_error(std::string(what) + ": the communicator was aborted");
     gpu::api().set_device(device);
     gpu::api().synchronize();
+    check(enqueue(comm, stream.native()), what);
+    wait(what, true);
   }
 };
 
@@ -271,37 +275,28 @@ void DeviceComm::abort() {
 }
 
 void DeviceComm::allreduce(void* data, std::size_t count, DType type, ReduceOp op) {
-  Impl& c = *impl_;
-  c.begin("ncclAllReduce");
-  c.check(c.l.AllReduce(data, data, count, nccl_type(type), nccl_op(op), c.comm, c.stream.native()),
-          "ncclAllReduce");
-  c.wait("ncclAllReduce", true);
+  impl_->run("ncclAllReduce", [&](void* comm, void* stream) {
+    return impl_->l.AllReduce(data, data, count, nccl_type(type), nccl_op(op), comm, stream);
+  });
 }
 
 void DeviceComm::broadcast(void* data, std::size_t bytes, int root) {
-  Impl& c = *impl_;
-  c.begin("ncclBroadcast");
-  c.check(c.l.Broadcast(data, data, bytes, nccl_type(DType::u8), root, c.comm, c.stream.native()),
-          "ncclBroadcast");
-  c.wait("ncclBroadcast", true);
+  impl_->run("ncclBroadcast", [&](void* comm, void* stream) {
+    return impl_->l.Broadcast(data, data, bytes, nccl_type(DType::u8), root, comm, stream);
+  });
 }
 
 void DeviceComm::allgather(const void* in, std::size_t in_bytes, void* out) {
-  Impl& c = *impl_;
-  c.begin("ncclAllGather");
-  c.check(c.l.AllGather(in, out, in_bytes, nccl_type(DType::u8), c.comm, c.stream.native()),
-          "ncclAllGather");
-  c.wait("ncclAllGather", true);
+  impl_->run("ncclAllGather", [&](void* comm, void* stream) {
+    return impl_->l.AllGather(in, out, in_bytes, nccl_type(DType::u8), comm, stream);
+  });
 }
 
 void DeviceComm::reduce_scatter(const void* in, void* out, std::size_t out_count, DType type,
                                 ReduceOp op) {
-  Impl& c = *impl_;
-  c.begin("ncclReduceScatter");
-  c.check(c.l.ReduceScatter(in, out, out_count, nccl_type(type), nccl_op(op), c.comm,
-                            c.stream.native()),
-          "ncclReduceScatter");
-  c.wait("ncclReduceScatter", true);
+  impl_->run("ncclReduceScatter", [&](void* comm, void* stream) {
+    return impl_->l.ReduceScatter(in, out, out_count, nccl_type(type), nccl_op(op), comm, stream);
+  });
 }
 
 }  // namespace baton::collective::nccl

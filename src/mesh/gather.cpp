@@ -91,6 +91,11 @@ std::vector<CastItem> fold(std::uint64_t reducer, const std::string& state,
     out.head += acc.head;
     out.parts = std::move(acc.parts);
     return {{items[0].rank, std::move(out)}};
+  } catch (const std::exception& e) {
+    // The caller's reducer threw (the caller's code, as an endpoint is the actor's): it fails
+    // the reduce as an ActorError, with the reducer's message, whichever node folded.
+    return {{items[0].rank, failure_reply(std::make_exception_ptr(
+                                ActorError("the reducer of this cast", "fold", e.what())))}};
   } catch (...) {
     return {{items[0].rank, failure_reply(std::current_exception())}};
   }

@@ -165,6 +165,13 @@ struct SumMod {
 struct Concat {
   std::string operator()(const std::string& a, const std::string& b) const { return a + "," + b; }
 };
+/// A reducer that refuses one value.
+struct NoSevens {
+  int operator()(int a, int b) const {
+    if (b == 7) throw std::invalid_argument("seven is not allowed");
+    return a + b;
+  }
+};
 
 std::uint64_t sent_by_controller() {
   return Runtime::get().proc().envelopes_sent();
@@ -235,6 +242,14 @@ TEST(Mesh, CallOneChooseReduceAndErrors) {
   // A user reducer folds in rank order along the tree.
   EXPECT_EQ(counters.reduce(Concat{}, &Counter::name).get(),
             "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15");
+  // A reducer that throws fails the reduce as its caller's code: an ActorError with its message.
+  try {
+    counters.reduce(NoSevens{}, &Counter::rank).get();
+    FAIL() << "expected ActorError";
+  } catch (const ActorError& e) {
+    EXPECT_EQ(e.remote_message(), "seven is not allowed");
+    EXPECT_EQ(e.endpoint(), "fold");
+  }
 
   try {
     counters.reduce(sum, &Counter::fail_on, 9).get();

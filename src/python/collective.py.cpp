@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 
 #include "baton/collective/collective.hpp"
+#include "collective/reduce.hpp"
 #include "python/bindings.hpp"
 
 namespace baton::python {
@@ -21,20 +22,27 @@ col::ReduceOp reduce_op(const std::string& op) {
   throw UsageError("no reduce op '" + op + "': use sum, avg, min or max");
 }
 
-/// Calls `f.template operator()<T>()` for the element type named `dtype` (numpy's or torch's
-/// name for it).
-template <class F>
-auto with_dtype(const std::string& dtype, F&& f) {
-  if (dtype == "float32" || dtype == "float") return f.template operator()<float>();
-  if (dtype == "float64" || dtype == "double") return f.template operator()<double>();
-  if (dtype == "float16" || dtype == "half") return f.template operator()<col::float16>();
-  if (dtype == "bfloat16") return f.template operator()<col::bfloat16>();
-  if (dtype == "int8") return f.template operator()<std::int8_t>();
-  if (dtype == "uint8") return f.template operator()<std::uint8_t>();
-  if (dtype == "int32" || dtype == "int") return f.template operator()<std::int32_t>();
-  if (dtype == "int64" || dtype == "long") return f.template operator()<std::int64_t>();
-  throw UsageError("collectives do not move elements of type " + dtype +
+/// The element type numpy or torch calls `name`.
+col::DType dtype_named(const std::string& name) {
+  static const std::pair<const char*, col::DType> names[] = {
+      {"float32", col::DType::f32},   {"float", col::DType::f32},   {"float64", col::DType::f64},
+      {"double", col::DType::f64},    {"float16", col::DType::f16}, {"half", col::DType::f16},
+      {"bfloat16", col::DType::bf16}, {"int8", col::DType::i8},     {"uint8", col::DType::u8},
+      {"int32", col::DType::i32},     {"int", col::DType::i32},     {"int64", col::DType::i64},
+      {"long", col::DType::i64}};
+  for (const auto& [n, t] : names) {
+    if (name == n) return t;
+  }
+  throw UsageError("collectives do not move elements of type " + name +
                    " (float32/64, float16, bfloat16, int8, uint8, int32, int64)");
+}
+
+/// `f.template operator()<T>()` (a collective's future) for the element type named `dtype`.
+template <class F>
+Future<void> with_dtype(const std::string& dtype, F&& f) {
+  Future<void> out;
+  col::with_type(dtype_named(dtype), [&]<class T>() { out = f.template operator()<T>(); });
+  return out;
 }
 
 template <class T>

@@ -94,9 +94,6 @@ void bind_exposed(py::module_& m) {
                 [](const Exposed& mesh) { return py::cast(mesh); });
   });
 
-  auto call_args = [](const std::string& endpoint, const py::list& args) {
-    return std::make_pair(endpoint, values(args));
-  };
   py::class_<Exposed>(m, "ExposedMesh")
       .def("shape", [](const Exposed& a) { return shape(a.shape()); })
       .def("size", &Exposed::size)
@@ -114,27 +111,23 @@ void bind_exposed(py::module_& m) {
              return a.slice(out);
            })
       .def("call",
-           [call_args](const Exposed& a, const std::string& endpoint, const py::list& args) {
-             auto [e, v] = call_args(endpoint, args);
-             return wrap(a.call(&ExposedCall::call, e, v),
+           [](const Exposed& a, const std::string& endpoint, const py::list& args) {
+             return wrap(a.call(&ExposedCall::call, endpoint, values(args)),
                          [](const ValueMesh<Value>& vm) { return value_mesh(vm); });
            })
       .def("call_one",
-           [call_args](const Exposed& a, const std::string& endpoint, const py::list& args) {
-             auto [e, v] = call_args(endpoint, args);
-             return wrap(a.call_one(&ExposedCall::call, e, v),
+           [](const Exposed& a, const std::string& endpoint, const py::list& args) {
+             return wrap(a.call_one(&ExposedCall::call, endpoint, values(args)),
                          [](const Value& r) { return from_value_py(r); });
            })
       .def("choose",
-           [call_args](const Exposed& a, const std::string& endpoint, const py::list& args) {
-             auto [e, v] = call_args(endpoint, args);
-             return wrap(a.choose(&ExposedCall::call, e, v),
+           [](const Exposed& a, const std::string& endpoint, const py::list& args) {
+             return wrap(a.choose(&ExposedCall::call, endpoint, values(args)),
                          [](const Value& r) { return from_value_py(r); });
            })
       .def("broadcast",
-           [call_args](const Exposed& a, const std::string& endpoint, const py::list& args) {
-             auto [e, v] = call_args(endpoint, args);
-             a.broadcast(&ExposedCall::call, e, v);
+           [](const Exposed& a, const std::string& endpoint, const py::list& args) {
+             a.broadcast(&ExposedCall::call, endpoint, values(args));
            })
       .def("stop", [](const Exposed& a) { return wrap(a.stop()); })
       .def("to_wire", [](const Exposed& a) { return to_wire(a); })

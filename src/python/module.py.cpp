@@ -71,14 +71,15 @@ class PyStream {
   MeshStream<Pickled> s_;
 };
 
-/// A Python buffer held (its GIL taken to release it) until `future` completes.
-void hold_until(const std::shared_ptr<PyFuture>& future, py::buffer_info* info) {
-  hold_until(future, keep(info));
-}
-
-/// A Python buffer held open (writable, if asked), for hold_until() to release.
-py::buffer_info* request(const py::buffer& b, bool writable) {
-  return new py::buffer_info(b.request(writable));
+/// `transfer(pointer, size)` (a transfer's future) on the memory of `b`, which stays held open
+/// (writable, if asked) until the transfer is over.
+template <class F>
+std::shared_ptr<PyFuture> on_buffer(const py::buffer& b, bool writable, F transfer) {
+  auto* info = new py::buffer_info(b.request(writable));
+  std::shared_ptr<const void> held = keep(info);
+  auto f = wrap(transfer(info->ptr, static_cast<std::size_t>(info->size * info->itemsize)));
+  hold_until(f, std::move(held));
+  return f;
 }
 
 py::object value_mesh(const ValueMesh<Pickled>& vm) {
@@ -151,14 +152,6 @@ void translate(std::exception_ptr p) {
     raise("TimeoutError", e.what());
   } catch (const UsageError& e) {
     raise("UsageError", e.what());
-  } catch (const std::exception& e) {
-    // A Python exception that travelled as another failure's text (a reducer's, on the tree).
-    const std::string text = e.what();
-    const auto at = text.find("[py:");
-    if (at == std::string::npos) throw;
-    py::object err = py::module_::import("baton._errors")
-                         .attr("actor_error")(text.substr(0, at), "", "", text.substr(at));
-    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(err.ptr())), err.ptr());
   }
 }
 
@@ -288,19 +281,13 @@ PYBIND11_MODULE(_baton, m) {
       .def("device", &RdmaBuffer::device)
       .def("read_into",
            [](const RdmaBuffer& r, const py::buffer& dst, std::size_t offset) {
-             py::buffer_info* info = request(dst, true);
-             auto f = wrap(r.read_into(
-                 info->ptr, static_cast<std::size_t>(info->size * info->itemsize), offset));
-             hold_until(f, info);
-             return f;
+             return on_buffer(dst, true,
+                              [&](void* p, std::size_t n) { return r.read_into(p, n, offset); });
            })
       .def("write_from",
            [](const RdmaBuffer& r, const py::buffer& src, std::size_t offset) {
-             py::buffer_info* info = request(src, false);
-             auto f = wrap(r.write_from(
-                 info->ptr, static_cast<std::size_t>(info->size * info->itemsize), offset));
-             hold_until(f, info);
-             return f;
+             return on_buffer(src, false,
+                              [&](void* p, std::size_t n) { return r.write_from(p, n, offset); });
            })
       .def("read_into_pointer",
            [](const RdmaBuffer& r, std::uintptr_t address, std::size_t size, std::size_t offset) {
