@@ -22,6 +22,7 @@ from ._actor import Actor, endpoint
 from ._errors import (
     ActorError,
     BatonError,
+    JobError,
     SupervisionError,
     TimeoutError,
     UndeliverableError,
@@ -39,6 +40,7 @@ from ._mesh import (
     cpp,
     this_host,
 )
+from ._job import KubernetesJob, SlurmJob, SshJob, agent_program, save
 from ._port import Port, PortReceiver, open_port
 from ._rdma import RdmaBuffer
 from ._runtime import set_supervise, shutdown
@@ -51,21 +53,27 @@ __all__ = [
     "BatonError",
     "Future",
     "HostMesh",
+    "JobError",
+    "KubernetesJob",
     "Point",
     "Port",
     "PortReceiver",
     "ProcMesh",
     "RdmaBuffer",
+    "SlurmJob",
+    "SshJob",
     "SupervisionError",
     "TimeoutError",
     "UndeliverableError",
     "UsageError",
     "ValueMesh",
+    "agent_program",
     "attach",
     "collective",
     "cpp",
     "endpoint",
     "open_port",
+    "save",
     "set_supervise",
     "shutdown",
     "this_host",

@@ -24,6 +24,12 @@ class UndeliverableError(BatonError):
     """A message could not be delivered (unknown actor, link lost)."""
 
 
+class JobError(BatonError):
+    """The hosts of a job could not be had: a host ssh cannot reach, an agent that does not
+    answer, a scheduler that refuses or never gives the nodes. The message is in the tool's own
+    words, with what to do."""
+
+
 class ActorError(BatonError):
     """A remote endpoint raised. Keeps the original exception's type name and message, the
     remote traceback's text, the actor's id and, when called through a mesh, its point."""

@@ -26,12 +26,20 @@ def runtime():
     return _rt
 
 
+def running():
+    """Whether this program's runtime is up (made, and not shut down)."""
+    return _rt is not None
+
+
 def shutdown():
     """Stops every proc this program started and closes the runtime."""
     global _rt
     if _rt is not None:
         rt, _rt = _rt, None
         rt.close()
+    from . import _job
+
+    _job.close_all()  # after their procs stopped, so that no proc is seen dying with its host
 
 
 def set_supervise(hook):

@@ -101,19 +101,26 @@ HostMesh SshJob::hosts() {
     int out = -1;
     session->pid = internal::start_command(argv, -1, &out, nullptr, "OpenSSH's client");
     session->out = ::fdopen(out, "r");
+    // Its line "baton-host: NAME serving at tcp://ADDRESS", after what it may log first (a sweep
+    // of a dead controller's files), which is kept for the error if that line never comes.
+    const std::string mark = "serving at tcp://";
+    std::string address;
+    std::string said;
     char line[512] = {};
-    if (std::fgets(line, sizeof line, session->out) == nullptr) {
-      throw std::runtime_error("SshJob: the agent on " + host +
-                               " did not start (its words, and ssh's, are above)");
+    while (std::fgets(line, sizeof line, session->out) != nullptr) {
+      const std::string got(line);
+      if (const auto at = got.find(mark); got.starts_with("baton-host: ") && at != got.npos) {
+        address = got.substr(at + mark.size());
+        break;
+      }
+      said += got;
     }
-    const std::string said(line);
-    const auto at = said.find("tcp://");
-    if (at == std::string::npos) {
-      throw std::runtime_error("SshJob: the agent on " + host + " said: " + said);
-    }
-    std::string address = said.substr(at + 6);
     while (!address.empty() && (address.back() == '\n' || address.back() == '\r')) {
       address.pop_back();
+    }
+    if (address.empty()) {
+      throw std::runtime_error("SshJob: the agent on " + host + " did not start" +
+                               (said.empty() ? " (its words, and ssh's, are above)" : ": " + said));
     }
     addresses.push_back(address);
     sessions_.push_back(std::move(session));

@@ -112,10 +112,14 @@ inline py::tuple shape(const Shape& s) {
 }
 
 using Mesh = ActorMesh<PyActor>;
+/// A proc mesh's dimensions, as Python gives them: [(name, size), ...].
+using Dims = std::vector<std::pair<std::string, std::size_t>>;
 
 /// The collectives' classes and functions (collective.py.cpp).
 void bind_collectives(py::module_& m);
 /// C++ actors exposed by name (exposed.py.cpp).
 void bind_exposed(py::module_& m);
+/// Host meshes and the jobs that give them (job.py.cpp).
+void bind_jobs(py::module_& m);
 
 }  // namespace baton::python

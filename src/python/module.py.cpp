@@ -16,7 +16,6 @@
 namespace baton::python {
 namespace {
 
-using Dims = std::vector<std::pair<std::string, std::size_t>>;
 /// Tells an asyncio loop that futures are ready: it watches `fd` (readable once one is) and
 /// takes the tokens of the ready ones with drain(). No thread per future, no thread per loop.
 class Notifier : public std::enable_shared_from_this<Notifier> {
@@ -323,23 +322,7 @@ PYBIND11_MODULE(_baton, m) {
            })
       .def("stop", [](const ProcMesh& p) { return wrap(p.stop()); });
 
-  // Hosts of a job, each running an agent (baton-host): their procs run this interpreter there.
-  py::class_<HostMesh>(m, "HostMesh")
-      .def("size", &HostMesh::size)
-      .def("spawn_procs_async",
-           [](const HostMesh& h, const Dims& dims) {
-             return wrap(h.spawn_procs_async(dims),
-                         [](const ProcMesh& procs) { return py::cast(procs); });
-           })
-      .def("stop", [](const HostMesh& h) { return wrap(h.stop()); });
-  m.def("attach", [](const std::vector<std::string>& addresses) {
-    py::gil_scoped_release unlocked;
-    return job::attach(addresses);
-  });
-  m.def("attach_file", [](const std::string& path) {
-    py::gil_scoped_release unlocked;
-    return job::attach_file(path);
-  });
+  bind_jobs(m);
 
   // `program`: [executable, args...] the workers run instead of this interpreter.
   m.def("spawn_procs_async", [](const Dims& dims, const std::vector<std::string>& program) {
