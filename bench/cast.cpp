@@ -24,10 +24,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-class Pinger : public Actor {
+class CastMember : public Actor {
  public:
   int ping(int x) { return x + 1; }
-  static constexpr auto endpoints = baton::endpoints<&Pinger::ping>();
+  static constexpr auto endpoints = baton::endpoints<&CastMember::ping>();
 };
 
 }  // namespace
@@ -36,20 +36,20 @@ int run_cast() {
   double ratio64 = 0;
   for (std::size_t n : {4u, 16u, 64u}) {
     auto procs = this_host().spawn_procs({{"procs", n}});
-    auto mesh = procs.spawn<Pinger>("pinger");
+    auto mesh = procs.spawn<CastMember>("pinger");
     const int rounds = n >= 64 ? 100 : 200;
     std::vector<double> cast_ms;
     std::vector<double> unicast_ms;
     for (int i = 0; i < rounds + rounds / 10; ++i) {
       // Interleaved, so both see the same machine state.
       auto t0 = Clock::now();
-      ValueMesh<int> all = mesh.call(&Pinger::ping, i).get();
+      ValueMesh<int> all = mesh.call(&CastMember::ping, i).get();
       const double c = ms_since(t0);
       if (all.size() != n || all[n - 1] != i + 1) throw std::runtime_error("bad cast reply");
       t0 = Clock::now();
       std::vector<Future<int>> each;
       each.reserve(n);
-      for (std::size_t r = 0; r < n; ++r) each.push_back(mesh.at(r).call(&Pinger::ping, i));
+      for (std::size_t r = 0; r < n; ++r) each.push_back(mesh.at(r).call(&CastMember::ping, i));
       for (auto& f : each) {
         if (std::move(f).get() != i + 1) throw std::runtime_error("bad unicast reply");
       }
@@ -78,8 +78,9 @@ int run_spawn() {
   for (int i = 0; i < kRounds; ++i) {
     auto t0 = Clock::now();
     auto procs = this_host().spawn_procs({{"procs", kProcs}});
-    auto mesh = procs.spawn<Pinger>("pinger");
-    if (mesh.call(&Pinger::ping, 1).get().size() != kProcs) throw std::runtime_error("bad reply");
+    auto mesh = procs.spawn<CastMember>("pinger");
+    if (mesh.call(&CastMember::ping, 1).get().size() != kProcs)
+      throw std::runtime_error("bad reply");
     ours.push_back(ms_since(t0));
     procs.stop().get();
 

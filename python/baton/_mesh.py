@@ -6,7 +6,7 @@ import weakref
 
 from . import _runtime
 from ._actor import Actor, endpoints_of
-from ._errors import ActorError, UsageError
+from ._errors import ActorError, TimeoutError, UsageError
 from ._pickle import dumps, dumps_call, loads
 from ._point import Point
 
@@ -79,8 +79,6 @@ class Future:
         return self._core.ready()
 
     def get(self, timeout=None):
-        from ._errors import TimeoutError
-
         if not self._core.wait(timeout):  # refused inside an actor unless already done
             raise TimeoutError(f"no result within {timeout} s; the call may still complete")
         return self._value()

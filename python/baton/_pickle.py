@@ -76,8 +76,14 @@ class _Pickler(cloudpickle.CloudPickler):
         return _dispatch()
 
 
+# Values pickle's own pickler writes exactly as cloudpickle would, with no buffer to take out.
+_PLAIN = frozenset({int, float, str, bool, type(None)})
+
+
 def dumps(obj):
     """(pickle bytes, [memoryview, ...]) for `obj`."""
+    if type(obj) in _PLAIN:
+        return pickle.dumps(obj, protocol=5), []
     buffers = []
 
     def take(pb):
@@ -93,6 +99,8 @@ def dumps(obj):
 
 
 def dumps_call(args, kwargs):
+    if not kwargs and all(type(a) in _PLAIN for a in args):  # most calls: no Pickler to make
+        return pickle.dumps((args, {}), protocol=5), []
     return dumps(
         (tuple(wrap_bytes(a) for a in args), {k: wrap_bytes(v) for k, v in kwargs.items()})
     )

@@ -30,7 +30,7 @@ std::shared_ptr<const void> keep(py::buffer_info* info) {
   return std::shared_ptr<const void>(info, [](const void* p) {
     auto* i = static_cast<py::buffer_info*>(const_cast<void*>(p));
     if (Py_IsInitialized() == 0) return;  // the interpreter is gone: nothing to release
-    py::gil_scoped_acquire gil;
+    const Gil gil;
     delete i;
   });
 }
@@ -43,7 +43,7 @@ std::shared_ptr<const void> keep_object(py::object o) {
       delete held;
       return;
     }
-    py::gil_scoped_acquire gil;
+    const Gil gil;
     delete held;
   });
 }
@@ -81,7 +81,7 @@ void ActingAs::exit() {
 }
 
 Pickled PyReducer::operator()(const Pickled& a, const Pickled& b) const {
-  py::gil_scoped_acquire gil;
+  const Gil gil;
   try {
     const py::tuple x = from_pickled(a);
     const py::tuple y = from_pickled(b);
@@ -92,7 +92,7 @@ Pickled PyReducer::operator()(const Pickled& a, const Pickled& b) const {
 }
 
 PyActor::PyActor(const Pickled& spawn) {
-  py::gil_scoped_acquire gil;
+  const Gil gil;
   try {
     const py::tuple args = from_pickled(spawn);
     const ActorContext& c = context();
@@ -101,6 +101,7 @@ PyActor::PyActor(const Pickled& spawn) {
                                            py::make_tuple(c.point.labels, c.point.coords, c.rank),
                                            reinterpret_cast<std::uintptr_t>(this));  // NOLINT
     instance_ = host().attr("construct")(args[0], args[1], where);
+    invoke_ = host().attr("invoke");
   } catch (const py::error_already_set& e) {
     throw std::runtime_error(host().attr("encode_exception")(e.value()).cast<std::string>());
   }
@@ -109,10 +110,12 @@ PyActor::PyActor(const Pickled& spawn) {
 PyActor::~PyActor() {
   if (Py_IsInitialized() == 0) {
     (void)instance_.release();  // the interpreter is gone: nothing to release
+    (void)invoke_.release();
     return;
   }
-  py::gil_scoped_acquire gil;
+  const Gil gil;
   instance_ = py::object();
+  invoke_ = py::object();
 }
 
 Task<Pickled> PyActor::invoke(std::string method, Pickled args) {
@@ -120,10 +123,10 @@ Task<Pickled> PyActor::invoke(std::string method, Pickled args) {
   Pickled now;
   std::optional<std::string> error;
   {
-    py::gil_scoped_acquire gil;
+    const Gil gil;
     try {
       const py::tuple in = from_pickled(args);
-      const py::tuple r = host().attr("invoke")(instance_, method, in[0], in[1]);
+      const py::tuple r = invoke_(instance_, method, in[0], in[1]);
       const int status = r[0].cast<int>();
       if (status == kValue) {
         now = to_pickled(r[1]);
@@ -153,7 +156,7 @@ Task<Pickled> PyActor::invoke(std::string method, Pickled args) {
 }
 
 bool PyActor::supervise(const MeshFailure& failure) {
-  py::gil_scoped_acquire gil;
+  const Gil gil;
   try {
     return host().attr("supervise")(instance_, failure.to_string()).cast<bool>();
   } catch (const py::error_already_set& e) {

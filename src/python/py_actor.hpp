@@ -37,6 +37,27 @@ Pickled to_pickled(py::handle data_and_buffers);
 /// (data, [buffers]) for Python, as views of the received bytes (read-only). GIL held.
 py::tuple from_pickled(const Pickled& p);
 
+/// The GIL, taken by one of the runtime's threads. Its Python thread state is made the first
+/// time and kept for the thread's life, so that a message's path pays for the lock alone, not for
+/// a thread state made and destroyed each time (pybind11's default for threads Python did not
+/// start).
+class Gil {
+ public:
+  Gil() : kept_(keep_thread_state()), gil_() {}
+
+ private:
+  static bool keep_thread_state() {
+    thread_local const bool kept = [] {
+      py::gil_scoped_acquire made;
+      made.inc_ref();  // never back to zero: the state outlives this scope
+      return true;
+    }();
+    return kept;
+  }
+  bool kept_;
+  py::gil_scoped_acquire gil_;
+};
+
 /// A Python function (a, b) -> value, pickled, folding replies along the cast tree: every node
 /// (a worker's proc, the controller) runs it with the GIL held.
 struct PyReducer {
@@ -81,6 +102,7 @@ class PyActor : public Actor {
 
  private:
   py::object instance_;
+  py::object invoke_;  // baton._host.invoke, looked up once
 };
 
 }  // namespace baton::python
