@@ -89,6 +89,7 @@ int run_spawn() {
     for (char** e = environ; *e != nullptr; ++e) env_s.emplace_back(*e);
     env_s.emplace_back("BATON_BENCH_EXIT_AT_ONCE=1");
     std::vector<char*> envp;
+    envp.reserve(env_s.size() + 1);
     for (auto& e : env_s) envp.push_back(e.data());
     envp.push_back(nullptr);
     std::string self = "baton-bench";
