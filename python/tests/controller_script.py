@@ -1,5 +1,6 @@
-"""A controller the process tests run and then interrupt or kill: it starts two workers, prints
-their pids and a line from each, says "ready", and waits for its signal."""
+"""A controller the process tests run and then interrupt or kill: it starts two workers (on this
+host, or with `slurm PORT` on a node of a Slurm job), prints their pids and a line from each,
+says "ready", and waits for its signal."""
 
 import os
 import sys
@@ -9,7 +10,13 @@ import baton
 from actors import Counter
 
 if __name__ == "__main__":
-    procs = baton.this_host().spawn_procs({"gpus": 2})
+    if len(sys.argv) > 2 and sys.argv[1] == "slurm":
+        job = baton.SlurmJob(nodes=1, partition="debug", time="10:00",
+                             agent=os.environ["BATON_HOST_PROGRAM"], agent_port=int(sys.argv[2]))
+        procs = job.hosts().spawn_procs({"gpus": 2})
+        print("job", job.id, flush=True)
+    else:
+        procs = baton.this_host().spawn_procs({"gpus": 2})
     counters = procs.spawn("counters", Counter, 0)
     pids = counters.pid.call().get(timeout=30).values()
     counters.say.call("hello from a worker").get(timeout=30)
