@@ -64,12 +64,13 @@ class ActorError(BatonError):
 _TRACEBACK_MARK = "\n\nRemote traceback:\n"
 
 
-def encode_exception(exc):
+def encode_exception(exc, tb=None):
+    """The text of `exc` with its traceback (`tb` where the runtime holds it apart)."""
     import traceback
 
     kind = type(exc)
     name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    text = "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
     return f"[py:{name}] {exc}{_TRACEBACK_MARK}{text}"
 
 

@@ -163,3 +163,10 @@ class Parent(baton.Actor):
     @baton.endpoint
     def spawn_blocking(self):
         return baton.this_host().spawn_procs({"kids": 1})
+
+
+class Refuses(baton.Actor):
+    """An actor whose constructor raises."""
+
+    def __init__(self, why):
+        raise ValueError(why)

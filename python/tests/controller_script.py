@@ -7,7 +7,7 @@ import sys
 import threading
 
 import baton
-from actors import Counter
+from actors import Counter, Refuses
 
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "slurm":
@@ -22,6 +22,8 @@ if __name__ == "__main__":
     counters.say.call("hello from a worker").get(timeout=30)
     print("pids", *pids, flush=True)
     print("ready", flush=True)
+    if len(sys.argv) > 1 and sys.argv[1] == "refuse":
+        procs.spawn("refusers", Refuses, "refused at construction")  # no hook: the program stops
     if len(sys.argv) > 1 and sys.argv[1] == "raise":
         counters.slice(gpus=1).fail.call_one("uncaught in the controller").get(timeout=30)
     threading.Event().wait()  # until the test's signal

@@ -82,3 +82,14 @@ def test_an_uncaught_actor_error_names_the_actor_and_shows_its_traceback():
     assert "raise ValueError(text)" in err  # the remote traceback
     assert "counters" in err  # the actor
     assert gone_within(pids, 30)
+
+
+def test_a_constructor_that_raises_with_no_hook_stops_the_program_saying_what_to_do():
+    proc = start("refuse")
+    pids = read_pids(proc)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err
+    assert "refusers" in err and "ValueError: refused at construction" in err
+    assert "raise ValueError(why)" in err  # the constructor's traceback
+    assert "__supervise__" in err and "baton.set_supervise" in err  # the hooks, in Python terms
+    assert gone_within(pids, 30)

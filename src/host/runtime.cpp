@@ -142,11 +142,8 @@ void Runtime::unhandled(const MeshFailure& event) {
     }
   }
   state_->output->flush();
-  detail::log_error(
-      "a failure that nothing handled stops this program:\n  {}\n"
-      "  (an owner may handle failures in Actor::supervise, the controller in "
-      "RuntimeOptions::supervise)",
-      event.to_string());
+  detail::log_error("a failure that nothing handled stops this program:\n  {}\n  ({})",
+                    event.to_string(), state_->unhandled_hint);
   state_->remove_job_dir();
   std::fflush(stdout);
   std::fflush(stderr);

@@ -372,6 +372,11 @@ struct Runtime::State {
   std::size_t next_mesh = 0;
   std::vector<std::weak_ptr<internal::LocalProcGroup>> groups;
   std::function<bool(const MeshFailure&)> supervise;  // under mu
+  /// What the message of a failure nothing handled says to do, in the program's own terms (a
+  /// Python program's hooks are not the C++ ones). Set before any failure can come.
+  std::string unhandled_hint =
+      "an owner may handle failures in Actor::supervise, the controller in "
+      "RuntimeOptions::supervise";
   std::unique_ptr<internal::ChildWatcher> watcher;
   std::unique_ptr<internal::Spawner> spawner;
   std::unique_ptr<internal::StopWorker> stops;  // where proc groups stop

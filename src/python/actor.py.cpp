@@ -24,6 +24,11 @@ std::runtime_error internal_error(const py::error_already_set& e) {
                             e.what());
 }
 
+/// The text of an exception the user's code raised, with its traceback, for its caller.
+std::string remote_text(const py::error_already_set& e) {
+  return host().attr("encode_exception")(e.value(), e.trace()).cast<std::string>();
+}
+
 }  // namespace
 
 std::shared_ptr<const void> keep(py::buffer_info* info) {
@@ -87,7 +92,7 @@ Pickled PyReducer::operator()(const Pickled& a, const Pickled& b) const {
     const py::tuple y = from_pickled(b);
     return to_pickled(host().attr("fold")(py::bytes(fn), x[0], x[1], y[0], y[1]));
   } catch (const py::error_already_set& e) {
-    throw std::runtime_error(host().attr("encode_exception")(e.value()).cast<std::string>());
+    throw std::runtime_error(remote_text(e));
   }
 }
 
@@ -103,7 +108,7 @@ PyActor::PyActor(const Pickled& spawn) {
     instance_ = host().attr("construct")(args[0], args[1], where);
     invoke_ = host().attr("invoke");
   } catch (const py::error_already_set& e) {
-    throw std::runtime_error(host().attr("encode_exception")(e.value()).cast<std::string>());
+    throw std::runtime_error(remote_text(e));
   }
 }
 

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 
+#include "host/runtime_impl.hpp"
 #include "python/bindings.hpp"
 
 namespace baton::python {
@@ -103,6 +104,9 @@ class PyRuntime {
     std::vector<char*> args = c_args(argv);
     py::gil_scoped_release unlocked;
     rt_ = std::make_unique<Runtime>(static_cast<int>(argv.size()), args.data());
+    internal::RuntimeAccess::state(*rt_).unhandled_hint =
+        "an actor may handle failures in its __supervise__, the controller with "
+        "baton.set_supervise(hook)";
   }
   void close() {
     py::gil_scoped_release unlocked;
