@@ -1,7 +1,5 @@
 """Python actors: subclasses of baton.Actor whose endpoints are marked @baton.endpoint."""
 
-import inspect
-
 
 class Actor:
     """The base of Python actors. An actor handles one message at a time; its endpoints are
@@ -28,8 +26,7 @@ def endpoint(fn):
     """Marks a method of an Actor as an endpoint that meshes can call by name."""
     if not callable(fn):
         raise TypeError("@baton.endpoint marks a method")
-    fn._baton_endpoint = True
-    fn._baton_async = inspect.iscoroutinefunction(fn)
+    fn._baton_endpoint = True  # plain or async: the worker looks at what a call returns
     return fn
 
 

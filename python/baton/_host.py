@@ -2,9 +2,8 @@
 actor, runs its endpoints (async ones on the process's event loop thread), and turns what they
 raise into the error text the caller's ActorError is made from."""
 
-import asyncio
-import inspect
 import threading
+import types
 
 from ._errors import encode_exception
 from ._point import Point
@@ -42,7 +41,7 @@ def invoke(instance, method, data, buffers):
     try:
         args, kwargs = loads(data, buffers)
         result = _endpoint(instance, method)(*args, **kwargs)
-        if inspect.iscoroutine(result):
+        if isinstance(result, types.CoroutineType):
             return (PENDING, result)
         return (VALUE, dumps(wrap_bytes(result)))
     except BaseException as e:  # noqa: B902: everything an endpoint raises goes to its caller
@@ -50,6 +49,8 @@ def invoke(instance, method, data, buffers):
 
 
 def _event_loop():
+    import asyncio  # only where an async endpoint runs: it costs a worker's start-up
+
     global _loop
     with _loop_lock:
         if _loop is None:
@@ -110,7 +111,10 @@ def schedule(coroutine, acting, done):
             reply = (ERROR, encode_exception(e))
         done(*reply)
 
-    asyncio.run_coroutine_threadsafe(coroutine, _event_loop()).add_done_callback(finished)
+    loop = _event_loop()
+    import asyncio
+
+    asyncio.run_coroutine_threadsafe(coroutine, loop).add_done_callback(finished)
 
 
 def fold(fn, a_data, a_buffers, b_data, b_buffers):

@@ -1,7 +1,6 @@
 """Hosts, procs and actors as meshes, with the verbs of the C++ API: call, call_one, choose,
 broadcast, stream; slicing by keyword; futures with get(timeout=...) that asyncio can await."""
 
-import asyncio
 import weakref
 
 from . import _runtime
@@ -101,6 +100,8 @@ class Future:
 
 async def _awaitable(future):
     if not future.done():
+        import asyncio  # the caller's, already imported: no cost at start-up
+
         waiter = _LoopNotifier.of(asyncio.get_running_loop()).wait(future._core)
         await waiter
     return future._value()
