@@ -35,7 +35,7 @@ def host():
     address on that link (agents refuse loopback, which other hosts could not reach)."""
     # Names and a subnet new for each (a namespace's interfaces may outlive it for a moment).
     n = next(HOSTS)
-    tag = f"btpy{os.getpid() % 100000}n{n}"
+    tag = f"btpy{os.getpid()}n{n}"
     subnet = f"10.201.{os.getpid() % 250}."
     inside, outside = f"{subnet}{4 * n + 2}", f"{subnet}{4 * n + 1}"
     ip("netns", "add", tag)

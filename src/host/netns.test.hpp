@@ -3,10 +3,14 @@
 // Test helper: hosts with addresses of their own on this machine, as network namespaces joined
 // by a bridge (needs root and iproute2). Used by the namespace tests and `baton-bench hosts`.
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
+#include <cerrno>
 #include <cstdio>
+#include <filesystem>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -44,15 +48,50 @@ inline void ip(const std::vector<std::string>& args) {
   run_tool(ip_program(), "ip", args);
 }
 
+/// Whether `name` is a NetHosts name ("bt<pid>s<set>...") of a process that is gone.
+inline bool of_a_dead_test(const std::string& name) {
+  std::size_t end = 2;
+  while (end < name.size() && std::isdigit(static_cast<unsigned char>(name[end])) != 0) ++end;
+  if (!name.starts_with("bt") || end == 2 || end > 9 || end == name.size() || name[end] != 's') {
+    return false;
+  }
+  return ::kill(static_cast<pid_t>(std::stol(name.substr(2, end - 2))), 0) != 0 && errno == ESRCH;
+}
+
+/// Removes the namespaces and bridges that a test killed before its cleanup left (a new set's
+/// subnet may be a stale one's, whose routes would take its packets).
+inline void remove_stale_net_hosts() {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/run/netns", ec)) {
+    const std::string name = e.path().filename().string();
+    if (!of_a_dead_test(name)) continue;
+    try {
+      ip({"netns", "del", name});
+    } catch (const std::exception&) {
+      // Another test removed it first.
+    }
+  }
+  for (const auto& e : std::filesystem::directory_iterator("/sys/class/net", ec)) {
+    const std::string name = e.path().filename().string();
+    if (!name.ends_with("br") || !of_a_dead_test(name)) continue;
+    try {
+      ip({"link", "del", name});
+    } catch (const std::exception&) {
+      // Another test removed it first.
+    }
+  }
+}
+
 /// N hosts: network namespaces, each with one end of a veth pair whose other end is on a bridge
 /// in this namespace, where the controller is. All of it is removed with the object.
 class NetHosts {
  public:
   explicit NetHosts(std::size_t n) {
+    remove_stale_net_hosts();
     // Names and a subnet of this process's own, new for each set (a namespace's interfaces
     // may outlive it for a moment in the kernel).
     static int sets = 0;
-    const int id = static_cast<int>(::getpid() % 100000);
+    const int id = static_cast<int>(::getpid());
     const int set = sets++;
     tag_ = "bt" + std::to_string(id) + "s" + std::to_string(set);
     subnet_ = "10." + std::to_string(77 + set % 100) + "." + std::to_string(id % 250) + ".";
