@@ -2,6 +2,7 @@
 storm), SIGKILL leaves no worker behind, workers' prints reach it with their rank prefixes."""
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -43,12 +44,22 @@ def alive(pid):
 
 
 def gone_within(pids, seconds):
+    """Whether every process of `pids` ends within `seconds`: waited for through a pidfd each
+    (readable once its process ends), or left a zombie for its parent to reap."""
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if not any(alive(p) for p in pids):
-            return True
-        time.sleep(0.05)  # polling the process table, bounded by the deadline
-    return False
+    for pid in pids:
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue  # gone already
+        try:
+            while alive(pid):
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([fd], [], [], left)[0]:
+                    return False
+        finally:
+            os.close(fd)
+    return True
 
 
 def test_ctrl_c_stops_the_job_cleanly():

@@ -37,9 +37,9 @@ Cell* exchange_current_cell(Cell* cell) {
 StrandPoster current_strand_poster() {
   Cell* c = t_current_cell;
   if (c == nullptr) return nullptr;
-  return [weak = c->weak_from_this()](std::function<void(bool)> fn) {
+  return [weak = c->weak_from_this(), task = c->task_in_progress()](std::function<void(bool)> fn) {
     if (auto cell = weak.lock()) {
-      cell->post_continuation(std::move(fn));
+      cell->post_continuation(std::move(fn), task);
     } else {
       fn(false);
     }
@@ -166,11 +166,18 @@ void Cell::post_resume(std::coroutine_handle<> h) {
   schedule_if_idle();
 }
 
-void Cell::post_continuation(std::function<void(bool)> fn) {
+void Cell::post_continuation(std::function<void(bool)> fn, std::uint64_t task) {
   auto* m = new Message;
   m->kind = Message::Kind::continuation;
   m->sender = &id();
   m->x().later = std::move(fn);
+  if (task != 0 && task_in_progress() == task) {
+    // Part of the endpoint in progress, which may be awaiting it: queued behind that endpoint
+    // in the mailbox, it would never run.
+    resumes_.push(m);
+    schedule_if_idle();
+    return;
+  }
   enqueue(m);
 }
 
@@ -375,6 +382,7 @@ void Cell::handle_call(Message& m) {
     task_reply_ = std::move(m.reply);
     task_endpoint_ = ep.name;
     awaiting_ = true;
+    task_serial_.store(++tasks_started_, std::memory_order_release);
     task_.start(nullptr, nullptr);
     after_resume();
     return;
@@ -388,6 +396,7 @@ void Cell::after_resume() {
 
 void Cell::finish_task() {
   awaiting_ = false;
+  task_serial_.store(0, std::memory_order_release);
   auto reply = std::move(task_reply_);
   const std::string_view endpoint = task_endpoint_;
   Task<Body> task = std::move(task_);
@@ -441,6 +450,7 @@ void Cell::fail(const std::string& reason, const SupervisionEvent* cause) {
   // a call in progress fails with SupervisionError.
   if (awaiting_) {
     awaiting_ = false;
+    task_serial_.store(0, std::memory_order_release);
     task_ = {};
     if (task_reply_) {
       task_reply_->set_exception(std::make_exception_ptr(

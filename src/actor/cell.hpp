@@ -46,8 +46,12 @@ class Cell final : public Runnable,
   void run() override;
   void post_resume(std::coroutine_handle<> h) override;
   /// Queues a continuation to run on this actor like a message (F-3); `fn(false)` runs instead
-  /// if the actor has ended.
-  void post_continuation(std::function<void(bool alive)> fn);
+  /// if the actor has ended. One that the coroutine endpoint in progress registered (`task`, as
+  /// task_in_progress() said then) runs like that endpoint's own resumptions instead, so that
+  /// the endpoint may co_await what it chained.
+  void post_continuation(std::function<void(bool alive)> fn, std::uint64_t task);
+  /// Which coroutine endpoint is in progress (a serial), 0 if none.
+  std::uint64_t task_in_progress() const { return task_serial_.load(std::memory_order_acquire); }
 
   void add_child(const CellPtr& child);
   /// Messages in the mailbox, not yet handled.
@@ -96,6 +100,8 @@ class Cell final : public Runnable,
   std::shared_ptr<StateBase> task_reply_;
   std::string_view task_endpoint_;
   bool awaiting_ = false;
+  std::uint64_t tasks_started_ = 0;
+  std::atomic<std::uint64_t> task_serial_{0};  // the task in progress, 0: none (any thread reads)
 
   std::mutex children_mu_;
   std::vector<std::weak_ptr<Cell>> children_;

@@ -105,6 +105,41 @@ TEST_F(Continuations, ThenInsideAnActorRunsOnThatActorAsAMessage) {  // F-3
   EXPECT_THAT(strand.get(), ElementsAre(true, true));
 }
 
+class Awaiter : public Actor {
+ public:
+  /// A coroutine endpoint that awaits a chain of its own: a call, then two continuations.
+  Task<int> chained(ActorRef<Doubler> d, int x) {
+    const int v =
+        co_await d.call(&Doubler::twice, x).then([](int y) { return y + 1; }).then([this](int y) {
+          on_own_strand_ = detail::current_cell() == detail::resolve_actor(id()).get();
+          return y * 10;
+        });
+    co_return v;
+  }
+  bool on_own_strand() const { return on_own_strand_; }
+  static constexpr auto endpoints = baton::endpoints<&Awaiter::chained, &Awaiter::on_own_strand>();
+
+ private:
+  bool on_own_strand_ = false;
+};
+
+TEST_F(Continuations, ACoroutineEndpointMayAwaitWhatItChainedWithThen) {  // F-3
+  Proc proc(options(), exec);
+  auto d = proc.spawn<Doubler>("d");
+  auto a = proc.spawn<Awaiter>("a");
+  auto first = a.call(&Awaiter::chained, d, 4);
+  auto second = a.call(&Awaiter::chained, d, 5);  // waits for the first, one message at a time
+  exec.run_until_idle();
+  // Queued behind the endpoint awaiting them, the continuations would never have run.
+  ASSERT_TRUE(first.ready());
+  ASSERT_TRUE(second.ready());
+  EXPECT_EQ(first.get(), 90);
+  EXPECT_EQ(second.get(), 110);
+  auto strand = a.call(&Awaiter::on_own_strand);
+  exec.run_until_idle();
+  EXPECT_TRUE(strand.get());
+}
+
 // Where Keeper's continuations leave their futures, for the test to look at after it stopped.
 std::vector<Future<int>> g_next;  // NOLINT: test-only, cleared by the test
 int g_ran = 0;                    // NOLINT
