@@ -69,42 +69,55 @@ def _torch_rpc_worker(rank, port):
     rpc.shutdown()
 
 
-def torch_rpc_rtt(n):
-    """PyTorch RPC (TensorPipe over TCP), rank 0 here calling rank 1 in another process."""
-    import multiprocessing as mp
+class TorchRpc:
+    """PyTorch RPC (TensorPipe over TCP): rank 0 here calling rank 1 in another process."""
 
-    import torch.distributed.rpc as rpc
+    def __enter__(self):
+        import multiprocessing as mp
 
-    port = _free_port()
-    peer = mp.get_context("spawn").Process(target=_torch_rpc_worker, args=(1, port))
-    peer.start()
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    options = rpc.TensorPipeRpcBackendOptions(num_worker_threads=4, _transports=["uv"])
-    rpc.init_rpc("w0", rank=0, world_size=2, rpc_backend_options=options)
-    try:
-        return p50(timed(lambda: rpc.rpc_sync("w1", max, args=(1, 2)), n)) * 1e6
-    finally:
+        import torch.distributed.rpc as rpc
+
+        port = _free_port()
+        self._peer = mp.get_context("spawn").Process(target=_torch_rpc_worker, args=(1, port))
+        self._peer.start()
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
+        os.environ["MASTER_PORT"] = str(port)
+        options = rpc.TensorPipeRpcBackendOptions(num_worker_threads=4, _transports=["uv"])
+        rpc.init_rpc("w0", rank=0, world_size=2, rpc_backend_options=options)
+        self.call = lambda: rpc.rpc_sync("w1", max, args=(1, 2))
+        return self
+
+    def __exit__(self, *exc):
+        import torch.distributed.rpc as rpc
+
         rpc.shutdown()
-        peer.join(timeout=60)
+        self._peer.join(timeout=60)
 
 
 def main():
     ap = argparse.ArgumentParser()
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--baton-bench", default=os.path.join(here, "..", "..", "build", "bin", "baton-bench"))
-    ap.add_argument("--n", type=int, default=2000)
+    ap.add_argument("--n", type=int, default=5000)
+    ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
 
+    # The round trips side by side: baton's and PyTorch RPC's in alternating rounds (a noisy
+    # machine slows both alike), and the C++ figure as the median of three runs of its own.
     procs = baton.this_host().spawn_procs({"procs": 1})
     echo = procs.spawn("echo", Echo)
-    py = p50(timed(lambda: echo.echo.call_one(1).get(), args.n)) * 1e6
+    ours, theirs = [], []
+    with TorchRpc() as torch_rpc:
+        for _ in range(args.rounds):
+            ours += timed(lambda: echo.echo.call_one(1).get(), args.n // args.rounds)
+            theirs += timed(torch_rpc.call, args.n // args.rounds)
     procs.stop().get()
+    py = p50(ours) * 1e6
     figure("py_proc_rtt_p50", py, "us")
-    cpp = cpp_proc_rtt(args.baton_bench)
+    cpp = p50([cpp_proc_rtt(args.baton_bench) for _ in range(3)])
     figure("proc_rtt_p50", cpp, "us")
     figure("py_proc_rtt_ratio_cpp", py / cpp, "x")
-    torch_rtt = torch_rpc_rtt(args.n)
+    torch_rtt = p50(theirs) * 1e6
     figure("torch_rpc_rtt_p50", torch_rtt, "us")
     figure("py_proc_rtt_speedup_torch_rpc", torch_rtt / py, "x")
 
