@@ -61,3 +61,11 @@ def test_a_python_controller_runs_python_actors_on_every_host_of_a_job(agents):
     assert lines["points"].count("'hosts': 1") == 2
     assert len(eval(lines["pids"])) == 4  # four worker processes
     assert "done" in out.stdout
+
+
+def test_attaching_to_an_address_where_no_agent_listens_is_a_job_error_naming_it():
+    import baton
+
+    address = f"127.0.0.1:{free_port()}"  # nothing listens there
+    with pytest.raises(baton.JobError, match=f"tcp://{address}.*refused"):
+        baton.attach([address])
