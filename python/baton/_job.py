@@ -8,13 +8,14 @@ close() (or leaving its `with` block); one still open when the program exits is 
 its procs are stopped."""
 
 import os
-import weakref
 
 from . import _runtime
 from ._errors import BatonError, UsageError
 from ._mesh import HostMesh
 
-_open = weakref.WeakSet()  # jobs to end at exit, after the runtime stopped their procs
+# Jobs not yet closed, held here so that one nothing else refers to (SlurmJob().hosts()) keeps
+# its hosts until close() or the program's end, when they are ended after their procs.
+_open = set()
 
 
 def agent_program():
@@ -40,6 +41,9 @@ def _options(kind, given, job):
         if name.startswith("_") or not hasattr(options, name):
             known = ", ".join(n for n in dir(options) if not n.startswith("_"))
             raise UsageError(f"{job}: no option {name!r} (its options: {known})")
+        if name.endswith("_args") and isinstance(value, (str, bytes)):
+            raise UsageError(f"{job}: option {name!r} takes a list of arguments, "
+                             f"e.g. {name}=[{value!r}]")
         try:
             setattr(options, name, list(value) if name.endswith("_args") else value)
         except TypeError:
@@ -69,6 +73,7 @@ class _Job:
         agents exit. Idempotent."""
         core, self._core = self._core, None
         hosts, self._hosts = self._hosts, None
+        _open.discard(self)
         if hosts is not None and _runtime.running():
             try:
                 hosts.stop().get(timeout=60)

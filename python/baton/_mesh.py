@@ -1,6 +1,7 @@
 """Hosts, procs and actors as meshes, with the verbs of the C++ API: call, call_one, choose,
 broadcast, stream; slicing by keyword; futures with get(timeout=...) that asyncio can await."""
 
+import os
 import weakref
 
 from . import _runtime
@@ -425,6 +426,6 @@ def attach(addresses):
     from . import _runtime
 
     _runtime.runtime()
-    if isinstance(addresses, str):
-        return HostMesh(_baton.attach_file(addresses))
+    if isinstance(addresses, (str, os.PathLike)):
+        return HostMesh(_baton.attach_file(os.fspath(addresses)))
     return HostMesh(_baton.attach(list(addresses)))

@@ -15,12 +15,17 @@ def _heard(failure):
     return True
 
 
-def failure_after(count, timeout=30):
-    """The first failure the controller's hook heard after the first `count`; None if none came
-    within `timeout` seconds."""
+def failure_after(count, containing, timeout=30):
+    """The first failure the controller's hook heard after the first `count` whose report has
+    `containing` in it (a late report of an earlier test's failure does not count); None if none
+    came within `timeout` seconds."""
+
+    def found():
+        return next((f for f in FAILURES[count:] if containing in f), None)
+
     with _REPORTED:
-        _REPORTED.wait_for(lambda: len(FAILURES) > count, timeout)
-        return FAILURES[count] if len(FAILURES) > count else None
+        _REPORTED.wait_for(lambda: found() is not None, timeout)
+        return found()
 
 
 @pytest.fixture(scope="session", autouse=True)

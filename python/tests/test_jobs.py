@@ -2,8 +2,10 @@
 own key, and a one-node Slurm cluster (munged, slurmctld, slurmd) that SlurmJob allocates from.
 Needs root, openssh-server, slurm-wlm and munge (make deps)."""
 
+import gc
 import itertools
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -29,11 +31,22 @@ def ip(*args):
     assert done.returncode == 0, f"ip {' '.join(args)}: {done.stderr}"
 
 
+def remove_namespaces_of_dead_tests():
+    """Namespaces (and their veth pairs) that a killed run of these tests left: their subnet
+    could be one of ours."""
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for name in (line.split()[0] for line in listed.splitlines() if line.strip()):
+        m = re.fullmatch(r"btpy(\d+)n\d+", name)
+        if m and not os.path.exists(f"/proc/{m.group(1)}"):
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
 @pytest.fixture
 def host():
     """Another host for this test: a network namespace joined to this one by a veth pair, its
     address on that link (agents refuse loopback, which other hosts could not reach)."""
     # Names and a subnet new for each (a namespace's interfaces may outlive it for a moment).
+    remove_namespaces_of_dead_tests()
     n = next(HOSTS)
     tag = f"btpy{os.getpid()}n{n}"
     subnet = f"10.201.{os.getpid() % 250}."
@@ -106,7 +119,8 @@ def test_an_ssh_job_runs_python_actors_on_its_host_and_ends_with_its_block(sshd,
     dead.wait()
     stale = f"/tmp/baton-{dead.pid}-pytest"
     os.makedirs(stale, mode=0o700, exist_ok=True)
-    with baton.SshJob([address], **ssh_options(key, tmp_path / "remote")) as job:
+    options = ssh_options(key, tmp_path / "remote")
+    with baton.SshJob([address], **options) as job:
         hosts = job.hosts()
         assert len(hosts) == 1
         procs = hosts.spawn_procs(gpus=2)
@@ -118,6 +132,10 @@ def test_an_ssh_job_runs_python_actors_on_its_host_and_ends_with_its_block(sshd,
         pids = set(counters.pid.call().get(timeout=60).values())
         assert len(pids) == 2 and os.getpid() not in pids
         assert not os.path.exists(stale)
+        # Where the job's hosts are can be kept for a later run of the program.
+        baton.save(hosts, tmp_path / "job.hosts")
+        saved = (tmp_path / "job.hosts").read_text().split()
+        assert saved == [f"tcp://{address}:{options['agent_port']}"]
     # Leaving the block stopped the procs and ended the agent: the workers are gone.
     for pid in pids:
         with pytest.raises(ProcessLookupError):
@@ -130,11 +148,33 @@ def test_an_ssh_job_runs_python_actors_on_its_host_and_ends_with_its_block(sshd,
     assert not [n for n in left if n.startswith("credentials-")], left
 
 
+def test_a_job_nothing_refers_to_keeps_its_hosts_until_the_jobs_are_ended(sshd, tmp_path):
+    address, key = sshd
+    hosts = baton.SshJob([address], **ssh_options(key, tmp_path / "remote")).hosts()
+    gc.collect()  # the job object is not the user's any more: its hosts must still be there
+    procs = hosts.spawn_procs(gpus=1)
+    assert procs.spawn("kept", Counter, 1).incr.call_one().get(timeout=60) == 2
+    pid = procs.spawn("pids", Counter, 0).pid.call_one().get(timeout=60)
+    baton._job.close_all()  # what the program's end does
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
 def test_a_host_ssh_cannot_reach_is_a_job_error_in_sshs_words(sshd, tmp_path):
     address, key = sshd
     options = ssh_options(key, tmp_path / "remote", port=free_port())  # nothing listens there
     with pytest.raises(baton.JobError, match=f"{address}.*[Cc]onnection refused"):
         baton.SshJob([address], **options).hosts()
+
+
+def test_saving_this_host_or_attaching_a_file_that_is_not_there_says_what_to_do(tmp_path):
+    with pytest.raises(baton.UsageError, match="save the hosts of a job"):
+        baton.save(baton.this_host(), tmp_path / "job.hosts")
+    with pytest.raises(baton.UsageError, match="cannot read .*nothing.hosts.*written by save"):
+        baton.attach(tmp_path / "nothing.hosts")
+    (tmp_path / "empty.hosts").write_text("# no host\n")
+    with pytest.raises(baton.UsageError, match="names no host"):
+        baton.attach(str(tmp_path / "empty.hosts"))
 
 
 def test_job_options_are_checked_by_name_and_kind():
@@ -144,8 +184,10 @@ def test_job_options_are_checked_by_name_and_kind():
         baton.SlurmJob(nodes="two")
     with pytest.raises(baton.UsageError, match="list of hosts"):
         baton.SshJob("node1")
-    with pytest.raises(baton.UsageError):
+    with pytest.raises(baton.UsageError, match="no hosts given"):
         baton.SshJob([])
+    with pytest.raises(baton.UsageError, match=r"'ssh_args' takes a list.*ssh_args=\['-v'\]"):
+        baton.SshJob(["node1"], ssh_args="-v")
 
 
 def test_kubernetes_manifests_and_pods_that_never_answer():
@@ -157,8 +199,8 @@ def test_kubernetes_manifests_and_pods_that_never_answer():
     assert job.addresses() == [f"absent-{i}.absent.ml.svc.cluster.local:7070" for i in range(2)]
     with pytest.raises(baton.JobError, match="absent-0.absent.ml.svc.cluster.local"):
         job.hosts()
-    with pytest.raises(baton.UsageError):
-        baton.KubernetesJob(name="absent").manifests()  # no image
+    with pytest.raises(baton.UsageError, match="no image"):
+        baton.KubernetesJob(name="absent").manifests()
 
 
 @pytest.fixture(scope="module")
@@ -214,7 +256,7 @@ def test_a_slurm_job_allocates_a_node_runs_python_actors_and_leaves_nothing_queu
 def test_a_partition_slurm_does_not_have_is_a_job_error_in_slurms_words(slurm):
     job = baton.SlurmJob(nodes=1, partition="nosuch", time="10:00", agent=AGENT,
                          agent_port=free_port())
-    with pytest.raises(baton.JobError, match="(?i)invalid partition"):
+    with pytest.raises(baton.JobError, match="(?is)invalid partition.*partition option"):
         job.hosts()
     job.close()
     assert drained(30), queue()

@@ -173,7 +173,9 @@ void Cell::post_continuation(std::function<void(bool)> fn, std::uint64_t task) {
   m->x().later = std::move(fn);
   if (task != 0 && task_in_progress() == task) {
     // Part of the endpoint in progress, which may be awaiting it: queued behind that endpoint
-    // in the mailbox, it would never run.
+    // in the mailbox, it would never run. That endpoint may still end before this is popped;
+    // run() then moves it to the mailbox, so it never runs inside the next endpoint.
+    m->x().task = task;
     resumes_.push(m);
     schedule_if_idle();
     return;
@@ -203,6 +205,11 @@ void Cell::run() {
   const std::size_t batch = proc_->options.max_batch;
   for (std::size_t i = 0; i < batch; ++i) {
     Message* m = resumes_.pop();
+    if (m != nullptr && m->kind == Message::Kind::continuation &&
+        m->x().task != task_in_progress()) {
+      enqueue(m);  // its endpoint ended before it ran: an ordinary message now
+      continue;
+    }
     if (m == nullptr && !awaiting_) {
       m = mailbox_.pop();
       if (m != nullptr) {

@@ -19,7 +19,8 @@ struct MessageExtra {
   std::unique_ptr<Undeliverable> undeliverable;
   std::shared_ptr<State<void>> stopped;   // completed when a stop finishes
   std::function<void(bool alive)> later;  // a continuation registered by then() (F-3)
-  std::uint64_t endpoint_id = 0;          // a call from another process, not yet resolved
+  std::uint64_t task = 0;  // for a continuation queued with its endpoint's resumptions: that task
+  std::uint64_t endpoint_id = 0;  // a call from another process, not yet resolved
 };
 
 struct alignas(64) Message {

@@ -31,7 +31,7 @@ constexpr const char* kSlurm = "Slurm's client commands (Debian: slurm-client)";
 /// What to do about an error srun gave, in Slurm's own words `said`.
 std::string advice(const std::string& said) {
   if (said.find("partition") != std::string::npos) {
-    return "see `sinfo -s` for this cluster's partitions (SlurmOptions::partition)";
+    return "set the job's partition option to one of this cluster's partitions (see `sinfo -s`)";
   }
   if (said.find("configuration is not available") != std::string::npos ||
       said.find("More processors requested") != std::string::npos ||

@@ -3,11 +3,16 @@
 // agent is started for this controller alone (--once); then the controller attaches to them.
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
+#include <optional>
+#include <thread>
 
 #include "baton/launch/job.hpp"
 #include "host/files.hpp"
@@ -19,21 +24,72 @@ namespace baton::job {
 
 using internal::Ran;
 
+namespace {
+
+/// How long an agent may take to say where it serves, ssh's connection included.
+constexpr std::chrono::seconds kAgentStart{120};
+constexpr std::size_t kKeptWords = 4096;  // of what an agent said before failing to start
+
+/// The next line from `fd` (buffered in `pending`), without its end; nullopt at the end of the
+/// stream or past `deadline`, which then sets `late`.
+std::optional<std::string> read_line(int fd, std::string& pending,
+                                     std::chrono::steady_clock::time_point deadline, bool& late) {
+  for (;;) {
+    if (const auto nl = pending.find('\n'); nl != std::string::npos) {
+      std::string line = pending.substr(0, nl);
+      pending.erase(0, nl + 1);
+      while (!line.empty() && line.back() == '\r') line.pop_back();
+      return line;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      late = true;
+      return std::nullopt;
+    }
+    pollfd p{fd, POLLIN, 0};
+    const int ready = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) continue;  // the deadline, seen above
+    char buf[1024];
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return std::nullopt;
+    pending.append(buf, static_cast<std::size_t>(n));
+  }
+}
+
+}  // namespace
+
 struct SshJob::Session {
   pid_t pid = -1;  // the ssh running the agent
-  FILE* out = nullptr;
+  int out = -1;    // its output
+  std::thread drain;
   ~Session() {
     if (pid > 0) {
       ::kill(pid, SIGTERM);
       ::waitpid(pid, nullptr, 0);
     }
-    if (out != nullptr) std::fclose(out);
+    if (drain.joinable()) drain.join();  // ends with ssh's output
+    if (out >= 0) ::close(out);
+  }
+  /// After its address, what the agent says goes to this program's standard error, a line at a
+  /// time with its host's name, so that it never fills the pipe and stops the agent.
+  void forward(const std::string& host, std::string pending) {
+    drain = std::thread([this, host, pending = std::move(pending)]() mutable {
+      bool late = false;
+      const auto never = std::chrono::steady_clock::time_point::max();
+      while (auto line = read_line(out, pending, never, late)) {
+        std::fprintf(stderr, "[agent %s] %s\n", host.c_str(), line->c_str());
+      }
+    });
   }
 };
 
 SshJob::SshJob(std::vector<std::string> hosts, SshOptions options)
     : hosts_(std::move(hosts)), options_(std::move(options)) {
-  if (hosts_.empty()) throw UsageError("SshJob: no hosts given");
+  if (hosts_.empty())
+    throw UsageError("SshJob: no hosts given; name the hosts to reach, as ssh knows them");
 }
 
 SshJob::~SshJob() = default;
@@ -98,30 +154,32 @@ HostMesh SshJob::hosts() {
                    " --once --credentials -" + (me.empty() ? std::string() : " --route-to " + me) +
                    " --port " + std::to_string(options_.agent_port) + "; } < " + credentials);
     auto session = std::make_unique<Session>();
-    int out = -1;
-    session->pid = internal::start_command(argv, -1, &out, nullptr, "OpenSSH's client");
-    session->out = ::fdopen(out, "r");
+    session->pid = internal::start_command(argv, -1, &session->out, nullptr, "OpenSSH's client");
     // Its line "baton-host: NAME serving at tcp://ADDRESS", after what it may log first (a sweep
     // of a dead controller's files), which is kept for the error if that line never comes.
     const std::string mark = "serving at tcp://";
+    const auto deadline = std::chrono::steady_clock::now() + kAgentStart;
     std::string address;
     std::string said;
-    char line[512] = {};
-    while (std::fgets(line, sizeof line, session->out) != nullptr) {
-      const std::string got(line);
-      if (const auto at = got.find(mark); got.starts_with("baton-host: ") && at != got.npos) {
-        address = got.substr(at + mark.size());
+    std::string pending;
+    bool late = false;
+    while (auto line = read_line(session->out, pending, deadline, late)) {
+      if (const auto at = line->find(mark); line->starts_with("baton-host: ") && at != line->npos) {
+        address = line->substr(at + mark.size());
         break;
       }
-      said += got;
-    }
-    while (!address.empty() && (address.back() == '\n' || address.back() == '\r')) {
-      address.pop_back();
+      said += *line + "\n";
+      if (said.size() > kKeptWords) said.erase(0, said.size() - kKeptWords);
     }
     if (address.empty()) {
-      throw std::runtime_error("SshJob: the agent on " + host + " did not start" +
-                               (said.empty() ? " (its words, and ssh's, are above)" : ": " + said));
+      const std::string why = late ? " within " + std::to_string(kAgentStart.count()) +
+                                         " s (is the host or its file system stuck?)"
+                                   : "";
+      throw std::runtime_error(
+          "SshJob: the agent on " + host + " did not say where it serves" + why +
+          (said.empty() ? " (its words, and ssh's, are above)" : "; it said: " + said));
     }
+    session->forward(host, std::move(pending));
     addresses.push_back(address);
     sessions_.push_back(std::move(session));
   }

@@ -88,6 +88,7 @@ void ActingAs::exit() {
 Pickled PyReducer::operator()(const Pickled& a, const Pickled& b) const {
   const Gil gil;
   try {
+    const FreshContext fresh;
     const py::tuple x = from_pickled(a);
     const py::tuple y = from_pickled(b);
     return to_pickled(host().attr("fold")(py::bytes(fn), x[0], x[1], y[0], y[1]));
@@ -99,6 +100,7 @@ Pickled PyReducer::operator()(const Pickled& a, const Pickled& b) const {
 PyActor::PyActor(const Pickled& spawn) {
   const Gil gil;
   try {
+    const FreshContext fresh;
     const py::tuple args = from_pickled(spawn);
     const ActorContext& c = context();
     // Its address too: the collectives' join() needs the actor, valid while the instance is.
@@ -108,6 +110,8 @@ PyActor::PyActor(const Pickled& spawn) {
     instance_ = host().attr("construct")(args[0], args[1], where);
     invoke_ = host().attr("invoke");
   } catch (const py::error_already_set& e) {
+    instance_ = py::object();  // dropped here, with the GIL, not by the unwinding after it
+    invoke_ = py::object();
     throw std::runtime_error(remote_text(e));
   }
 }
@@ -130,6 +134,7 @@ Task<Pickled> PyActor::invoke(std::string method, Pickled args) {
   {
     const Gil gil;
     try {
+      const FreshContext fresh;
       const py::tuple in = from_pickled(args);
       const py::tuple r = invoke_(instance_, method, in[0], in[1]);
       const int status = r[0].cast<int>();
@@ -163,6 +168,7 @@ Task<Pickled> PyActor::invoke(std::string method, Pickled args) {
 bool PyActor::supervise(const MeshFailure& failure) {
   const Gil gil;
   try {
+    const FreshContext fresh;
     return host().attr("supervise")(instance_, failure.to_string()).cast<bool>();
   } catch (const py::error_already_set& e) {
     std::fprintf(stderr, "baton: %s.__supervise__ raised: %s\n", id().to_string().c_str(),

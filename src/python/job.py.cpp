@@ -10,15 +10,14 @@ namespace baton::python {
 namespace {
 
 /// Runs `f` with the GIL released. A job's own failures (a host ssh cannot reach, a scheduler
-/// that refuses or never gives the nodes) are raised as baton.JobError, in the tool's words;
-/// baton's other errors keep their classes.
+/// that refuses or never gives the nodes: runtime errors) are raised as baton.JobError, in the
+/// tool's words; baton's other errors keep their classes, and a wrong argument, a slice out of
+/// range or memory running out keep theirs (ValueError, MemoryError...).
 template <class F>
 auto job_call(F f) {
   try {
     py::gil_scoped_release unlocked;
     return f();
-  } catch (const UsageError&) {
-    throw;
   } catch (const ActorError&) {
     throw;
   } catch (const SupervisionError&) {
@@ -27,34 +26,47 @@ auto job_call(F f) {
     throw;
   } catch (const TimeoutError&) {
     throw;
-  } catch (const std::exception& e) {
+  } catch (const std::runtime_error& e) {
     PyErr_SetString(py::module_::import("baton._errors").attr("JobError").ptr(), e.what());
     throw py::error_already_set();
   }
 }
 
 /// A job owned by Python until close(), which ends it (with the GIL released: ending a Slurm
-/// job waits for its srun) rather than whenever the collector gets to it.
+/// job waits for its srun) rather than whenever the collector gets to it. A call in progress on
+/// another thread (hosts() waiting for its nodes) holds the job until it returns, so a close()
+/// meanwhile ends the job once that call is done, never under it.
 template <class Job>
 class Owned {
  public:
   explicit Owned(std::unique_ptr<Job> job) : job_(std::move(job)) {}
-  Job& operator*() {
+  Owned(Owned&&) noexcept = default;
+  Owned& operator=(Owned&&) = delete;
+  Owned(const Owned&) = delete;
+  Owned& operator=(const Owned&) = delete;
+  ~Owned() { close(); }
+
+  /// Runs f(job) with the GIL released.
+  template <class F>
+  auto with_job(F f) {
     if (!job_) throw UsageError("this job was closed; make a new one");
-    return *job_;
+    return job_call([f = std::move(f), job = job_]() mutable {
+      const std::shared_ptr<Job> held = std::move(job);  // let go here, with the GIL released
+      return f(*held);
+    });
   }
   HostMesh hosts() {
-    Job& job = **this;
-    return job_call([&] { return job.hosts(); });
+    return with_job([](Job& job) { return job.hosts(); });
   }
   void close() {
-    std::unique_ptr<Job> job = std::move(job_);
+    if (!job_) return;
+    std::shared_ptr<Job> job = std::move(job_);
     py::gil_scoped_release unlocked;
     job.reset();
   }
 
  private:
-  std::unique_ptr<Job> job_;
+  std::shared_ptr<Job> job_;
 };
 
 void bind_options(py::module_& m) {
@@ -131,12 +143,8 @@ void bind_jobs(py::module_& m) {
       .def(py::init(
           [](const job::SlurmOptions& o) { return Slurm(std::make_unique<job::SlurmJob>(o)); }))
       .def("hosts", &Slurm::hosts)
-      .def("id", [](Slurm& s) { return (*s).id(); })
-      .def("cancel",
-           [](Slurm& s) {
-             job::SlurmJob& job = *s;
-             job_call([&] { job.cancel(); });
-           })
+      .def("id", [](Slurm& s) { return s.with_job([](job::SlurmJob& j) { return j.id(); }); })
+      .def("cancel", [](Slurm& s) { s.with_job([](job::SlurmJob& j) { j.cancel(); }); })
       .def("close", &Slurm::close);
   using Kubernetes = Owned<job::KubernetesJob>;
   py::class_<Kubernetes>(m, "KubernetesJob")

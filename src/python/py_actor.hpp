@@ -40,7 +40,10 @@ py::tuple from_pickled(const Pickled& p);
 /// The GIL, taken by one of the runtime's threads. Its Python thread state is made the first
 /// time and kept for the thread's life, so that a message's path pays for the lock alone, not for
 /// a thread state made and destroyed each time (pybind11's default for threads Python did not
-/// start).
+/// start). It is not freed when the thread ends: that needs the GIL, which a thread ending while
+/// another holds the GIL and joins it (a collective group's threads, as the group is dropped)
+/// could never get. Threads end rarely (a runtime closing, a group dropped): a few hundred bytes
+/// each.
 class Gil {
  public:
   Gil() : kept_(keep_thread_state()), gil_() {}
@@ -56,6 +59,29 @@ class Gil {
   }
   bool kept_;
   py::gil_scoped_acquire gil_;
+};
+
+/// A fresh contextvars context for one message to a Python actor (its constructor, an endpoint,
+/// __supervise__, a reducer), as a thread of its own would have: values one actor sets never
+/// reach another actor's messages on the same runtime thread. GIL held.
+class FreshContext {
+ public:
+  FreshContext() : context_(PyContext_New()) {
+    if (context_ == nullptr) throw py::error_already_set();
+    if (PyContext_Enter(context_) != 0) {
+      Py_DECREF(context_);
+      throw py::error_already_set();
+    }
+  }
+  FreshContext(const FreshContext&) = delete;
+  FreshContext& operator=(const FreshContext&) = delete;
+  ~FreshContext() {
+    if (PyContext_Exit(context_) != 0) PyErr_Clear();
+    Py_DECREF(context_);
+  }
+
+ private:
+  PyObject* context_;
 };
 
 /// A Python function (a, b) -> value, pickled, folding replies along the cast tree: every node

@@ -9,10 +9,10 @@
 //   F-2 inside an actor, get() and wait() throw UsageError: a blocking wait there holds a thread
 //       of the proc's pool and can deadlock it (co_await the future, or use then());
 //   F-3 a continuation registered by then() inside an actor runs on that actor, one message at a
-//       time like its endpoints; registered by a coroutine endpoint still in progress, it runs
-//       like that endpoint's own resumptions (so the endpoint may co_await what it chained);
-//       registered elsewhere it runs on the thread that completes the future (at once if it is
-//       already complete).
+//       time like its endpoints; registered by a coroutine endpoint, it runs like that endpoint's
+//       own resumptions while it is in progress (so it may co_await what it chained), after it as
+//       a message; registered elsewhere it runs on the thread that completes the future (at once
+//       if it is already complete).
 
 #include <atomic>
 #include <chrono>
