@@ -1,6 +1,7 @@
 """Actors the tests spawn (importable by the workers, as a user's module would be)."""
 
 import asyncio
+import contextvars
 import os
 
 import baton
@@ -62,6 +63,19 @@ class Counter(baton.Actor):
 
     def not_an_endpoint(self):
         return 1
+
+
+SEEN = contextvars.ContextVar("seen")
+
+
+class Contextual(baton.Actor):
+    """Sets a context variable in each message: none may see another message's value."""
+
+    @baton.endpoint
+    def swap(self, value):
+        before = SEEN.get(None)
+        SEEN.set(value)
+        return before
 
 
 class Caller(baton.Actor):

@@ -6,7 +6,7 @@ import asyncio
 import pytest
 
 import baton
-from actors import Counter
+from actors import Contextual, Counter
 
 
 @pytest.fixture(scope="module")
@@ -127,3 +127,13 @@ def test_ports_carry_values_from_actors_in_order_per_sender(procs):
     with pytest.raises(baton.TimeoutError):
         receiver.recv(timeout=0.05)
     assert receiver.try_recv("empty") == "empty"
+
+
+def test_each_message_starts_in_a_fresh_context_as_its_own_thread_would(procs):
+    # Two actors in each proc, on its few runtime threads: a context variable one message sets is
+    # seen by no later message, of the same actor or another.
+    a = procs.spawn("context-a", Contextual)
+    b = procs.spawn("context-b", Contextual)
+    for i in range(25):
+        assert a.swap.call(("a", i)).get(timeout=30).values() == [None] * 4
+        assert b.swap.call(("b", i)).get(timeout=30).values() == [None] * 4
