@@ -48,6 +48,20 @@ class ActorError(BatonError):
         )
 
 
+    @property
+    def point(self):
+        """The actor's place in the mesh it was called through (a baton.Point with its rank),
+        or None if it was not called through a mesh."""
+        import re
+
+        from ._point import Point
+
+        m = re.fullmatch(r"rank (\d+) \{(.*)\}", self.where or "")
+        if m is None:
+            return None
+        pairs = [p.split(":") for p in m.group(2).split(",") if p.strip()]
+        return Point([k.strip() for k, _ in pairs], [int(v) for _, v in pairs], int(m.group(1)))
+
     def in_endpoint(self, endpoint):
         """The same error, naming `endpoint` (a Python actor's method) as where it was raised,
         in place of the runtime's endpoint that ran it; a reducer's stays as it is."""

@@ -1,7 +1,9 @@
 """Hosts, procs and actors as meshes, with the verbs of the C++ API: call, call_one, choose,
 broadcast, stream; slicing by keyword; futures with get(timeout=...) that asyncio can await."""
 
+import operator
 import os
+import re
 import weakref
 
 from . import _runtime
@@ -79,7 +81,19 @@ class Future:
         return self._core.ready()
 
     def get(self, timeout=None):
-        if not self._core.wait(timeout):  # refused inside an actor unless already done
+        if timeout is not None and _integer(timeout) is None and not isinstance(timeout, float):
+            raise UsageError(f"get: timeout is a number of seconds, not {type(timeout).__name__}")
+        try:
+            ready = self._core.wait(timeout)  # refused inside an actor unless already done
+        except UsageError as e:
+            said = str(e)
+            if ": co_await" not in said:
+                raise
+            raise UsageError(
+                said.partition(": co_await")[0]
+                + ": make the endpoint `async def` and `await` the future there"
+            ) from None
+        if not ready:
             raise TimeoutError(f"no result within {timeout} s; the call may still complete")
         return self._value()
 
@@ -144,25 +158,48 @@ class _LoopNotifier:
                 waiter.set_result(None)
 
 
-def _selects(shape_labels, kwargs):
+def _integer(v):
+    """v as an int if it is an integer (a numpy one too) other than a bool; else None."""
+    if isinstance(v, bool):
+        return None
+    try:
+        return operator.index(v)
+    except TypeError:
+        return None
+
+
+def _selects(labels, sizes, kwargs):
+    """(dim, begin, end, drop the dim) for each selection, indices counted from the end where
+    negative, as Python's sequences count them."""
+    size_of = dict(zip(labels, sizes))
     out = []
     for dim, sel in kwargs.items():
-        if dim not in shape_labels:
-            raise UsageError(f"no dimension {dim!r} in a mesh of {list(shape_labels)}")
+        if dim not in size_of:
+            raise UsageError(f"no dimension {dim!r} in a mesh of {list(labels)}")
+        n = size_of[dim]
+
+        def index(i, what):
+            if _integer(i) is None:
+                raise UsageError(f"slice {dim}= takes ints for its {what}, not {type(i).__name__}")
+            i = _integer(i)
+            if i < 0:
+                if i + n < 0:
+                    raise UsageError(f"index {i} out of bounds for {dim!r} (size {n})")
+                return i + n
+            return i
+
         if isinstance(sel, slice):
             if sel.step not in (None, 1):
                 raise UsageError("slices of a mesh take no step")
-            out.append((dim, sel.start or 0, sel.stop if sel.stop is not None else -1, False))
-        elif isinstance(sel, int):
-            out.append((dim, sel, sel + 1, True))
+            begin = 0 if sel.start is None else index(sel.start, "start")
+            end = n if sel.stop is None else index(sel.stop, "stop")
+            out.append((dim, begin, end, False))
+        elif _integer(sel) is not None:
+            i = index(sel, "index")
+            out.append((dim, i, i + 1, True))
         else:
             raise UsageError(f"slice {dim}= takes an int or a slice, not {type(sel).__name__}")
     return out
-
-
-def _resolve(selects, labels, sizes):
-    size_of = dict(zip(labels, sizes))
-    return [(d, b, size_of[d] if e == -1 else e, i) for d, b, e, i in selects]
 
 
 class Endpoint:
@@ -171,6 +208,12 @@ class Endpoint:
     def __init__(self, mesh, name):
         self._mesh = mesh
         self._name = name
+
+    def __call__(self, *args, **kwargs):
+        raise UsageError(
+            f"an endpoint of a mesh is not called directly: use mesh.{self._name}.call(...) "
+            f"(every member), .call_one(...), .choose(...), .broadcast(...) or .stream(...)"
+        )
 
     def call(self, *args, **kwargs):
         """Every member; a Future of a ValueMesh of the results."""
@@ -202,15 +245,38 @@ class Endpoint:
         self._mesh._core.broadcast(self._name, dumps_call(args, kwargs))
 
     def stream(self, *args, timeout=None, **kwargs):
-        """Every member; yields (point, value) as replies arrive. A member's failure is raised
-        where its reply would be."""
-        s = self._mesh._core.stream(self._name, dumps_call(args, kwargs))
-        while True:
-            item = s.next(timeout)
-            if item is None:
-                return
-            p, v = item
-            yield _point(p), _decode(v)
+        """Every member; an iterator of (point, value) as replies arrive. A member's failure is
+        raised where its reply would be, and a reply not there within `timeout` seconds raises
+        TimeoutError; either way the stream goes on with the next reply on the next next()."""
+        core = self._mesh._core.stream(self._name, dumps_call(args, kwargs))
+        return Stream(core, timeout, self._name)
+
+
+class Stream:
+    """Replies of stream(), one per member, as they arrive: (point, value)."""
+
+    def __init__(self, core, timeout, endpoint):
+        self._core = core
+        self._timeout = timeout
+        self._endpoint = endpoint
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self.next()
+
+    def next(self, timeout=None):
+        """The next reply, waiting at most `timeout` seconds (default: the stream's timeout);
+        StopIteration once every member answered."""
+        try:
+            item = self._core.next(self._timeout if timeout is None else timeout)
+        except ActorError as e:
+            raise e.in_endpoint(self._endpoint) from None
+        if item is None:
+            raise StopIteration
+        p, v = item
+        return _point(p), _decode(v)
 
 
 def _mesh_from_wire(head, parts, cls):
@@ -232,7 +298,7 @@ class _Mesh:
 
     def _sliced(self, dims):
         labels, sizes = self._core.shape()
-        return self._core.slice(_resolve(_selects(labels, dims), labels, sizes))
+        return self._core.slice(_selects(labels, sizes, dims))
 
     def stop(self):
         return Future(self._core.stop(), lambda v: None)
@@ -256,6 +322,11 @@ class ActorMesh(_Mesh):
         if name.startswith("_"):
             raise AttributeError(name)
         fn = getattr(self._cls, name, None)
+        if callable(fn) and not getattr(fn, "_baton_endpoint", False):
+            raise AttributeError(
+                f"{self._cls.__qualname__}.{name} is not an endpoint: mark it with "
+                f"@baton.endpoint to call it through the mesh"
+            )
         if fn is None or not getattr(fn, "_baton_endpoint", False):
             raise AttributeError(
                 f"{self._cls.__qualname__} has no endpoint {name!r} "
@@ -279,8 +350,7 @@ class ProcMesh(_Mesh):
         actor its program exposed, with cls = baton.cpp("Name") (positional arguments)."""
         if isinstance(cls, cpp):
             return self.spawn_async(name, cls, *args, **kwargs).get()
-        if not (isinstance(cls, type) and issubclass(cls, Actor)):
-            raise UsageError(f"spawn: {cls!r} is not a subclass of baton.Actor")
+        _check_spawn(name, cls)
         return ActorMesh(self._core.spawn(name, dumps((cls, args, kwargs))), cls)
 
     def spawn_async(self, name, cls, *args, **kwargs):
@@ -288,12 +358,12 @@ class ProcMesh(_Mesh):
         if isinstance(cls, cpp):
             import _baton
 
+            _check_spawn(name, None)
             if kwargs:
                 raise UsageError("a C++ actor's constructor takes positional arguments only")
             core = _baton.spawn_exposed(self._core, name, cls.name, list(args))
             return Future(core, lambda mesh: CppActorMesh(mesh, cls))
-        if not (isinstance(cls, type) and issubclass(cls, Actor)):
-            raise UsageError(f"spawn: {cls!r} is not a subclass of baton.Actor")
+        _check_spawn(name, cls)
         core = self._core.spawn_async(name, dumps((cls, args, kwargs)))
         return Future(core, lambda mesh: ActorMesh(mesh, cls))
 
@@ -336,16 +406,49 @@ class HostMesh:
 
         import _baton
 
+        if per_host is not None and not isinstance(per_host, dict):
+            raise UsageError(f"spawn_procs: give the shape as a dict, e.g. {{'gpus': 4}}, "
+                             f"not {type(per_host).__name__}")
         shape = dict(per_host or {}, **dims)
         if not shape:
             raise UsageError("spawn_procs: give the procs' shape, e.g. {'gpus': 4}")
-        dims = [(k, int(v)) for k, v in shape.items()]
+        dims = []
+        for k, v in shape.items():
+            size = _integer(v)
+            if not isinstance(k, str) or size is None or size < 1:
+                raise UsageError(
+                    f"spawn_procs: each dimension is a name and a size of 1 or more, e.g. "
+                    f"{{'gpus': 4}}; not {k!r}: {v!r}"
+                )
+            dims.append((k, size))
         if self._core is not None:
             if program:
                 raise UsageError("spawn_procs: the hosts of a job run this program's interpreter")
             return Future(self._core.spawn_procs_async(dims), ProcMesh)
         program = [os.path.abspath(program[0]), *program[1:]] if program else []
         return Future(_baton.spawn_procs_async(dims, program), ProcMesh)
+
+
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+
+
+def _check_spawn(name, cls):
+    """A mesh's name and an actor class, checked here rather than in every proc."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise UsageError(
+            f"spawn: {name!r} is not a mesh name: use 1-128 characters of [A-Za-z0-9_.-]"
+        )
+    if cls is None:
+        return
+    if not (isinstance(cls, type) and issubclass(cls, Actor)):
+        raise UsageError(f"spawn: {cls!r} is not a subclass of baton.Actor")
+    hidden = [n for n in endpoints_of(cls) if hasattr(ActorMesh, n)]
+    if hidden:
+        raise UsageError(
+            f"spawn: {cls.__qualname__}'s endpoint(s) {', '.join(hidden)} have the name of the "
+            f"mesh's own {'method' if len(hidden) == 1 else 'methods'}, which would hide them: "
+            f"rename them"
+        )
 
 
 class cpp:

@@ -61,6 +61,17 @@ class Counter(baton.Actor):
     def say(self, text):
         print(text, flush=True)
 
+    @baton.endpoint
+    def read_line(self, path):
+        with open(path) as f:  # a FIFO: waits for the test to write
+            return f.readline().strip()
+
+    @baton.endpoint
+    def fail_on(self, rank):
+        if self.rank == rank:
+            raise ValueError(f"rank {rank} fails")
+        return self.rank
+
     def not_an_endpoint(self):
         return 1
 

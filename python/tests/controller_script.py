@@ -22,6 +22,9 @@ if __name__ == "__main__":
     counters.say.call("hello from a worker").get(timeout=30)
     print("pids", *pids, flush=True)
     print("ready", flush=True)
+    # Not flushed (standard output is a pipe): the runtime flushes it as it ends the program.
+    print("buffered at the end")
+    sys.stderr.write("waiting\n")
     if len(sys.argv) > 1 and sys.argv[1] == "refuse":
         procs.spawn("refusers", Refuses, "refused at construction")  # no hook: the program stops
     if len(sys.argv) > 1 and sys.argv[1] == "raise":

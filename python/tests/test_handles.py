@@ -29,7 +29,7 @@ def test_blocking_inside_a_plain_endpoint_is_refused_saying_what_to_do(procs):
     with pytest.raises(baton.ActorError) as info:
         caller.blocking.call_one(counters).get(timeout=30)
     assert "UsageError" in info.value.remote_type
-    assert "async endpoint" in info.value.remote_message
+    assert "make the endpoint `async def` and `await` the future" in info.value.remote_message
 
 
 def test_rdma_buffers_over_python_memory_read_and_written_by_an_actor(procs):

@@ -16,6 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def start(*args):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([HERE] + env.get("PYTHONPATH", "").split(os.pathsep))
+    env.pop("PYTHONUNBUFFERED", None)  # print() to a pipe stays in Python's buffer, as usual
     return subprocess.Popen(
         [sys.executable, os.path.join(HERE, "controller_script.py"), *args],
         stdout=subprocess.PIPE,
@@ -33,6 +34,14 @@ def read_pids(proc):
         if line.strip() == "ready":
             return pids
     raise AssertionError("the controller ended before it was ready: " + proc.stderr.read())
+
+
+def wait_for_waiting(proc):
+    """Until the controller says on its standard error that it waits for its signal."""
+    for line in proc.stderr:
+        if line.strip() == "waiting":
+            return
+    raise AssertionError("the controller ended before it waited")
 
 
 def alive(pid):
@@ -66,10 +75,12 @@ def test_ctrl_c_stops_the_job_cleanly():
     proc = start()
     pids = read_pids(proc)
     assert len(pids) == 2 and all(alive(p) for p in pids)
+    wait_for_waiting(proc)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGINT, err
     assert "Traceback" not in err
+    assert "buffered at the end" in out  # what print() had not written yet was not lost
     assert gone_within(pids, 10), f"workers {pids} outlived the controller"
     # The workers' print reached the controller's output, with the proc's prefix.
     assert "hello from a worker" in out + err
@@ -100,6 +111,7 @@ def test_a_constructor_that_raises_with_no_hook_stops_the_program_saying_what_to
     pids = read_pids(proc)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, err
+    assert "buffered at the end" in out  # what print() had not written yet was not lost
     assert "refusers" in err and "ValueError: refused at construction" in err
     assert "raise ValueError(why)" in err  # the constructor's traceback
     assert "__supervise__" in err and "baton.set_supervise" in err  # the hooks, in Python terms

@@ -2,6 +2,7 @@
 real worker processes."""
 
 import asyncio
+import os
 
 import pytest
 
@@ -75,10 +76,13 @@ def test_order_per_sender_holds_through_broadcasts(procs):
 
 def test_an_unknown_endpoint_says_which_there_are(procs):
     counters = procs.spawn("unknown", Counter, 0)
-    with pytest.raises(AttributeError, match="no endpoint 'not_an_endpoint'"):
+    with pytest.raises(AttributeError, match="not_an_endpoint is not an endpoint: mark it with "
+                       "@baton.endpoint"):
         counters.not_an_endpoint
-    with pytest.raises(AttributeError, match="incr"):
+    with pytest.raises(AttributeError, match="no endpoint 'nope' .*incr"):
         counters.nope
+    with pytest.raises(baton.UsageError, match=r"use mesh.incr.call\(...\)"):
+        counters.incr()
 
 
 def test_async_endpoints_and_asyncio_at_the_controller(procs):
@@ -137,3 +141,75 @@ def test_each_message_starts_in_a_fresh_context_as_its_own_thread_would(procs):
     for i in range(25):
         assert a.swap.call(("a", i)).get(timeout=30).values() == [None] * 4
         assert b.swap.call(("b", i)).get(timeout=30).values() == [None] * 4
+
+
+def test_a_stream_goes_on_after_a_timeout_and_after_a_members_failure(procs, tmp_path):
+    counters = procs.spawn("streams", Counter, 0)
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+    s = counters.slice(gpus=1).read_line.stream(str(gate), timeout=0.05)
+    with pytest.raises(baton.TimeoutError, match="still usable"):
+        next(s)  # the actor waits for the line below
+    fd = os.open(gate, os.O_RDWR)  # never blocks, and keeps the FIFO open until read
+    try:
+        os.write(fd, b"through\n")
+        point, value = s.next(timeout=30)
+    finally:
+        os.close(fd)
+    assert value == "through" and dict(point) == {}  # the slice's one member
+    with pytest.raises(StopIteration):
+        next(s)
+    got, failed = [], []
+    s = counters.fail_on.stream(2, timeout=30)
+    while True:
+        try:
+            got.append(next(s)[1])
+        except baton.ActorError as e:
+            failed.append(e)
+        except StopIteration:
+            break
+    assert sorted(got) == [0, 1, 3]
+    assert len(failed) == 1 and "rank 2 fails" in str(failed[0])
+
+
+class HidesStop(baton.Actor):
+    @baton.endpoint
+    def stop(self):
+        return "never reachable through a mesh"
+
+
+def test_negative_indices_count_from_the_end_as_in_python(procs):
+    counters = procs.spawn("negative", Counter, 0)
+    assert counters.slice(gpus=-1).fail_on.call_one(-9).get(timeout=30) == 3
+    assert counters.slice(gpus=slice(-3, -1)).fail_on.call(-9).get(timeout=30).values() == [1, 2]
+    with pytest.raises(baton.UsageError, match="index -5 out of bounds for 'gpus' .size 4."):
+        counters.slice(gpus=-5)
+    with pytest.raises(baton.UsageError, match="takes an int or a slice, not bool"):
+        counters.slice(gpus=True)
+
+
+def test_wrong_arguments_are_usage_errors_that_say_what_to_do(procs):
+    with pytest.raises(baton.UsageError, match="'a/b' is not a mesh name: use 1-128 characters"):
+        procs.spawn("a/b", Counter, 0)
+    with pytest.raises(baton.UsageError, match="3 is not a mesh name"):
+        procs.spawn(3, Counter)
+    with pytest.raises(baton.UsageError, match="endpoint.s. stop have the name of the mesh's own "
+                       "method, which would hide them: rename them"):
+        procs.spawn("hides", HidesStop)
+    for shape in ({"gpus": -1}, {"gpus": 2.5}, {"gpus": True}, {4: 2}):
+        with pytest.raises(baton.UsageError, match="each dimension is a name and a size of 1"):
+            baton.this_host().spawn_procs(shape)
+    with pytest.raises(baton.UsageError, match="give the shape as a dict"):
+        baton.this_host().spawn_procs(["gpus", 2])
+    counters = procs.spawn("wrong-args", Counter, 0)
+    with pytest.raises(baton.UsageError, match="timeout is a number of seconds, not str"):
+        counters.value.call().get(timeout="1")
+
+
+def test_an_actor_error_has_the_members_point(procs):
+    counters = procs.spawn("failing-point", Counter, 0)
+    with pytest.raises(baton.ActorError) as info:
+        counters.fail_on.call(2).get(timeout=30)
+    point = info.value.point
+    assert point.rank == 2 and dict(point) == {"gpus": 2}
+    assert "rank 2 fails" in info.value.remote_message and info.value.endpoint == "fail_on"

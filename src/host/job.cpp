@@ -184,6 +184,7 @@ void Runtime::stop_on_signal(int sig) {
   detail::log_warn("{}: stopping the job (send it again to kill it at once)", signal_name(sig));
   state_->stop_groups();
   state_->output->flush();
+  if (state_->before_exit) state_->before_exit();
   state_->remove_job_dir();
   std::fflush(stdout);
   std::fflush(stderr);

@@ -152,8 +152,8 @@ void LocalProcGroup::run(std::chrono::milliseconds grace) {
     for (std::size_t i = 0; i < acks.size(); ++i) {
       if (!acks[i].state()->wait_until(deadline)) {
         detail::log_warn(
-            "proc {} did not finish stopping its actors within {} ms (an on_stop hook still "
-            "running?); it gets SIGTERM now",
+            "proc {} did not finish stopping its actors within {} ms (an endpoint or on_stop "
+            "still running, or waiting for something that never comes?); it gets SIGTERM now",
             children[i].name.name, grace.count());
       }
     }

@@ -144,6 +144,7 @@ void Runtime::unhandled(const MeshFailure& event) {
   state_->output->flush();
   detail::log_error("a failure that nothing handled stops this program:\n  {}\n  ({})",
                     event.to_string(), state_->unhandled_hint);
+  if (state_->before_exit) state_->before_exit();
   state_->remove_job_dir();
   std::fflush(stdout);
   std::fflush(stderr);

@@ -377,6 +377,10 @@ struct Runtime::State {
   std::string unhandled_hint =
       "an owner may handle failures in Actor::supervise, the controller in "
       "RuntimeOptions::supervise";
+  /// Runs just before this program ends at once (a failure nothing handled, a signal that stops
+  /// the job): what it must not lose, such as an interpreter's buffered output. Set before any
+  /// failure can come; bounded in time by whoever sets it.
+  std::function<void()> before_exit;
   std::unique_ptr<internal::ChildWatcher> watcher;
   std::unique_ptr<internal::Spawner> spawner;
   std::unique_ptr<internal::StopWorker> stops;  // where proc groups stop

@@ -26,7 +26,7 @@ class PyFuture {
   /// Waits up to `seconds` (for ever: None) with the GIL released; whether it is ready.
   bool wait(std::optional<double> seconds) {
     // F-2: not on an actor's thread (a plain endpoint); an async endpoint awaits instead.
-    if (!ready()) detail::check_may_block("Future.get() (await it in an async endpoint)");
+    if (!ready()) detail::check_may_block("Future.get()");
     py::gil_scoped_release unlocked;
     if (!seconds) {
       state().wait();

@@ -7,9 +7,12 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <thread>
 
 #include "host/runtime_impl.hpp"
 #include "python/bindings.hpp"
@@ -97,6 +100,29 @@ std::vector<char*> c_args(const std::vector<std::string>& argv) {
   return args;
 }
 
+/// Flushes Python's sys.stdout and sys.stderr (what print() wrote to a pipe or a file) before the
+/// program ends at once. Another thread takes the GIL for it; if that cannot be had within two
+/// seconds (the GIL held by code that never lets go), the program ends without it.
+void flush_python_output() {
+  auto flushed = std::make_shared<std::promise<void>>();
+  std::thread([flushed] {
+    if (Py_IsInitialized() != 0) {
+      const py::gil_scoped_acquire gil;
+      try {
+        const py::module_ sys = py::module_::import("sys");
+        for (const char* name : {"stdout", "stderr"}) {
+          const py::object stream = sys.attr(name);
+          if (!stream.is_none()) stream.attr("flush")();
+        }
+      } catch (const py::error_already_set&) {
+        // a stream already closed: nothing to flush
+      }
+    }
+    flushed->set_value();
+  }).detach();
+  flushed->get_future().wait_for(std::chrono::seconds(2));
+}
+
 /// The controller's runtime, owned by the Python module until close().
 class PyRuntime {
  public:
@@ -107,6 +133,7 @@ class PyRuntime {
     internal::RuntimeAccess::state(*rt_).unhandled_hint =
         "an actor may handle failures in its __supervise__, the controller with "
         "baton.set_supervise(hook)";
+    internal::RuntimeAccess::state(*rt_).before_exit = flush_python_output;
   }
   void close() {
     py::gil_scoped_release unlocked;
