@@ -7,7 +7,7 @@ import types
 
 from ._errors import encode_exception
 from ._point import Point
-from ._pickle import dumps, loads, wrap_bytes
+from ._pickle import dumps, dumps_result, loads
 
 _loop = None
 _loop_lock = threading.Lock()
@@ -43,7 +43,7 @@ def invoke(instance, method, data, buffers):
         result = _endpoint(instance, method)(*args, **kwargs)
         if isinstance(result, types.CoroutineType):
             return (PENDING, result)
-        return (VALUE, dumps(wrap_bytes(result)))
+        return (VALUE, dumps_result(method, result))
     except BaseException as e:  # noqa: B902: everything an endpoint raises goes to its caller
         return (ERROR, encode_exception(e))
 
@@ -102,11 +102,12 @@ async def _as_actor(coroutine, acting):
 def schedule(coroutine, acting, done):
     """Runs `coroutine` on this process's event loop, acting as its actor; then
     done(VALUE, (data, buffers)) or done(ERROR, text), on the loop's thread."""
+    name = getattr(coroutine, "__name__", "the endpoint")
     coroutine = _as_actor(coroutine, acting)
 
     def finished(future):
         try:
-            reply = (VALUE, dumps(wrap_bytes(future.result())))
+            reply = (VALUE, dumps_result(name, future.result()))
         except BaseException as e:  # noqa: B902
             reply = (ERROR, encode_exception(e))
         done(*reply)

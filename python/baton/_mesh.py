@@ -370,6 +370,12 @@ class ProcMesh(_Mesh):
     def slice(self, **dims):
         return ProcMesh(self._sliced(dims))
 
+    def __reduce__(self):
+        raise TypeError(
+            "a ProcMesh stays with whoever spawned it and cannot be sent: pass an actor mesh "
+            "instead, or let the actor spawn procs of its own (await spawn_procs_async(...))"
+        )
+
 
 class HostMesh:
     """Hosts on which procs start. this_host() is the one this program runs on; attach() gives

@@ -101,9 +101,24 @@ def dumps(obj):
 def dumps_call(args, kwargs):
     if not kwargs and all(type(a) in _PLAIN for a in args):  # most calls: no Pickler to make
         return pickle.dumps((args, {}), protocol=5), []
-    return dumps(
-        (tuple(wrap_bytes(a) for a in args), {k: wrap_bytes(v) for k, v in kwargs.items()})
-    )
+    try:
+        return dumps(
+            (tuple(wrap_bytes(a) for a in args), {k: wrap_bytes(v) for k, v in kwargs.items()})
+        )
+    except (pickle.PicklingError, TypeError, AttributeError) as e:
+        raise TypeError(f"the call's arguments cannot be sent (pickled): {e}") from None
+
+
+def dumps_result(endpoint, value):
+    """dumps(value), the result of `endpoint`; one that cannot be pickled is a TypeError that
+    says so (the endpoint itself did not raise)."""
+    try:
+        return dumps(wrap_bytes(value))
+    except (pickle.PicklingError, TypeError, AttributeError) as e:
+        raise TypeError(
+            f"{endpoint} returned a {type(value).__name__}, which cannot be sent to its caller "
+            f"(pickled): {e}"
+        ) from None
 
 
 def loads(data, buffers):

@@ -72,6 +72,18 @@ class Counter(baton.Actor):
             raise ValueError(f"rank {rank} fails")
         return self.rank
 
+    @baton.endpoint
+    def unsendable(self):
+        import threading
+
+        return threading.Lock()
+
+    @baton.endpoint
+    async def unsendable_later(self):
+        import threading
+
+        return threading.Lock()
+
     def not_an_endpoint(self):
         return 1
 

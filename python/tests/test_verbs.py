@@ -213,3 +213,28 @@ def test_an_actor_error_has_the_members_point(procs):
     point = info.value.point
     assert point.rank == 2 and dict(point) == {"gpus": 2}
     assert "rank 2 fails" in info.value.remote_message and info.value.endpoint == "fail_on"
+
+
+def test_what_cannot_be_pickled_is_a_type_error_saying_what_it_was(procs):
+    import pickle
+    import threading
+
+    counters = procs.spawn("unsendable", Counter, 0)
+    for endpoint in ("unsendable", "unsendable_later"):
+        with pytest.raises(baton.ActorError) as info:
+            getattr(counters.slice(gpus=0), endpoint).call_one().get(timeout=30)
+        assert info.value.remote_type == "TypeError"
+        assert f"{endpoint} returned a lock, which cannot be sent to its caller" in str(info.value)
+    with pytest.raises(TypeError, match="the call's arguments cannot be sent .pickled."):
+        counters.echo.call(threading.Lock())
+    with pytest.raises(TypeError, match="a ProcMesh stays with whoever spawned it"):
+        pickle.dumps(procs)
+
+
+def test_stopping_actors_whose_procs_were_stopped_has_nothing_left_to_do():
+    procs = baton.this_host().spawn_procs({"gpus": 1})
+    counters = procs.spawn("stopped-with-procs", Counter, 0)
+    procs.stop().get(timeout=60)
+    counters.stop().get(timeout=30)
+    with pytest.raises(baton.UsageError, match="its procs were stopped; spawn new procs"):
+        counters.value.call()

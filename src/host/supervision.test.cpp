@@ -716,6 +716,7 @@ TEST(Supervision, StopDrainsRunsOnStopAndLeaksNothing) {
     } catch (const UsageError& e) {
       EXPECT_THAT(e.what(), HasSubstr("its procs were stopped"));
     }
+    stoppers.stop().get(kBound);  // stopped with its procs: nothing left to do
     EXPECT_THROW((void)procs.spawn<Stopper>("again", port, false), UsageError);
   };
   cycle();  // warm-up: the first spawn starts threads that live as long as the runtime

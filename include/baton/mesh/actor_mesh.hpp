@@ -358,8 +358,12 @@ class ActorMesh {
   }
 
   /// Stops the members of this view after the messages already sent to them; calls to them
-  /// fail at once afterwards with a UsageError.
+  /// fail at once afterwards with a UsageError. Members whose procs were stopped are stopped
+  /// already: nothing to do.
   Future<void> stop() const {
+    if (base().procs_stopped && base().procs_stopped->load(std::memory_order_acquire)) {
+      return make_ready_future();
+    }
     std::vector<Future<int>> parts;
     for (std::size_t r = 0; r < size(); ++r) {
       const std::size_t loc = shape_.location(r);
