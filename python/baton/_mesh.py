@@ -1,6 +1,8 @@
 """Hosts, procs and actors as meshes, with the verbs of the C++ API: call, call_one, choose,
 broadcast, stream; slicing by keyword; futures with get(timeout=...) that asyncio can await."""
 
+import contextlib
+import numbers
 import operator
 import os
 import re
@@ -67,6 +69,30 @@ def _decode_mesh(t):
     return ValueMesh(labels, sizes, [(_point(p), _decode(v)) for p, v in items])
 
 
+def _seconds(timeout):
+    """A timeout in seconds (None: no limit), checked."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise UsageError(f"timeout is a number of seconds, not {type(timeout).__name__}")
+    return float(timeout)
+
+
+@contextlib.contextmanager
+def _python_advice():
+    """The runtime's refusal to block inside an actor, with the advice a Python actor needs."""
+    try:
+        yield
+    except UsageError as e:
+        said = str(e)
+        if ": co_await" not in said:
+            raise
+        raise UsageError(
+            said.partition(": co_await")[0]
+            + ": make the endpoint `async def` and `await` the future there"
+        ) from None
+
+
 class Future:
     """The result of a call to come. get(timeout=None) blocks (the GIL released) and raises
     the call's failure; `await future` waits without blocking the event loop (the runtime
@@ -81,18 +107,9 @@ class Future:
         return self._core.ready()
 
     def get(self, timeout=None):
-        if timeout is not None and _integer(timeout) is None and not isinstance(timeout, float):
-            raise UsageError(f"get: timeout is a number of seconds, not {type(timeout).__name__}")
-        try:
+        timeout = _seconds(timeout)
+        with _python_advice():
             ready = self._core.wait(timeout)  # refused inside an actor unless already done
-        except UsageError as e:
-            said = str(e)
-            if ": co_await" not in said:
-                raise
-            raise UsageError(
-                said.partition(": co_await")[0]
-                + ": make the endpoint `async def` and `await` the future there"
-            ) from None
         if not ready:
             raise TimeoutError(f"no result within {timeout} s; the call may still complete")
         return self._value()
@@ -182,17 +199,22 @@ def _selects(labels, sizes, kwargs):
             if _integer(i) is None:
                 raise UsageError(f"slice {dim}= takes ints for its {what}, not {type(i).__name__}")
             i = _integer(i)
-            if i < 0:
-                if i + n < 0:
-                    raise UsageError(f"index {i} out of bounds for {dim!r} (size {n})")
-                return i + n
-            return i
+            if not -n <= i < n:
+                raise UsageError(f"index {i} out of bounds for {dim!r} (size {n})")
+            return i + n if i < 0 else i
 
         if isinstance(sel, slice):
             if sel.step not in (None, 1):
                 raise UsageError("slices of a mesh take no step")
-            begin = 0 if sel.start is None else index(sel.start, "start")
-            end = n if sel.stop is None else index(sel.stop, "stop")
+            for bound, what in ((sel.start, "start"), (sel.stop, "stop")):
+                if bound is not None and _integer(bound) is None:
+                    raise UsageError(
+                        f"slice {dim}= takes ints for its {what}, not {type(bound).__name__}"
+                    )
+            begin, end, _ = slice(_integer(sel.start) if sel.start is not None else None,
+                                  _integer(sel.stop) if sel.stop is not None else None).indices(n)
+            if begin >= end:
+                raise UsageError(f"slice {dim}={sel.start}:{sel.stop} selects none of its {n}")
             out.append((dim, begin, end, False))
         elif _integer(sel) is not None:
             i = index(sel, "index")
@@ -252,6 +274,9 @@ class Endpoint:
         return Stream(core, timeout, self._name)
 
 
+_STREAM_TIMEOUT = object()  # next()'s default: the stream's own timeout
+
+
 class Stream:
     """Replies of stream(), one per member, as they arrive: (point, value)."""
 
@@ -266,11 +291,13 @@ class Stream:
     def __next__(self):
         return self.next()
 
-    def next(self, timeout=None):
-        """The next reply, waiting at most `timeout` seconds (default: the stream's timeout);
-        StopIteration once every member answered."""
+    def next(self, timeout=_STREAM_TIMEOUT):
+        """The next reply, waiting at most `timeout` seconds (None: as long as it takes; by
+        default the stream's timeout); StopIteration once every member answered."""
+        timeout = _seconds(self._timeout if timeout is _STREAM_TIMEOUT else timeout)
         try:
-            item = self._core.next(self._timeout if timeout is None else timeout)
+            with _python_advice():
+                item = self._core.next(timeout)
         except ActorError as e:
             raise e.in_endpoint(self._endpoint) from None
         if item is None:
@@ -370,6 +397,12 @@ class ProcMesh(_Mesh):
     def slice(self, **dims):
         return ProcMesh(self._sliced(dims))
 
+    def __copy__(self):
+        return self  # a handle: copies would name the same procs
+
+    def __deepcopy__(self, memo):
+        return self
+
     def __reduce__(self):
         raise TypeError(
             "a ProcMesh stays with whoever spawned it and cannot be sent: pass an actor mesh "
@@ -448,7 +481,14 @@ def _check_spawn(name, cls):
         return
     if not (isinstance(cls, type) and issubclass(cls, Actor)):
         raise UsageError(f"spawn: {cls!r} is not a subclass of baton.Actor")
-    hidden = [n for n in endpoints_of(cls) if hasattr(ActorMesh, n)]
+    private = [n for n in endpoints_of(cls) if n.startswith("_")]
+    if private:
+        raise UsageError(
+            f"spawn: {cls.__qualname__}'s endpoint(s) {', '.join(private)} start with '_', which a "
+            f"mesh never looks up: rename them"
+        )
+    own = {n for k in ActorMesh.__mro__ for n in vars(k)}
+    hidden = [n for n in endpoints_of(cls) if n in own]
     if hidden:
         raise UsageError(
             f"spawn: {cls.__qualname__}'s endpoint(s) {', '.join(hidden)} have the name of the "

@@ -263,13 +263,13 @@ def test_a_partition_slurm_does_not_have_is_a_job_error_in_slurms_words(slurm):
 
 
 def test_ctrl_c_at_a_controller_with_a_slurm_job_leaves_no_job_and_no_worker(slurm):
-    from test_process import gone_within, read_pids, start
+    from test_process import finish, gone_within, read_pids, start
 
     proc = start("slurm", str(free_port()))
     pids = read_pids(proc)
     assert len(pids) == 2 and queue(), "the job runs, with its two workers"
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    out, err = finish(proc, 60)
     assert proc.returncode == 128 + signal.SIGINT, err
     assert "Traceback" not in err, err
     assert gone_within(pids, 30), "a worker outlived its interrupted controller"

@@ -6,6 +6,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -27,8 +28,10 @@ def start(*args):
 
 
 def read_pids(proc):
+    proc.seen_out = ""
     pids = None
     for line in proc.stdout:
+        proc.seen_out += line
         if line.startswith("pids "):
             pids = [int(p) for p in line.split()[1:]]
         if line.strip() == "ready":
@@ -38,10 +41,31 @@ def read_pids(proc):
 
 def wait_for_waiting(proc):
     """Until the controller says on its standard error that it waits for its signal."""
+    proc.seen_err = ""
     for line in proc.stderr:
+        proc.seen_err += line
         if line.strip() == "waiting":
             return
     raise AssertionError("the controller ended before it waited")
+
+
+def finish(proc, timeout):
+    """(out, err): all the controller wrote, once it ended, read through the same file objects
+    as read_pids (communicate() would miss what their buffers already hold)."""
+    got = {}
+
+    def drain(name, f):
+        got[name] = f.read()
+
+    readers = [threading.Thread(target=drain, args=(n, f), daemon=True)
+               for n, f in (("out", proc.stdout), ("err", proc.stderr))]
+    for r in readers:
+        r.start()
+    proc.wait(timeout=timeout)
+    for r in readers:
+        r.join(timeout)
+    assert not any(r.is_alive() for r in readers), "the controller's output never ended"
+    return (getattr(proc, "seen_out", "") + got["out"], getattr(proc, "seen_err", "") + got["err"])
 
 
 def alive(pid):
@@ -77,7 +101,7 @@ def test_ctrl_c_stops_the_job_cleanly():
     assert len(pids) == 2 and all(alive(p) for p in pids)
     wait_for_waiting(proc)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    out, err = finish(proc, 60)
     assert proc.returncode == 128 + signal.SIGINT, err
     assert "Traceback" not in err
     assert "buffered at the end" in out  # what print() had not written yet was not lost
@@ -91,14 +115,14 @@ def test_sigkill_of_the_controller_leaves_no_worker():
     proc = start()
     pids = read_pids(proc)
     proc.kill()
-    proc.communicate(timeout=30)
+    finish(proc, 30)
     assert gone_within(pids, 30), f"workers {pids} outlived a SIGKILLed controller"
 
 
 def test_an_uncaught_actor_error_names_the_actor_and_shows_its_traceback():
     proc = start("raise")
     pids = read_pids(proc)
-    out, err = proc.communicate(timeout=60)
+    out, err = finish(proc, 60)
     assert proc.returncode != 0
     assert "ActorError" in err and "uncaught in the controller" in err
     assert "raise ValueError(text)" in err  # the remote traceback
@@ -109,7 +133,7 @@ def test_an_uncaught_actor_error_names_the_actor_and_shows_its_traceback():
 def test_a_constructor_that_raises_with_no_hook_stops_the_program_saying_what_to_do():
     proc = start("refuse")
     pids = read_pids(proc)
-    out, err = proc.communicate(timeout=60)
+    out, err = finish(proc, 60)
     assert proc.returncode == 1, err
     assert "buffered at the end" in out  # what print() had not written yet was not lost
     assert "refusers" in err and "ValueError: refused at construction" in err

@@ -172,6 +172,18 @@ def test_a_stream_goes_on_after_a_timeout_and_after_a_members_failure(procs, tmp
     assert len(failed) == 1 and "rank 2 fails" in str(failed[0])
 
 
+class Private(baton.Actor):
+    @baton.endpoint
+    def _hidden(self):
+        return 0
+
+
+class NamedMro(baton.Actor):
+    @baton.endpoint
+    def mro(self):
+        return "mro"
+
+
 class HidesStop(baton.Actor):
     @baton.endpoint
     def stop(self):
@@ -186,6 +198,12 @@ def test_negative_indices_count_from_the_end_as_in_python(procs):
         counters.slice(gpus=-5)
     with pytest.raises(baton.UsageError, match="takes an int or a slice, not bool"):
         counters.slice(gpus=True)
+    with pytest.raises(baton.UsageError, match="index 4 out of bounds for 'gpus' .size 4."):
+        counters.slice(gpus=4)
+    # Slices are clamped to the mesh, as Python's sequences clamp them; an empty one is refused.
+    assert counters.slice(gpus=slice(2, 10)).fail_on.call(-9).get(timeout=30).values() == [2, 3]
+    with pytest.raises(baton.UsageError, match="slice gpus=3:1 selects none of its 4"):
+        counters.slice(gpus=slice(3, 1))
 
 
 def test_wrong_arguments_are_usage_errors_that_say_what_to_do(procs):
@@ -196,6 +214,9 @@ def test_wrong_arguments_are_usage_errors_that_say_what_to_do(procs):
     with pytest.raises(baton.UsageError, match="endpoint.s. stop have the name of the mesh's own "
                        "method, which would hide them: rename them"):
         procs.spawn("hides", HidesStop)
+    with pytest.raises(baton.UsageError, match="endpoint.s. _hidden start with '_'"):
+        procs.spawn("private", Private)
+    assert procs.spawn("mro", NamedMro).mro.call().get(timeout=30).values() == ["mro"] * 4
     for shape in ({"gpus": -1}, {"gpus": 2.5}, {"gpus": True}, {4: 2}):
         with pytest.raises(baton.UsageError, match="each dimension is a name and a size of 1"):
             baton.this_host().spawn_procs(shape)

@@ -100,23 +100,42 @@ std::vector<char*> c_args(const std::vector<std::string>& argv) {
   return args;
 }
 
-/// Flushes Python's sys.stdout and sys.stderr (what print() wrote to a pipe or a file) before the
-/// program ends at once. Another thread takes the GIL for it; if that cannot be had within two
-/// seconds (the GIL held by code that never lets go), the program ends without it.
+/// Flushes Python's sys.stdout and sys.stderr (what print() wrote to a pipe or a file), GIL
+/// held.
+void flush_streams() {
+  try {
+    const py::module_ sys = py::module_::import("sys");
+    for (const char* name : {"stdout", "stderr"}) {
+      const py::object stream = sys.attr(name);
+      if (!stream.is_none()) stream.attr("flush")();
+    }
+  } catch (...) {
+    // a stream already closed, or the interpreter going: nothing to flush
+  }
+}
+
+bool interpreter_going() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsInitialized() == 0 || Py_IsFinalizing() != 0;
+#else
+  return Py_IsInitialized() == 0 || _Py_IsFinalizing() != 0;
+#endif
+}
+
+/// Before the program ends at once: Python's buffered output flushed. Another thread takes the
+/// GIL for it (unless this one holds it); if that cannot be had within two seconds (the GIL held
+/// by code that never lets go), the program ends without it.
 void flush_python_output() {
+  if (interpreter_going()) return;
+  if (PyGILState_Check() != 0) {
+    flush_streams();
+    return;
+  }
   auto flushed = std::make_shared<std::promise<void>>();
   std::thread([flushed] {
-    if (Py_IsInitialized() != 0) {
+    if (!interpreter_going()) {
       const py::gil_scoped_acquire gil;
-      try {
-        const py::module_ sys = py::module_::import("sys");
-        for (const char* name : {"stdout", "stderr"}) {
-          const py::object stream = sys.attr(name);
-          if (!stream.is_none()) stream.attr("flush")();
-        }
-      } catch (const py::error_already_set&) {
-        // a stream already closed: nothing to flush
-      }
+      flush_streams();
     }
     flushed->set_value();
   }).detach();

@@ -358,12 +358,14 @@ class ActorMesh {
   }
 
   /// Stops the members of this view after the messages already sent to them; calls to them
-  /// fail at once afterwards with a UsageError. Members whose procs were stopped are stopped
-  /// already: nothing to do.
+  /// fail at once afterwards with a UsageError. Members whose procs are being stopped go with
+  /// them: a proc already gone counts as its members stopped.
   Future<void> stop() const {
-    if (base().procs_stopped && base().procs_stopped->load(std::memory_order_acquire)) {
-      return make_ready_future();
-    }
+    const bool procs_going =
+        base().procs_stopped && base().procs_stopped->load(std::memory_order_acquire);
+    auto to_agent = [procs_going](Future<int> call) {
+      return procs_going ? gone_is_stopped(call) : std::move(call);
+    };
     std::vector<Future<int>> parts;
     for (std::size_t r = 0; r < size(); ++r) {
       const std::size_t loc = shape_.location(r);
@@ -371,16 +373,18 @@ class ActorMesh {
       base().life->stop(loc);
       const ActorId& id = base().refs[loc].id();
       ActorId agent{id.proc, "agent", 0};
-      parts.push_back(detail::make_ref<detail::ProcAgent>(agent, detail::resolve_actor(agent))
-                          .call(&detail::ProcAgent::stop_actor, id));
+      parts.push_back(
+          to_agent(detail::make_ref<detail::ProcAgent>(agent, detail::resolve_actor(agent))
+                       .call(&detail::ProcAgent::stop_actor, id)));
     }
     if (!parts.empty() && base().life->all_stopped()) {
       // The last members went: every proc of the mesh drops its node of the tree. (A node
       // whose own member stopped still forwards to live members behind it until then.)
       for (const auto& ref : base().refs) {
         ActorId agent{ref.id().proc, "agent", 0};
-        parts.push_back(detail::make_ref<detail::ProcAgent>(agent, detail::resolve_actor(agent))
-                            .call(&detail::ProcAgent::forget, base().key));
+        parts.push_back(
+            to_agent(detail::make_ref<detail::ProcAgent>(agent, detail::resolve_actor(agent))
+                         .call(&detail::ProcAgent::forget, base().key)));
       }
     }
     return when_all(std::move(parts));
@@ -429,6 +433,24 @@ class ActorMesh {
     return *base_;
   }
 
+  /// A call to the agent of a proc that is being stopped: that agent gone before it came
+  /// (undeliverable) means the proc's actors are gone too, which is what was asked.
+  static Future<int> gone_is_stopped(const Future<int>& call) {
+    auto done = std::make_shared<Promise<int>>();
+    Future<int> out = done->get_future();
+    const auto& in = call.state();  // the callback keeps a copy
+    in->on_ready([in, done] {
+      try {
+        if (const std::exception_ptr e = in->error()) std::rethrow_exception(e);
+        done->set_value(0);
+      } catch (const UndeliverableError&) {
+        done->set_value(0);
+      } catch (...) {
+        done->set_exception(std::current_exception());
+      }
+    });
+    return out;
+  }
   static Future<void> when_all(std::vector<Future<int>> parts) {
     if (parts.empty()) return make_ready_future();
     const Shape shape = Shape::of({{"n", parts.size()}});
