@@ -1,7 +1,6 @@
 """Hosts, procs and actors as meshes, with the verbs of the C++ API: call, call_one, choose,
 broadcast, stream; slicing by keyword; futures with get(timeout=...) that asyncio can await."""
 
-import contextlib
 import numbers
 import operator
 import os
@@ -78,19 +77,16 @@ def _seconds(timeout):
     return float(timeout)
 
 
-@contextlib.contextmanager
-def _python_advice():
-    """The runtime's refusal to block inside an actor, with the advice a Python actor needs."""
-    try:
-        yield
-    except UsageError as e:
-        said = str(e)
-        if ": co_await" not in said:
-            raise
-        raise UsageError(
-            said.partition(": co_await")[0]
-            + ": make the endpoint `async def` and `await` the future there"
-        ) from None
+def _python_advice(e):
+    """The runtime's refusal to block inside an actor (UsageError `e`), with the advice a Python
+    actor needs; any other error as it is."""
+    said = str(e)
+    if ": co_await" not in said:
+        return e
+    return UsageError(
+        said.partition(": co_await")[0]
+        + ": make the endpoint `async def` and `await` the future there"
+    )
 
 
 class Future:
@@ -107,9 +103,12 @@ class Future:
         return self._core.ready()
 
     def get(self, timeout=None):
-        timeout = _seconds(timeout)
-        with _python_advice():
+        if timeout is not None:
+            timeout = _seconds(timeout)
+        try:
             ready = self._core.wait(timeout)  # refused inside an actor unless already done
+        except UsageError as e:
+            raise _python_advice(e) from None
         if not ready:
             raise TimeoutError(f"no result within {timeout} s; the call may still complete")
         return self._value()
@@ -296,8 +295,9 @@ class Stream:
         default the stream's timeout); StopIteration once every member answered."""
         timeout = _seconds(self._timeout if timeout is _STREAM_TIMEOUT else timeout)
         try:
-            with _python_advice():
-                item = self._core.next(timeout)
+            item = self._core.next(timeout)
+        except UsageError as e:
+            raise _python_advice(e) from None
         except ActorError as e:
             raise e.in_endpoint(self._endpoint) from None
         if item is None:
