@@ -184,6 +184,14 @@ def _integer(v):
         return None
 
 
+def _bound(v, dim, what):
+    """A slice's start or stop, an integer."""
+    i = _integer(v)
+    if i is None:
+        raise UsageError(f"slice {dim}= takes ints for its {what}, not {type(v).__name__}")
+    return i
+
+
 def _selects(labels, sizes, kwargs):
     """(dim, begin, end, drop the dim) for each selection, indices counted from the end where
     negative, as Python's sequences count them."""
@@ -193,31 +201,21 @@ def _selects(labels, sizes, kwargs):
         if dim not in size_of:
             raise UsageError(f"no dimension {dim!r} in a mesh of {list(labels)}")
         n = size_of[dim]
-
-        def index(i, what):
-            if _integer(i) is None:
-                raise UsageError(f"slice {dim}= takes ints for its {what}, not {type(i).__name__}")
-            i = _integer(i)
-            if not -n <= i < n:
-                raise UsageError(f"index {i} out of bounds for {dim!r} (size {n})")
-            return i + n if i < 0 else i
-
+        i = _integer(sel)
         if isinstance(sel, slice):
             if sel.step not in (None, 1):
                 raise UsageError("slices of a mesh take no step")
-            for bound, what in ((sel.start, "start"), (sel.stop, "stop")):
-                if bound is not None and _integer(bound) is None:
-                    raise UsageError(
-                        f"slice {dim}= takes ints for its {what}, not {type(bound).__name__}"
-                    )
-            begin, end, _ = slice(_integer(sel.start) if sel.start is not None else None,
-                                  _integer(sel.stop) if sel.stop is not None else None).indices(n)
+            begin, end, _ = slice(
+                None if sel.start is None else _bound(sel.start, dim, "start"),
+                None if sel.stop is None else _bound(sel.stop, dim, "stop"),
+            ).indices(n)  # clamped to the mesh, as Python's sequences clamp slices
             if begin >= end:
                 raise UsageError(f"slice {dim}={sel.start}:{sel.stop} selects none of its {n}")
             out.append((dim, begin, end, False))
-        elif _integer(sel) is not None:
-            i = index(sel, "index")
-            out.append((dim, i, i + 1, True))
+        elif i is not None:
+            if not -n <= i < n:
+                raise UsageError(f"index {i} out of bounds for {dim!r} (size {n})")
+            out.append((dim, i % n, i % n + 1, True))
         else:
             raise UsageError(f"slice {dim}= takes an int or a slice, not {type(sel).__name__}")
     return out
@@ -481,14 +479,14 @@ def _check_spawn(name, cls):
         return
     if not (isinstance(cls, type) and issubclass(cls, Actor)):
         raise UsageError(f"spawn: {cls!r} is not a subclass of baton.Actor")
-    private = [n for n in endpoints_of(cls) if n.startswith("_")]
+    endpoints = endpoints_of(cls)
+    private = [n for n in endpoints if n.startswith("_")]
     if private:
         raise UsageError(
             f"spawn: {cls.__qualname__}'s endpoint(s) {', '.join(private)} start with '_', which a "
             f"mesh never looks up: rename them"
         )
-    own = {n for k in ActorMesh.__mro__ for n in vars(k)}
-    hidden = [n for n in endpoints_of(cls) if n in own]
+    hidden = [n for n in endpoints if any(n in vars(k) for k in ActorMesh.__mro__)]
     if hidden:
         raise UsageError(
             f"spawn: {cls.__qualname__}'s endpoint(s) {', '.join(hidden)} have the name of the "

@@ -31,9 +31,10 @@ constexpr std::chrono::seconds kAgentStart{120};
 constexpr std::size_t kKeptWords = 4096;  // of what an agent said before failing to start
 
 /// The next line from `fd` (buffered in `pending`), without its end; nullopt at the end of the
-/// stream or past `deadline`, which then sets `late`.
+/// stream or past `deadline` (none: no limit), which then sets `late`.
 std::optional<std::string> read_line(int fd, std::string& pending,
-                                     std::chrono::steady_clock::time_point deadline, bool& late) {
+                                     std::optional<std::chrono::steady_clock::time_point> deadline,
+                                     bool& late) {
   for (;;) {
     if (const auto nl = pending.find('\n'); nl != std::string::npos) {
       std::string line = pending.substr(0, nl);
@@ -41,14 +42,18 @@ std::optional<std::string> read_line(int fd, std::string& pending,
       while (!line.empty() && line.back() == '\r') line.pop_back();
       return line;
     }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      late = true;
-      return std::nullopt;
+    int wait_ms = -1;
+    if (deadline) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          *deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) {
+        late = true;
+        return std::nullopt;
+      }
+      wait_ms = static_cast<int>(left.count());  // at most kAgentStart
     }
     pollfd p{fd, POLLIN, 0};
-    const int ready = ::poll(&p, 1, static_cast<int>(left.count()));
+    const int ready = ::poll(&p, 1, wait_ms);
     if (ready < 0 && errno == EINTR) continue;
     if (ready == 0) continue;  // the deadline, seen above
     char buf[1024];
@@ -78,8 +83,7 @@ struct SshJob::Session {
   void forward(const std::string& host, std::string pending) {
     drain = std::thread([this, host, pending = std::move(pending)]() mutable {
       bool late = false;
-      const auto never = std::chrono::steady_clock::time_point::max();
-      while (auto line = read_line(out, pending, never, late)) {
+      while (auto line = read_line(out, pending, std::nullopt, late)) {
         std::fprintf(stderr, "[agent %s] %s\n", host.c_str(), line->c_str());
       }
     });
