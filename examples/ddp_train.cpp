@@ -10,9 +10,9 @@
 // proc, restores the weights from a surviving rank through an RdmaBuffer, rebuilds the group
 // and finishes the training; it prints what happened and how long the recovery took.
 //
-// Where libtorch has CUDA (or ROCm) and the machine has GPUs, each trainer's model, data and
-// gradients live on GPU rank % GPUs and the allreduce runs through NCCL (RCCL); otherwise on the
-// CPU through Gloo. --device cpu keeps them on the CPU.
+// Where libtorch has CUDA (or ROCm) and the machine has a GPU for each trainer, each trainer's
+// model, data and gradients live on GPU rank and the allreduce runs through NCCL (RCCL), which
+// takes one rank per GPU; otherwise on the CPU through Gloo. --device cpu keeps them there.
 //
 //   ddp_train [--trainers N] [--epochs E] [--batch B] [--min-accuracy A] [--kill-at STEP]
 //             [--data digits.csv.gz] [--device auto|cpu] [--plain 1]
@@ -130,9 +130,9 @@ class Trainer : public baton::Actor {
   /// Joins the group; returns the device this rank trains on.
   Task<std::string> join(collective::Group g) {
     co_await comm_.join(g, *this);
-    if (use_gpu_ && torch::cuda::is_available() && device_.is_cpu()) {
-      const auto gpus = static_cast<int>(torch::cuda::device_count());
-      device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(comm_.rank() % gpus));
+    const auto gpus = static_cast<int>(torch::cuda::device_count());
+    if (use_gpu_ && torch::cuda::is_available() && device_.is_cpu() && comm_.size() <= gpus) {
+      device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(comm_.rank()));
       model_->to(device_);  // the parameters keep their identity: the optimizer still has them
       x_ = x_.to(device_);
       y_ = y_.to(device_);

@@ -79,7 +79,17 @@ std::shared_ptr<StateBase> reply_over(std::shared_ptr<net::Link> link, ActorId f
             log_warn("reply to {} lost: link {} is closed", to.to_string(), link->describe());
           }
         } catch (const std::exception& e) {
+          // Too big for one message, say: the caller fails saying why, never waits for ever.
           log_warn("reply to {} lost: {}", to.to_string(), e.what());
+          Envelope failed;
+          failed.sender = from;
+          failed.dest = to;
+          failed.body = encode_failure(std::make_exception_ptr(
+              std::runtime_error(std::string("the reply could not be sent: ") + e.what())));
+          try {
+            (void)link->send(std::move(failed));
+          } catch (const std::exception&) {
+          }
         }
       });
 }
@@ -259,25 +269,28 @@ Body failure_reply(std::exception_ptr e) {
   return encode_failure(std::move(e));
 }
 
-void route_remote_port_or_local(const PortId& port, const Body& body, const ActorId& from) {
+std::optional<std::string> route_remote_port_or_local(const PortId& port, const Body& body,
+                                                      const ActorId& from) {
   if (PortSinkPtr sink = resolve_port(port)) {
     try {
       sink->deliver(body);
     } catch (const std::exception& e) {
       log_warn("port {} rejected a value from {}: {}", port.to_string(), from.to_string(),
                e.what());
+      return std::string(e.what());
     }
-    return;
+    return std::nullopt;
   }
+  std::string why = "its proc cannot be reached";
   try {
     Router* router = nullptr;
     if (auto node = node_here()) router = node->router();
-    if (router != nullptr && router->route_port(port, body, from)) return;
-    log_warn("value from {} for port {} lost: its proc cannot be reached", from.to_string(),
-             port.to_string());
+    if (router != nullptr && router->route_port(port, body, from)) return std::nullopt;
   } catch (const std::exception& e) {
-    log_warn("value from {} for port {} lost: {}", from.to_string(), port.to_string(), e.what());
+    why = e.what();
   }
+  log_warn("value from {} for port {} lost: {}", from.to_string(), port.to_string(), why);
+  return why;
 }
 
 bool reply_is_member_lost(const Body& reply) {

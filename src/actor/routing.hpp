@@ -44,8 +44,10 @@ void deliver_local_call(ProcState& local, const ActorId& target, std::uint64_t e
                         const std::shared_ptr<net::Link>& from = nullptr);
 /// A reply state that hands its outcome to `out` as a status-tagged body.
 std::shared_ptr<StateBase> make_status_reply(std::function<void(Body)> out);
-/// Sends a value to a port, local or in another process, as `from`; logs it if undeliverable.
-void route_remote_port_or_local(const PortId& port, const Body& body, const ActorId& from);
+/// Sends a value to a port, local or in another process, as `from`; logs it if undeliverable
+/// and returns why (nullopt once sent).
+std::optional<std::string> route_remote_port_or_local(const PortId& port, const Body& body,
+                                                      const ActorId& from);
 /// The proc that dials other processes from this one (the last to serve), or null.
 std::shared_ptr<ProcState> home_proc();
 /// The sender of a message sent now: the running actor, else `fallback`'s client.

@@ -1,4 +1,5 @@
 #include <fcntl.h>
+#include <ftw.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,6 +15,17 @@
 
 namespace baton {
 namespace internal {
+
+bool remove_tree(const std::string& path) {
+  constexpr int kOpenDirs = 16;
+  return ::nftw(
+             path.c_str(),
+             [](const char* p, const struct stat*, int flag, struct FTW*) {
+               return (flag == FTW_DP ? ::rmdir(p) : ::unlink(p)) == 0 ? 0 : -1;
+             },
+             kOpenDirs, FTW_DEPTH | FTW_PHYS) == 0;
+}
+
 namespace {
 
 // A job's directory is "baton-<controller pid>-XXXXXX" in the temporary directory, with the
@@ -67,9 +79,7 @@ void remove_stale_job_dirs(const std::filesystem::path& tmp) {
     }
     const auto pid = static_cast<pid_t>(std::stol(digits));
     if (controller_alive(pid, entry.path() / kControllerFile)) continue;
-    std::error_code removed;
-    std::filesystem::remove_all(entry.path(), removed);
-    if (!removed) {
+    if (remove_tree(entry.path().string())) {
       detail::log_info("removed {}: its controller (pid {}) is gone", entry.path().string(),
                        static_cast<int>(pid));
     }
@@ -95,8 +105,7 @@ std::filesystem::path make_job_dir() {
   if (fd < 0 || ::write(fd, who.data(), who.size()) != static_cast<ssize_t>(who.size())) {
     const std::string why = std::strerror(errno);
     if (fd >= 0) ::close(fd);
-    std::error_code ignored;
-    std::filesystem::remove_all(dir, ignored);
+    remove_tree(dir.string());
     throw std::runtime_error("cannot write " + (dir / kControllerFile).string() + ": " + why);
   }
   ::close(fd);

@@ -72,6 +72,7 @@ class Counter : public Actor {
     return 0;
   }
   int pid() { return static_cast<int>(::getpid()); }
+  std::string big(std::size_t n) { return std::string(n, 'x'); }
   std::vector<std::string> inherited() { return fds_at_start(); }
   int hang() {
     for (;;) ::pause();  // until the test kills this process
@@ -91,7 +92,7 @@ class Counter : public Actor {
   static constexpr auto endpoints =
       baton::endpoints<&Counter::incr, &Counter::value, &Counter::device, &Counter::rank,
                        &Counter::fail_on, &Counter::ask, &Counter::say, &Counter::pid,
-                       &Counter::hang, &Counter::die, &Counter::inherited>();
+                       &Counter::hang, &Counter::die, &Counter::inherited, &Counter::big>();
 
  private:
   int value_;
@@ -482,6 +483,40 @@ TEST(Failure, ADeadWorkerFailsItsCallsWithAReportAndTheRestKeepsWorking) {
 }
 
 namespace {
+
+/// What `f` threw, or "" if it returned; a wait past 60 s is a TimeoutError, so never a hang.
+template <class F>
+std::string failure_of(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Failure, AReplyTooBigForOneMessageFailsTheCallSayingWhyNeverAHang) {
+  auto procs = this_host().spawn_procs({{"gpus", 2}});
+  auto counters = procs.spawn<Counter>("big_repliers", 0);
+  const std::size_t too_big = std::size_t{17} << 20;  // over the 16 MiB a message header holds
+  const auto timeout = std::chrono::seconds(60);
+  const std::string gathered =
+      failure_of([&] { (void)counters.call(&Counter::big, too_big).get(timeout); });
+  EXPECT_THAT(gathered, HasSubstr("could not be sent on"));
+  EXPECT_THAT(gathered, HasSubstr("exceeds the limit"));
+  const std::string direct =
+      failure_of([&] { (void)counters.at(1).call(&Counter::big, too_big).get(timeout); });
+  EXPECT_THAT(direct, HasSubstr("could not be sent"));
+  EXPECT_THAT(direct, HasSubstr("exceeds the limit"));
+  auto stream = counters.stream(&Counter::big, too_big);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_THAT(failure_of([&] { (void)stream.next(timeout); }), HasSubstr("exceeds the limit"));
+  }
+  // The repliers and their links are fine: a reply that fits still arrives.
+  EXPECT_EQ(counters.call(&Counter::big, std::size_t{3}).get(timeout).values(),
+            (std::vector<std::string>{"xxx", "xxx"}));
+  procs.stop().get();
+}
 
 TEST(Failure, NoOrphansWhenTheControllerIsKilled) {
   // A controller of its own, in a child process, so the test can SIGKILL it.

@@ -110,6 +110,11 @@ Credentials read_credentials_file(const std::filesystem::path& text,
 
 /// Makes the job's directory (only this user may enter it) and records who made it.
 std::filesystem::path make_job_dir();
+/// Removes the directory tree at `path`; false if some of it stayed. Not
+/// std::filesystem::remove_all: a library loaded beside the runtime may export its own copy of
+/// that symbol, built against another libstdc++ (PyTorch's pip wheels do, and a call through it
+/// crashed).
+bool remove_tree(const std::string& path);
 
 /// "SIGINT".
 std::string signal_name(int sig);
@@ -415,10 +420,8 @@ struct Runtime::State {
   std::filesystem::path received_credentials;
 
   void remove_job_dir() {
-    std::error_code ignored;
-    if (!received_credentials.empty()) std::filesystem::remove_all(received_credentials, ignored);
-    if (!own_dir) return;
-    std::filesystem::remove_all(dir, ignored);
+    if (!received_credentials.empty()) (void)internal::remove_tree(received_credentials);
+    if (own_dir) (void)internal::remove_tree(dir);
   }
 
   /// Stops every live proc group, on the calling thread where a stop has not begun yet, and

@@ -94,8 +94,7 @@ int main(int argc, char** argv) {
     struct Remove {  // on the way out of main; the runtime removes it when it ends by a signal
       std::filesystem::path path;
       ~Remove() {
-        std::error_code ignored;
-        if (!path.empty()) std::filesystem::remove_all(path, ignored);
+        if (!path.empty()) (void)internal::remove_tree(path);
       }
     } remove_received{received};
     const internal::Credentials creds =

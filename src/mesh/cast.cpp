@@ -54,6 +54,28 @@ struct Hop {
 
 using Done = std::function<void(std::vector<CastItem>)>;
 
+/// A member's reply that could not be sent on, as that failure.
+CastItem unsent(const CastItem& item, const std::string& why) {
+  return {item.rank, failure_reply(std::make_exception_ptr(
+                         std::runtime_error("its reply could not be sent on: " + why)))};
+}
+
+/// Sends gathered replies on to `to`. If they cannot go (too big for one message, say), each
+/// becomes that failure instead, so that the caller fails saying why rather than waits for ever.
+void send_items(const PortId& to, const std::vector<CastItem>& items, const ActorId& from) {
+  const auto lost = route_remote_port_or_local(to, encode(items), from);
+  if (!lost) return;
+  std::vector<CastItem> failed;
+  for (const auto& item : items) failed.push_back(unsent(item, *lost));
+  (void)route_remote_port_or_local(to, encode(failed), from);
+}
+
+/// The same for one reply of a stream.
+void send_item(const PortId& to, const CastItem& item, const ActorId& from) {
+  const auto lost = route_remote_port_or_local(to, encode(item), from);
+  if (lost) (void)route_remote_port_or_local(to, encode(unsent(item, *lost)), from);
+}
+
 void run_node(const std::shared_ptr<ProcState>& local, const ActorId& sender, const Hop& hop,
               const std::shared_ptr<const ViewIndex>& view, const Body& args, Done done,
               const std::shared_ptr<net::Link>& from = nullptr);
@@ -202,7 +224,7 @@ void fan_out(const std::shared_ptr<ProcState>& local, const ActorId& sender, con
       // the members still busy (the port's end attributes them: see open_stream_port).
       lost = [to = *hop.stream_to,
               from = local ? local->client : sender](const std::vector<CastItem>& items) {
-        for (const auto& item : items) route_remote_port_or_local(to, encode(item), from);
+        for (const auto& item : items) send_item(to, item, from);
       };
     }
     gather = std::make_shared<Gather>(addressed.size() + (my_rank ? 1 : 0), hop.mode, hop.reducer,
@@ -214,7 +236,7 @@ void fan_out(const std::shared_ptr<ProcState>& local, const ActorId& sender, con
     std::shared_ptr<StateBase> reply;
     if (hop.mode == CastMode::stream) {
       reply = make_status_reply([to = *hop.stream_to, rank, gather, from = self->actor](Body b) {
-        route_remote_port_or_local(to, encode(CastItem{rank, std::move(b)}), from);
+        send_item(to, CastItem{rank, std::move(b)}, from);
         gather->add({});
       });
     } else if (gather) {
@@ -285,7 +307,7 @@ void on_cast(const std::shared_ptr<ProcState>& local, const std::shared_ptr<net:
   Done done;
   if (hop.mode != CastMode::none && hop.reply_to) {
     done = [to = *hop.reply_to, from = local->client](const std::vector<CastItem>& items) {
-      route_remote_port_or_local(to, encode(items), from);
+      send_items(to, items, from);
     };
   }
   auto view = std::make_shared<const ViewIndex>(hop.view);
