@@ -1,5 +1,6 @@
 """pip install . builds the `_baton` extension with CMake (the same build as `make python`) and
-installs it with the `baton` package, which carries the host agent (baton-host) its jobs start. Offline, from Debian's packages:
+installs it with the `baton` package, which carries the host agent (baton-host) its jobs start.
+Offline, from Debian's packages:
 
     python3 -m venv --system-site-packages venv
     venv/bin/pip install --no-build-isolation --no-index .
@@ -45,7 +46,7 @@ class CMakeBuild(build_ext):
 
 
 setup(
-    packages=["baton"],
+    packages=["baton", "baton.monarch"],
     package_dir={"": "python"},
     ext_modules=[Extension("_baton", sources=[])],
     cmdclass={"build_ext": CMakeBuild},

@@ -26,7 +26,8 @@ class Auditor(baton.Actor):
 
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
-    program = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "../../build/bin/cpp_trainers")
+    built = os.path.join(here, "../../build/bin/cpp_trainers")
+    program = sys.argv[1] if len(sys.argv) > 1 else built
     host = baton.this_host()
     procs = host.spawn_procs({"trainers": 4}, program=[program])
     trainers = procs.spawn("trainers", baton.cpp("Trainer"), 0.1, "linear")

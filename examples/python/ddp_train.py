@@ -125,14 +125,17 @@ def main():
         seconds = time.monotonic() - t0
         loss = sum(r[0] for r in results) / len(results)
         first = first or loss
-        accuracy = evaluator.accuracy.call_one(trainers.slice(trainers=0).weights.call_one().get()).get()
+        weights = trainers.slice(trainers=0).weights.call_one().get()
+        accuracy = evaluator.accuracy.call_one(weights).get()
         rate = sum(r[1] for r in results) / seconds / len(results)
-        print(f"epoch {e}/{args.epochs}  loss {loss:.4f}  accuracy {accuracy:.3f}  {rate:.0f} samples/s per trainer")
+        print(f"epoch {e}/{args.epochs}  loss {loss:.4f}  accuracy {accuracy:.3f}  "
+              f"{rate:.0f} samples/s per trainer")
     replicas = trainers.weights.call().get().values()
     same = all(bool((w == replicas[0]).all()) for w in replicas)
     procs.stop().get()
     eval_proc.stop().get()
-    print(f"ddp_train.py: final held-out accuracy {accuracy:.3f} (loss {loss:.4f}, from {first:.4f})")
+    print(f"ddp_train.py: final held-out accuracy {accuracy:.3f} "
+          f"(loss {loss:.4f}, from {first:.4f})")
     if not same:
         print("ddp_train.py: the replicas' weights differ", file=sys.stderr)
         return 1

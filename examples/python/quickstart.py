@@ -26,7 +26,8 @@ class Trainer(baton.Actor):
 
     @baton.endpoint
     def where(self):
-        return f"{self.actor_id} (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')})"
+        device = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        return f"{self.actor_id} (CUDA_VISIBLE_DEVICES={device})"
 
 
 def expected(rank, steps):

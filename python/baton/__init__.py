@@ -28,18 +28,11 @@ from ._errors import (
     UndeliverableError,
     UsageError,
 )
-from ._mesh import (
-    ActorMesh,
-    CppActorMesh,
-    Future,
-    HostMesh,
-    Point,
-    ProcMesh,
-    ValueMesh,
-    attach,
-    cpp,
-    this_host,
-)
+from ._context import Context, context, current_actor_name, current_rank, current_size
+from ._future import Future
+from ._mesh import ActorMesh, CppActorMesh, HostMesh, ProcMesh, attach, cpp, this_host
+from ._point import Extent, Point
+from ._value_mesh import ValueMesh
 from ._job import KubernetesJob, SlurmJob, SshJob, agent_program, save
 from ._port import Port, PortReceiver, open_port
 from ._rdma import RdmaBuffer
@@ -51,6 +44,8 @@ __all__ = [
     "ActorMesh",
     "CppActorMesh",
     "BatonError",
+    "Context",
+    "Extent",
     "Future",
     "HostMesh",
     "JobError",
@@ -70,7 +65,11 @@ __all__ = [
     "agent_program",
     "attach",
     "collective",
+    "context",
     "cpp",
+    "current_actor_name",
+    "current_rank",
+    "current_size",
     "endpoint",
     "open_port",
     "save",

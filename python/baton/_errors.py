@@ -47,7 +47,6 @@ class ActorError(BatonError):
             + (f"\n\nRemote traceback:\n{remote_traceback}" if remote_traceback else "")
         )
 
-
     @property
     def point(self):
         """The actor's place in the mesh it was called through (a baton.Point with its rank),
@@ -61,6 +60,18 @@ class ActorError(BatonError):
             return None
         pairs = [p.split(":") for p in m.group(2).split(",") if p.strip()]
         return Point([k.strip() for k, _ in pairs], [int(v) for _, v in pairs], int(m.group(1)))
+
+    @property
+    def exception(self):
+        """The remote exception, remade here: of its own class where that is one of Python's
+        built-in exceptions, else an Exception; its text is the remote message."""
+        kind = getattr(builtins, self.remote_type, None)
+        if isinstance(kind, type) and issubclass(kind, BaseException):
+            try:
+                return kind(self.remote_message)
+            except Exception:  # noqa: BLE001: a constructor with other arguments
+                pass
+        return Exception(f"{self.remote_type}: {self.remote_message}")
 
     def in_endpoint(self, endpoint):
         """The same error, naming `endpoint` (a Python actor's method) as where it was raised,
@@ -83,7 +94,9 @@ def encode_exception(exc, tb=None):
     import traceback
 
     kind = type(exc)
-    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    name = kind.__qualname__
+    if kind.__module__ != "builtins":
+        name = f"{kind.__module__}.{name}"
     text = "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
     return f"[py:{name}] {exc}{_TRACEBACK_MARK}{text}"
 
@@ -96,3 +109,11 @@ def actor_error(actor, endpoint, where, message):
         text, _, tb = rest.partition(_TRACEBACK_MARK)
         return ActorError(actor, endpoint, where, name, text, tb)
     return ActorError(actor, endpoint, where, "RuntimeError", message, "")
+
+
+class MeshFailure(str):
+    """A failure of a mesh member, as __supervise__ and the controller's hook hear of it: the
+    report's text (it is a str), with report() as Monarch spells it."""
+
+    def report(self):
+        return str(self)

@@ -5,7 +5,8 @@ raise into the error text the caller's ActorError is made from."""
 import threading
 import types
 
-from ._errors import encode_exception
+from . import _context
+from ._errors import MeshFailure, encode_exception
 from ._point import Point
 from ._pickle import dumps, dumps_result, loads
 
@@ -22,6 +23,7 @@ def construct(data, buffers, where):
     instance = cls.__new__(cls)
     actor_id, mesh, rank, point, address = where
     instance._baton_where = (actor_id, mesh, rank, Point(*point), address)
+    _context.enter(instance)
     instance.__init__(*args, **kwargs)
     return instance
 
@@ -39,6 +41,7 @@ def _endpoint(instance, method):
 def invoke(instance, method, data, buffers):
     """(VALUE, (data, buffers)), (PENDING, coroutine) or (ERROR, text)."""
     try:
+        _context.enter(instance)
         args, kwargs = loads(data, buffers)
         result = _endpoint(instance, method)(*args, **kwargs)
         if isinstance(result, types.CoroutineType):
@@ -95,15 +98,16 @@ class _AsActor:
         self._coroutine.close()
 
 
-async def _as_actor(coroutine, acting):
+async def _as_actor(coroutine, acting, instance):
+    _context.enter(instance)  # in this task's own context
     return await _AsActor(coroutine, acting)
 
 
-def schedule(coroutine, acting, done):
+def schedule(coroutine, acting, instance, done):
     """Runs `coroutine` on this process's event loop, acting as its actor; then
     done(VALUE, (data, buffers)) or done(ERROR, text), on the loop's thread."""
     name = getattr(coroutine, "__name__", "the endpoint")
-    coroutine = _as_actor(coroutine, acting)
+    coroutine = _as_actor(coroutine, acting, instance)
 
     def finished(future):
         try:
@@ -128,4 +132,4 @@ def supervise(instance, failure):
     hook = getattr(instance, "__supervise__", None)
     if hook is None:
         return False
-    return bool(hook(failure))
+    return bool(hook(MeshFailure(failure)))

@@ -1,177 +1,18 @@
 """Hosts, procs and actors as meshes, with the verbs of the C++ API: call, call_one, choose,
-broadcast, stream; slicing by keyword; futures with get(timeout=...) that asyncio can await."""
+broadcast, stream; slicing by keyword."""
 
-import numbers
 import operator
 import os
 import re
-import weakref
+import types
 
 from . import _runtime
 from ._actor import Actor, endpoints_of
-from ._errors import ActorError, TimeoutError, UsageError
-from ._pickle import dumps, dumps_call, loads
-from ._point import Point
-
-
-def _point(t):
-    return Point(*t)
-
-
-class ValueMesh:
-    """One value per member of a mesh, in rank order. Iterating gives (point, value) pairs."""
-
-    def __init__(self, labels, sizes, items):
-        self.labels = tuple(labels)
-        self.sizes = tuple(sizes)
-        self._items = items
-
-    @property
-    def shape(self):
-        return dict(zip(self.labels, self.sizes))
-
-    def __iter__(self):
-        return iter(self._items)
-
-    def __len__(self):
-        return len(self._items)
-
-    def items(self):
-        return list(self._items)
-
-    def values(self):
-        return [v for _, v in self._items]
-
-    def points(self):
-        return [p for p, _ in self._items]
-
-    def __getitem__(self, where):
-        """By rank (an int) or by point ({"gpus": 1} or keywords given as a dict)."""
-        if isinstance(where, int):
-            return self._items[where][1]
-        for p, v in self._items:
-            if all(p[d] == i for d, i in where.items()) and len(where) == len(p):
-                return v
-        raise KeyError(where)
-
-    def __repr__(self):
-        return f"ValueMesh({self.shape}, {self.values()!r})"
-
-
-def _decode(t):
-    data, buffers = t
-    return loads(data, buffers)
-
-
-def _decode_mesh(t):
-    (labels, sizes), items = t
-    return ValueMesh(labels, sizes, [(_point(p), _decode(v)) for p, v in items])
-
-
-def _seconds(timeout):
-    """A timeout in seconds (None: no limit), checked."""
-    if timeout is None:
-        return None
-    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
-        raise UsageError(f"timeout is a number of seconds, not {type(timeout).__name__}")
-    return float(timeout)
-
-
-def _python_advice(e):
-    """The runtime's refusal to block inside an actor (UsageError `e`), with the advice a Python
-    actor needs; any other error as it is."""
-    said = str(e)
-    if ": co_await" not in said:
-        return e
-    return UsageError(
-        said.partition(": co_await")[0]
-        + ": make the endpoint `async def` and `await` the future there"
-    )
-
-
-class Future:
-    """The result of a call to come. get(timeout=None) blocks (the GIL released) and raises
-    the call's failure; `await future` waits without blocking the event loop (the runtime
-    wakes the loop through a file descriptor it watches, no thread per call)."""
-
-    def __init__(self, core, convert, endpoint=None):
-        self._core = core
-        self._convert = convert
-        self._endpoint = endpoint  # a Python endpoint's name, for the errors it raises
-
-    def done(self):
-        return self._core.ready()
-
-    def get(self, timeout=None):
-        if timeout is not None:
-            timeout = _seconds(timeout)
-        try:
-            ready = self._core.wait(timeout)  # refused inside an actor unless already done
-        except UsageError as e:
-            raise _python_advice(e) from None
-        if not ready:
-            raise TimeoutError(f"no result within {timeout} s; the call may still complete")
-        return self._value()
-
-    def _value(self):
-        """The result (the future is ready); an ActorError names the Python endpoint that
-        raised, not the runtime's one that ran it."""
-        try:
-            return self._convert(self._core.value())
-        except ActorError as e:
-            if self._endpoint is None:
-                raise
-            raise e.in_endpoint(self._endpoint) from None
-
-    result = get
-
-    def __await__(self):
-        return _awaitable(self).__await__()
-
-
-async def _awaitable(future):
-    if not future.done():
-        import asyncio  # the caller's, already imported: no cost at start-up
-
-        waiter = _LoopNotifier.of(asyncio.get_running_loop()).wait(future._core)
-        await waiter
-    return future._value()
-
-
-class _LoopNotifier:
-    """Per event loop: one eventfd the loop watches, and the asyncio futures waiting."""
-
-    _by_loop = weakref.WeakKeyDictionary()
-
-    @classmethod
-    def of(cls, loop):
-        n = cls._by_loop.get(loop)
-        if n is None:
-            n = cls._by_loop[loop] = cls(loop)
-        return n
-
-    def __init__(self, loop):
-        import _baton
-
-        self._loop = loop
-        self._core = _baton.Notifier()
-        self._waiting = {}
-        self._next = 0
-        loop.add_reader(self._core.fd(), self._wake)
-
-    def wait(self, core):
-        token = self._next
-        self._next += 1
-        waiter = self._loop.create_future()
-        self._waiting[token] = waiter
-        self._core.watch(core, token)
-        return waiter
-
-    def _wake(self):
-        for token in self._core.drain():
-            waiter = self._waiting.pop(token, None)
-            if waiter is not None and not waiter.done():
-                waiter.set_result(None)
+from ._errors import ActorError, UsageError
+from ._future import Future, _python_advice, _seconds
+from ._pickle import dumps, dumps_call
+from ._point import Extent
+from ._value_mesh import _decode, _decode_mesh, _plain_mesh, _point
 
 
 def _integer(v):
@@ -318,6 +159,26 @@ class _Mesh:
         labels, sizes = self._core.shape()
         return dict(zip(labels, sizes))
 
+    @property
+    def extent(self):
+        """The size of each dimension, in order (an Extent)."""
+        return Extent(*self._core.shape())
+
+    @property
+    def sizes(self):
+        return self.shape
+
+    def size(self, dim=None):
+        """How many members: all of them, or along `dim` (a name or several)."""
+        shape = self.shape
+        dims = list(shape) if dim is None else [dim] if isinstance(dim, str) else list(dim)
+        n = 1
+        for d in dims:
+            if d not in shape:
+                raise KeyError(f"no dimension {d!r} in a mesh of {list(shape)}")
+            n *= shape[d]
+        return n
+
     def __len__(self):
         return self._core.size()
 
@@ -332,12 +193,15 @@ class _Mesh:
 class ActorMesh(_Mesh):
     """One actor per member of a proc mesh (or a slice of one); its endpoints are attributes:
     `mesh.value.call()`. A mesh can be passed to actors (as an argument or a result); inside an
-    actor, call it from an `async def` endpoint and `await` the future (a plain endpoint runs on
-    the actor's thread, where blocking on get() is refused)."""
+    actor, a plain endpoint may block on get() (the actor handles one message at a time
+    meanwhile), an `async def` endpoint awaits the future."""
 
-    def __init__(self, core, cls):
+    __class_getitem__ = classmethod(types.GenericAlias)  # ActorMesh[Trainer] in type hints
+
+    def __init__(self, core, cls, procs=None):
         self._core = core
         self._cls = cls
+        self._procs = procs  # held: the procs live at least as long as their actors' handle
 
     def __reduce__(self):
         head, parts = self._core.to_wire()
@@ -361,7 +225,7 @@ class ActorMesh(_Mesh):
 
     def slice(self, **dims):
         """slice(gpus=slice(0, 2)) keeps a range; slice(gpus=3) one index, dropping the dim."""
-        return ActorMesh(self._sliced(dims), self._cls)
+        return ActorMesh(self._sliced(dims), self._cls, self._procs)
 
 
 class ProcMesh(_Mesh):
@@ -376,10 +240,14 @@ class ProcMesh(_Mesh):
         if isinstance(cls, cpp):
             return self.spawn_async(name, cls, *args, **kwargs).get()
         _check_spawn(name, cls)
-        return ActorMesh(self._core.spawn(name, dumps((cls, args, kwargs))), cls)
+        try:
+            core = self._core.spawn(name, dumps((cls, args, kwargs)))
+        except UsageError as e:
+            raise _python_advice(e, "`await procs.spawn_async(...)` instead") from None
+        return ActorMesh(core, cls, self)
 
     def spawn_async(self, name, cls, *args, **kwargs):
-        """spawn(), as a Future: inside an actor, `await` it (blocking there is refused)."""
+        """spawn(), as a Future: in an async endpoint, `await` it."""
         if isinstance(cls, cpp):
             import _baton
 
@@ -387,10 +255,10 @@ class ProcMesh(_Mesh):
             if kwargs:
                 raise UsageError("a C++ actor's constructor takes positional arguments only")
             core = _baton.spawn_exposed(self._core, name, cls.name, list(args))
-            return Future(core, lambda mesh: CppActorMesh(mesh, cls))
+            return Future(core, lambda mesh: CppActorMesh(mesh, cls, self))
         _check_spawn(name, cls)
         core = self._core.spawn_async(name, dumps((cls, args, kwargs)))
-        return Future(core, lambda mesh: ActorMesh(mesh, cls))
+        return Future(core, lambda mesh: ActorMesh(mesh, cls, self))
 
     def slice(self, **dims):
         return ProcMesh(self._sliced(dims))
@@ -418,6 +286,11 @@ class HostMesh:
 
     def __len__(self):
         return 1 if self._core is None else self._core.size()
+
+    @property
+    def extent(self):
+        """{"hosts": H}."""
+        return Extent(("hosts",), (len(self),))
 
     def stop(self):
         """Stops every proc mesh this program started on these hosts."""
@@ -534,17 +407,13 @@ class CppEndpoint:
         self._mesh._core.broadcast(self._name, list(args))
 
 
-def _plain_mesh(t):
-    (labels, sizes), items = t
-    return ValueMesh(labels, sizes, [(_point(p), v) for p, v in items])
-
-
 class CppActorMesh(_Mesh):
     """C++ actors spawned from Python; endpoints by name: `trainers.train.call(1)`."""
 
-    def __init__(self, core, kind):
+    def __init__(self, core, kind, procs=None):
         self._core = core
         self._kind = kind
+        self._procs = procs
 
     def __getattr__(self, name):
         if name.startswith("_"):
@@ -552,7 +421,7 @@ class CppActorMesh(_Mesh):
         return CppEndpoint(self, name)
 
     def slice(self, **dims):
-        return CppActorMesh(self._sliced(dims), self._kind)
+        return CppActorMesh(self._sliced(dims), self._kind, self._procs)
 
     def __reduce__(self):
         head, parts = self._core.to_wire()

@@ -1,17 +1,76 @@
-"""Where a member sits in its mesh."""
+"""Where a member sits in its mesh (Point), and the sizes of a mesh's dimensions (Extent)."""
 
 import collections.abc
 
 
+class Extent(collections.abc.Mapping):
+    """The size of each dimension of a mesh, in order: a read-only mapping dim -> size."""
+
+    __slots__ = ("labels", "sizes")
+
+    def __init__(self, labels, sizes):
+        self.labels = tuple(labels)
+        self.sizes = tuple(int(s) for s in sizes)
+        if len(self.labels) != len(self.sizes):
+            raise ValueError(f"Extent: {len(self.labels)} labels but {len(self.sizes)} sizes")
+
+    @property
+    def nelements(self):
+        """How many members a mesh of this extent has."""
+        n = 1
+        for s in self.sizes:
+            n *= s
+        return n
+
+    def __getitem__(self, dim):
+        try:
+            return self.sizes[self.labels.index(dim)]
+        except ValueError:
+            raise KeyError(dim) from None
+
+    def __iter__(self):
+        return iter(self.labels)
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __repr__(self):
+        return "{" + ", ".join(f"'{k}': {s}" for k, s in zip(self.labels, self.sizes)) + "}"
+
+    def __eq__(self, other):
+        if isinstance(other, Extent):
+            return self.labels == other.labels and self.sizes == other.sizes
+        return collections.abc.Mapping.__eq__(self, other)
+
+    def __hash__(self):
+        return hash((self.labels, self.sizes))
+
+    def __reduce__(self):
+        return (Extent, (self.labels, self.sizes))
+
+
 class Point(collections.abc.Mapping):
-    """A member's coordinates in its mesh: a read-only mapping dim -> index, and its rank."""
+    """A member's coordinates in its mesh: a read-only mapping dim -> index, its rank, and
+    (where known) the extent of the mesh it is a point of."""
 
-    __slots__ = ("_labels", "_coords", "rank")
+    __slots__ = ("_labels", "_coords", "rank", "_sizes")
 
-    def __init__(self, labels, coords, rank):
+    def __init__(self, labels, coords, rank, sizes=None):
         self._labels = tuple(labels)
         self._coords = tuple(coords)
         self.rank = rank
+        self._sizes = None if sizes is None else tuple(sizes)
+
+    @property
+    def extent(self):
+        """The extent of the mesh this is a point of."""
+        if self._sizes is None:
+            raise AttributeError("this point does not know its mesh's extent")
+        return Extent(self._labels, self._sizes)
+
+    def size(self, dim):
+        """The size of dimension `dim` of the mesh this is a point of."""
+        return self.extent[dim]
 
     def __getitem__(self, dim):
         try:
@@ -26,7 +85,7 @@ class Point(collections.abc.Mapping):
         return len(self._labels)
 
     def __repr__(self):
-        inner = ", ".join(f"{l}: {c}" for l, c in zip(self._labels, self._coords))
+        inner = ", ".join(f"{k}: {c}" for k, c in zip(self._labels, self._coords))
         return f"Point({{{inner}}}, rank={self.rank})"
 
     def __eq__(self, other):
@@ -36,3 +95,6 @@ class Point(collections.abc.Mapping):
 
     def __hash__(self):
         return hash((self._labels, self._coords))
+
+    def __reduce__(self):
+        return (Point, (self._labels, self._coords, self.rank, self._sizes))

@@ -1,6 +1,8 @@
 """Ports: a Port is a handle anyone it is given to can send values to (pass it to actors as an
 argument); its receiver, in the process that opened it, takes them in order per sender."""
 
+import types
+
 import _baton
 
 from ._errors import TimeoutError as BatonTimeout
@@ -12,6 +14,8 @@ def _port_from_wire(head, parts):
 
 
 class Port:
+    __class_getitem__ = classmethod(types.GenericAlias)  # Port[int] in type hints
+
     def __init__(self, core):
         self._core = core
 
@@ -24,6 +28,8 @@ class Port:
 
 
 class PortReceiver:
+    __class_getitem__ = classmethod(types.GenericAlias)
+
     def __init__(self, core):
         self._core = core
 

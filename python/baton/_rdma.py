@@ -3,7 +3,7 @@
 import _baton
 
 from ._errors import UsageError
-from ._mesh import Future
+from ._future import Future
 
 
 def _is_cuda(obj):
@@ -62,7 +62,8 @@ class RdmaBuffer:
         if _is_cuda(src):
             n = src.numel() * src.element_size()
             return Future(self._core.write_from_pointer(src.data_ptr(), n, offset), lambda v: None)
-        return Future(self._core.write_from(_host_view(src, writable=False), offset), lambda v: None)
+        view = _host_view(src, writable=False)
+        return Future(self._core.write_from(view, offset), lambda v: None)
 
     def drop(self):
         """Unregisters it everywhere; later transfers fail."""

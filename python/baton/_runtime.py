@@ -7,6 +7,14 @@ import sys
 from ._errors import UsageError
 
 _rt = None
+_on_start = []  # functions of the runtime, run as it starts
+
+
+def on_start(fn):
+    """Runs fn(runtime) once this program's runtime starts (at once if it has)."""
+    _on_start.append(fn)
+    if _rt is not None:
+        fn(_rt)
 
 
 def runtime():
@@ -23,6 +31,8 @@ def runtime():
         os.environ["PYTHONUNBUFFERED"] = "1"  # workers' prints reach the controller at once
         _rt = _baton.Runtime([sys.executable or "python3", "-m", "baton._worker"])
         atexit.register(shutdown)
+        for fn in _on_start:
+            fn(_rt)
     return _rt
 
 
@@ -45,4 +55,6 @@ def shutdown():
 def set_supervise(hook):
     """The controller's supervise hook: hook(failure_text) -> True if handled. Unset, a
     failure no owner handled stops the program (exit status 1), printing it."""
-    runtime().set_supervise(hook)
+    from ._errors import MeshFailure
+
+    runtime().set_supervise(lambda failure: hook(MeshFailure(failure)))

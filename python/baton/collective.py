@@ -24,7 +24,8 @@ broken for good: make a new one of the live members.
 import _baton
 
 from ._errors import UsageError
-from ._mesh import ActorMesh, Future
+from ._future import Future
+from ._mesh import ActorMesh
 
 
 def _group_from_wire(head, parts):

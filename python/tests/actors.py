@@ -116,7 +116,15 @@ class Caller(baton.Actor):
 
     @baton.endpoint
     def blocking(self, counters):
-        return counters.value.call().get()
+        return sum(counters.value.call().get(timeout=30).values())
+
+    @baton.endpoint
+    async def blocking_in_async(self, counters):
+        return counters.value.call().get(timeout=30)
+
+    @baton.endpoint
+    def streaming(self, counters):
+        return sorted(v for _, v in counters.value.stream(timeout=30))
 
     @baton.endpoint
     async def fetch(self, buffer, n, offset=0):
@@ -207,3 +215,26 @@ class Refuses(baton.Actor):
 
     def __init__(self, why):
         raise ValueError(why)
+
+
+class Holder(baton.Actor):
+    """Answers once the controller writes a line into the FIFO it is given (read on a thread of
+    the event loop's executor, so that many holders in one proc hold at once)."""
+
+    @baton.endpoint
+    async def hold(self, fifo):
+        import asyncio
+
+        def read():
+            with open(fifo) as f:
+                return f.readline().strip()
+
+        return await asyncio.get_running_loop().run_in_executor(None, read)
+
+
+class Blocker(baton.Actor):
+    """A plain endpoint that blocks its thread on a call, as Monarch allows."""
+
+    @baton.endpoint
+    def wait_for(self, holder, fifo):
+        return holder.hold.call_one(fifo).get(timeout=60)

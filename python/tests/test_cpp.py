@@ -27,7 +27,7 @@ def test_endpoints_by_name_with_converted_arguments_and_results(trainers):
     assert [a["rank"] for a in about.values()] == ["0", "1", "2"]
     assert about[{"trainers": 2}]["tag"] == "t"
     trainers.load.broadcast(np.linspace(-1, 1, 50), [2.0 * v for v in np.linspace(-1, 1, 50)])
-    assert all(l >= 0 for l in trainers.train.call(50).get(timeout=30).values())
+    assert all(loss >= 0 for loss in trainers.train.call(50).get(timeout=30).values())
     w, b = trainers.slice(trainers=1).weights.call_one().get(timeout=30)
     assert abs(w - 2.0) < 0.05 and abs(b) < 0.05
     trainers.set_weights.broadcast([7, 8])
@@ -35,7 +35,8 @@ def test_endpoints_by_name_with_converted_arguments_and_results(trainers):
 
 
 def test_wrong_arguments_and_unknown_endpoints_say_what_is_wrong(trainers):
-    with pytest.raises(baton.ActorError, match="argument 1 of Trainer::train: expected int, got str"):
+    wrong = "argument 1 of Trainer::train: expected int, got str"
+    with pytest.raises(baton.ActorError, match=wrong):
         trainers.slice(trainers=0).train.call_one("ten").get(timeout=30)
     with pytest.raises(baton.ActorError, match="takes 1 arguments, got 2"):
         trainers.slice(trainers=0).train.call_one(1, 2).get(timeout=30)

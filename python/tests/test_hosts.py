@@ -55,7 +55,7 @@ def test_a_python_controller_runs_python_actors_on_every_host_of_a_job(agents):
         env=env,
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    lines = dict(l.split(" ", 1) for l in out.stdout.splitlines() if " " in l)
+    lines = dict(x.split(" ", 1) for x in out.stdout.splitlines() if " " in x)
     assert lines["shape"] == "{'hosts': 2, 'gpus': 2}"
     assert lines["values"] == "[2, 2, 2, 2]"
     assert lines["points"].count("'hosts': 1") == 2

@@ -9,7 +9,6 @@ import sys
 import threading
 import time
 
-import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -72,7 +71,7 @@ def alive(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone before, or while, it was read
         return False
 
 

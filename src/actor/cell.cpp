@@ -46,8 +46,13 @@ StrandPoster current_strand_poster() {
   };
 }
 
+bool& may_block_in_actor() {
+  thread_local bool allowed = false;
+  return allowed;
+}
+
 void check_may_block(const char* what) {
-  if (t_current_cell == nullptr) return;
+  if (t_current_cell == nullptr || may_block_in_actor()) return;
   throw UsageError(std::string(what) + " inside actor " + t_current_cell->id().to_string() +
                    " would block a thread of its proc (and can deadlock it): co_await the future "
                    "in an endpoint that returns baton::Task<T>, or use then()");

@@ -13,7 +13,7 @@ namespace baton {
 namespace {
 
 // The pool whose worker is running on this thread, and that worker's index.
-thread_local const ThreadPool* t_pool = nullptr;
+thread_local ThreadPool* t_pool = nullptr;
 thread_local std::size_t t_worker = 0;
 
 // How long an idle worker spins before it sleeps: long enough to catch the reply of a
@@ -26,11 +26,13 @@ constexpr auto kStuckCheck = std::chrono::milliseconds(2);
 
 ThreadPool::ThreadPool(std::size_t threads) {
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  workers_.reserve(threads);
-  for (std::size_t i = 0; i < threads; ++i) workers_.push_back(std::make_unique<Worker>());
-  for (std::size_t i = 0; i < threads; ++i) {
-    workers_[i]->thread = std::thread([this, i] { work(i); });
+  target_ = threads;
+  workers_.reserve(threads + kMaxSpare);
+  for (std::size_t i = 0; i < threads + kMaxSpare; ++i) {
+    workers_.push_back(std::make_unique<Worker>());
   }
+  std::lock_guard lock(mu_);
+  for (std::size_t i = 0; i < threads; ++i) start_worker(i);
 }
 
 ThreadPool::~ThreadPool() {
@@ -39,7 +41,42 @@ ThreadPool::~ThreadPool() {
     stopping_ = true;
   }
   cv_.notify_all();
-  for (auto& w : workers_) w->thread.join();
+  // No worker starts once stopping_ is set, so the count read here is final.
+  const std::size_t n = started_.load(std::memory_order_acquire);
+  for (std::size_t i = 0; i < n; ++i) workers_[i]->thread.join();
+}
+
+void ThreadPool::start_worker(std::size_t index) {
+  workers_[index]->thread = std::thread([this, index] { work(index); });
+  started_.store(index + 1, std::memory_order_release);
+}
+
+ThreadPool::BlockingRegion::BlockingRegion() : pool_(t_pool) {
+  if (pool_ != nullptr) pool_->begin_blocking(t_worker);
+}
+
+ThreadPool::BlockingRegion::~BlockingRegion() {
+  if (pool_ != nullptr) pool_->end_blocking();
+}
+
+void ThreadPool::begin_blocking(std::size_t index) {
+  // The strand this worker woke would wait behind the block: it goes to the shared queue.
+  Runnable* woken = workers_[index]->next.exchange(nullptr, std::memory_order_acq_rel);
+  {
+    std::lock_guard lock(mu_);
+    if (woken != nullptr) {
+      queue_.push_back(woken);
+      queued_.fetch_add(1, std::memory_order_release);
+    }
+    const std::size_t blocked = blocked_.fetch_add(1, std::memory_order_acq_rel) + 1;
+    const std::size_t n = started_.load(std::memory_order_relaxed);
+    if (!stopping_ && n - blocked < target_ && n < workers_.size()) start_worker(n);
+  }
+  if (woken != nullptr) cv_.notify_one();
+}
+
+void ThreadPool::end_blocking() {
+  blocked_.fetch_sub(1, std::memory_order_acq_rel);
 }
 
 void ThreadPool::schedule(Runnable* r) {
@@ -66,8 +103,9 @@ Runnable* ThreadPool::steal(std::size_t index, std::vector<std::uint64_t>& seen)
       return r;
     }
   }
-  for (std::size_t k = 1; k < workers_.size(); ++k) {
-    const std::size_t victim = (index + k) % workers_.size();
+  const std::size_t n = started_.load(std::memory_order_acquire);
+  for (std::size_t k = 1; k < n; ++k) {
+    const std::size_t victim = (index + k) % n;
     Worker& w = *workers_[victim];
     if (w.next.load(std::memory_order_relaxed) == nullptr) {
       seen[victim] = ~std::uint64_t{0};
@@ -130,7 +168,8 @@ void ThreadPool::work(std::size_t index) {
     spin = woken;
     if (stopping_ && queue_.empty()) {
       bool any = false;
-      for (auto& w : workers_) any = any || w->next.load() != nullptr;
+      for (std::size_t i = 0; i < started_.load(); ++i)
+        any = any || workers_[i]->next.load() != nullptr;
       if (!any) return;
     }
   }

@@ -5,6 +5,8 @@
 #include <memory>
 #include <optional>
 
+#include <pybind11/stl.h>
+
 #include "actor/cell.hpp"
 #include "python/py_actor.hpp"
 
@@ -101,12 +103,19 @@ PyActor::PyActor(const Pickled& spawn) {
   const Gil gil;
   try {
     const FreshContext fresh;
+    const PlainEndpoint plain;  // a constructor may block on calls, as a plain endpoint may
     const py::tuple args = from_pickled(spawn);
     const ActorContext& c = context();
     // Its address too: the collectives' join() needs the actor, valid while the instance is.
-    const py::tuple where = py::make_tuple(c.id.to_string(), c.mesh, c.rank,
-                                           py::make_tuple(c.point.labels, c.point.coords, c.rank),
-                                           reinterpret_cast<std::uintptr_t>(this));  // NOLINT
+    py::list sizes;  // of the point's dimensions, in its mesh (None if it has none of them)
+    for (const auto& l : c.point.labels) {
+      if (c.shape.has(l)) sizes.append(c.shape.size(l));
+    }
+    const py::tuple where = py::make_tuple(
+        c.id.to_string(), c.mesh, c.rank,
+        py::make_tuple(c.point.labels, c.point.coords, c.rank,
+                       sizes.size() == c.point.labels.size() ? py::object(sizes) : py::none()),
+        reinterpret_cast<std::uintptr_t>(this));  // NOLINT
     instance_ = host().attr("construct")(args[0], args[1], where);
     invoke_ = host().attr("invoke");
   } catch (const py::error_already_set& e) {
@@ -135,6 +144,7 @@ Task<Pickled> PyActor::invoke(std::string method, Pickled args) {
     const Gil gil;
     try {
       const FreshContext fresh;
+      const PlainEndpoint plain;
       const py::tuple in = from_pickled(args);
       const py::tuple r = invoke_(instance_, method, in[0], in[1]);
       const int status = r[0].cast<int>();
@@ -145,7 +155,7 @@ Task<Pickled> PyActor::invoke(std::string method, Pickled args) {
         later = done.get_future();
         auto acting = std::make_shared<ActingAs>(detail::cell_ptr(*detail::current_cell()));
         host().attr("schedule")(
-            r[1], py::cast(acting), py::cpp_function([done](int s, const py::object& v) {
+            r[1], py::cast(acting), instance_, py::cpp_function([done](int s, const py::object& v) {
               if (s == kValue) {
                 done.set_value(to_pickled(v));
               } else {

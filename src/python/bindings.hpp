@@ -25,8 +25,10 @@ class PyFuture {
   bool ready() { return state().ready(); }
   /// Waits up to `seconds` (for ever: None) with the GIL released; whether it is ready.
   bool wait(std::optional<double> seconds) {
-    // F-2: not on an actor's thread (a plain endpoint); an async endpoint awaits instead.
-    if (!ready()) detail::check_may_block("Future.get()");
+    if (ready()) return true;
+    // A Python actor's plain endpoint may block, as in Monarch; anywhere else inside an actor
+    // (an async endpoint's steps on the event loop) F-2 holds: await instead.
+    const Blocking blocking("Future.get()");
     py::gil_scoped_release unlocked;
     if (!seconds) {
       state().wait();

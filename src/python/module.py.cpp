@@ -61,6 +61,7 @@ class PyStream {
   py::object next(std::optional<double> seconds) {
     std::optional<std::pair<Point, Pickled>> item;
     {
+      const Blocking blocking("Stream.next()");
       py::gil_scoped_release unlocked;
       item = seconds ? s_.next(std::chrono::duration_cast<std::chrono::milliseconds>(
                            std::chrono::duration<double>(*seconds)))
@@ -252,6 +253,7 @@ PYBIND11_MODULE(_baton, m) {
           [](PortReceiver<Pickled>& r, std::optional<double> seconds) {
             Pickled got;
             {
+              const Blocking blocking("PortReceiver.recv()");
               py::gil_scoped_release unlocked;
               got = seconds ? r.recv(std::chrono::duration<double>(*seconds)) : r.recv();
             }
@@ -362,6 +364,7 @@ PYBIND11_MODULE(_baton, m) {
       .def("spawn",
            [](const ProcMesh& p, const std::string& name, py::handle args) {
              Pickled spawn = to_pickled(args);
+             const Blocking blocking("ProcMesh.spawn()");
              py::gil_scoped_release unlocked;
              return p.spawn<PyActor>(name, spawn);
            })

@@ -6,7 +6,9 @@
 
 #include <pybind11/pybind11.h>
 
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "baton/baton.hpp"
@@ -93,6 +95,34 @@ struct PyReducer {
   void serialize(Ar& ar) {
     ar(fn);
   }
+};
+
+/// While alive, the calling thread runs a Python actor's constructor or plain (not async)
+/// endpoint, where a blocking get() is allowed as Monarch allows it: the actor still handles one
+/// message at a time, and each wait takes a Blocking so the proc's other actors keep running.
+class PlainEndpoint {
+ public:
+  PlainEndpoint() : previous_(std::exchange(detail::may_block_in_actor(), true)) {}
+  ~PlainEndpoint() { detail::may_block_in_actor() = previous_; }
+  PlainEndpoint(const PlainEndpoint&) = delete;
+  PlainEndpoint& operator=(const PlainEndpoint&) = delete;
+
+ private:
+  bool previous_;
+};
+
+/// Held around a wait that may block a thread: inside a plain endpoint, the pool running it
+/// starts a spare worker if needed meanwhile; anywhere else inside an actor, F-2's refusal
+/// (`what` names the call); outside actors, nothing.
+class Blocking {
+ public:
+  explicit Blocking(const char* what) {
+    detail::check_may_block(what);
+    if (detail::may_block_in_actor()) region_.emplace();
+  }
+
+ private:
+  std::optional<ThreadPool::BlockingRegion> region_;
 };
 
 /// What an async endpoint's steps run as: its actor, on the event loop's thread (while the actor

@@ -36,8 +36,14 @@ class Executor {
 /// slot, so request/reply chains stay on one core). Idle workers take from the shared queue,
 /// and steal a slot only when its owner has been busy with one strand for a while, so a long
 /// handler never holds up the strand it woke.
+///
+/// A handler that must block its thread (a Python actor's plain endpoint waiting on a call)
+/// says so with a BlockingRegion: while it waits, the pool starts a spare worker if fewer than
+/// `threads` are left running, so the proc's other actors never starve (up to kMaxSpare).
 class ThreadPool final : public Executor {
  public:
+  static constexpr std::size_t kMaxSpare = 64;
+
   /// `threads == 0` means one per hardware thread.
   explicit ThreadPool(std::size_t threads = 0);
   ~ThreadPool() override;
@@ -45,9 +51,25 @@ class ThreadPool final : public Executor {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   void schedule(Runnable* r) override;
-  std::size_t size() const { return workers_.size(); }
+  /// The workers started so far: `threads`, plus the spares blocked handlers needed.
+  std::size_t size() const { return started_.load(std::memory_order_acquire); }
+
+  /// Marks the calling worker of a pool as blocked for its lifetime; nothing on other threads.
+  class BlockingRegion {
+   public:
+    BlockingRegion();
+    ~BlockingRegion();
+    BlockingRegion(const BlockingRegion&) = delete;
+    BlockingRegion& operator=(const BlockingRegion&) = delete;
+
+   private:
+    ThreadPool* pool_;
+  };
 
  private:
+  void begin_blocking(std::size_t index);
+  void end_blocking();
+  void start_worker(std::size_t index);
   struct Worker {
     std::atomic<Runnable*> next{nullptr};
     std::atomic<std::uint64_t> runs{0};  // bumped per strand run; unchanged = still busy
@@ -57,7 +79,11 @@ class ThreadPool final : public Executor {
   Runnable* take(std::size_t index, std::vector<std::uint64_t>& seen);
   Runnable* steal(std::size_t index, std::vector<std::uint64_t>& seen);
 
+  // Sized for every spare at construction, so the workers' loops never see it change.
   std::vector<std::unique_ptr<Worker>> workers_;
+  std::size_t target_;
+  std::atomic<std::size_t> started_{0};
+  std::atomic<std::size_t> blocked_{0};
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Runnable*> queue_;

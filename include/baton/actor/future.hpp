@@ -58,8 +58,13 @@ ResumeContext*& current_resume_context();
 using StrandPoster = std::function<void(std::function<void(bool alive)> fn)>;
 StrandPoster current_strand_poster();
 
-/// F-2: throws UsageError if the calling thread runs an actor. `what` names the call.
+/// F-2: throws UsageError if the calling thread runs an actor, unless that thread was let
+/// block there (may_block_in_actor). `what` names the call.
 void check_may_block(const char* what);
+/// Whether the actor running on this thread may block it: set, for the length of one handler,
+/// by the bindings of a language whose actors may (a Python actor's plain endpoint, as in
+/// Monarch), never for C++ actors. Their waits take a ThreadPool::BlockingRegion.
+bool& may_block_in_actor();
 
 /// Shared state of a future, type-erased so replies can complete it from bytes.
 class StateBase {

@@ -1,0 +1,76 @@
+"""Who and where the running actor is: context(), and the rank helpers over it. Each message to
+a Python actor (its constructor too) runs with its actor set here; outside actors (the
+controller) the context is the client's, at the point of a mesh of no dimensions."""
+
+import contextvars
+
+from ._point import Point
+
+# The running actor, for each message (set in the message's own contextvars context).
+_current: "contextvars.ContextVar[object]" = contextvars.ContextVar("baton.actor", default=None)
+
+
+class Instance:
+    """The running actor, as context() shows it: its id, its mesh's name, its rank (a Point in
+    its mesh, with that mesh's extent), and the object itself."""
+
+    def __init__(self, actor_id, mesh, rank, obj=None):
+        self.actor_id = actor_id
+        self.mesh_name = mesh
+        self.rank = rank
+        self.actor = obj
+
+    @property
+    def name(self):
+        return self.mesh_name
+
+    def __repr__(self):
+        return f"Instance({self.actor_id}, rank={self.rank})"
+
+
+class Context:
+    """What context() gives: the running actor (actor_instance) and the message's point in the
+    mesh it was sent to (message_rank). Slices send to the members of the full mesh, so the
+    message's point is the actor's own."""
+
+    def __init__(self, instance):
+        self.actor_instance = instance
+
+    @property
+    def message_rank(self):
+        return self.actor_instance.rank
+
+    def __repr__(self):
+        return f"Context({self.actor_instance!r})"
+
+
+_CLIENT = Context(Instance("client", "", Point((), (), 0, ())))
+
+
+def context():
+    """The running actor's Context; the client's outside actors."""
+    actor = _current.get()
+    if actor is None:
+        return _CLIENT
+    actor_id, mesh, _, point, _ = actor._baton_where
+    return Context(Instance(actor_id, mesh, point, actor))
+
+
+def current_rank():
+    """The running actor's point in its mesh (rank=0 with no dimensions outside actors)."""
+    return context().message_rank
+
+
+def current_size():
+    """The size of each dimension of the running actor's mesh: {"gpus": 4}."""
+    return dict(context().message_rank.extent)
+
+
+def current_actor_name():
+    """The running actor's id, as text ("client" outside actors)."""
+    return str(context().actor_instance.actor_id)
+
+
+def enter(actor):
+    """Sets the running actor for the message now starting (in its own context)."""
+    _current.set(actor)

@@ -1,0 +1,157 @@
+"""Futures: results to come, that a thread blocks on (get) and asyncio awaits."""
+
+import numbers
+import types
+import weakref
+
+from ._errors import ActorError, UsageError
+from ._errors import TimeoutError
+
+
+def _seconds(timeout):
+    """A timeout in seconds (None: no limit), checked."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise UsageError(f"timeout is a number of seconds, not {type(timeout).__name__}")
+    return float(timeout)
+
+
+def _python_advice(e, instead="`await` the future instead"):
+    """The runtime's refusal to block inside an actor (UsageError `e`: only an async endpoint's
+    steps are refused, a plain endpoint may block), with the advice a Python actor needs; any
+    other error as it is."""
+    said = str(e)
+    if ": co_await" not in said:
+        return e
+    return UsageError(
+        said.partition(" would block")[0]
+        + f" in an async endpoint would stop the process's event loop: {instead}"
+    )
+
+
+class Future:
+    """The result of a call to come. get(timeout=None) blocks (the GIL released) and raises
+    the call's failure; `await future` waits without blocking the event loop (the runtime
+    wakes the loop through a file descriptor it watches, no thread per call)."""
+
+    __class_getitem__ = classmethod(types.GenericAlias)  # Future[int] in type hints
+
+    def __init__(self, core, convert, endpoint=None):
+        self._core = core
+        self._convert = convert
+        self._endpoint = endpoint  # a Python endpoint's name, for the errors it raises
+
+    def done(self):
+        return self._core.ready()
+
+    def get(self, timeout=None):
+        if timeout is not None:
+            timeout = _seconds(timeout)
+        try:
+            ready = self._core.wait(timeout)  # refused inside an actor unless already done
+        except UsageError as e:
+            raise _python_advice(e) from None
+        if not ready:
+            raise TimeoutError(f"no result within {timeout} s; the call may still complete")
+        return self._value()
+
+    def _value(self):
+        """The result (the future is ready); an ActorError names the Python endpoint that
+        raised, not the runtime's one that ran it."""
+        try:
+            return self._convert(self._core.value())
+        except ActorError as e:
+            if self._endpoint is None:
+                raise
+            raise e.in_endpoint(self._endpoint) from None
+
+    result = get
+
+    def __await__(self):
+        return _awaitable(self).__await__()
+
+
+async def _awaitable(future):
+    if not future.done():
+        import asyncio  # the caller's, already imported: no cost at start-up
+
+        waiter = _LoopNotifier.of(asyncio.get_running_loop()).wait(future._core)
+        await waiter
+    return future._value()
+
+
+class _LoopNotifier:
+    """Per event loop: one eventfd the loop watches, and the asyncio futures waiting."""
+
+    _by_loop = weakref.WeakKeyDictionary()
+
+    @classmethod
+    def of(cls, loop):
+        n = cls._by_loop.get(loop)
+        if n is None:
+            n = cls._by_loop[loop] = cls(loop)
+        return n
+
+    def __init__(self, loop):
+        import _baton
+
+        self._loop = loop
+        self._core = _baton.Notifier()
+        self._waiting = {}
+        self._next = 0
+        loop.add_reader(self._core.fd(), self._wake)
+
+    def wait(self, core):
+        token = self._next
+        self._next += 1
+        waiter = self._loop.create_future()
+        self._waiting[token] = waiter
+        self._core.watch(core, token)
+        return waiter
+
+    def _wake(self):
+        for token in self._core.drain():
+            waiter = self._waiting.pop(token, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+
+
+class Deferred(Future):
+    """A Future whose value `produce(timeout)` computes in the thread that first asks for it
+    (get) or in a thread of asyncio's (await): for results that Python code folds or waits
+    for itself (a port's next value, an Accumulator's fold)."""
+
+    _UNSET = object()
+
+    def __init__(self, produce):
+        import threading
+
+        self._produce = produce
+        self._lock = threading.Lock()
+        self._result = Deferred._UNSET
+        self._error = None
+
+    def done(self):
+        return self._result is not Deferred._UNSET or self._error is not None
+
+    def get(self, timeout=None):
+        timeout = _seconds(timeout)
+        with self._lock:
+            if not self.done():
+                try:
+                    self._result = self._produce(timeout)
+                except TimeoutError:
+                    raise  # nothing was taken: a later get() may still succeed
+                except BaseException as e:  # noqa: B902: kept for every later get()
+                    self._error = e
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    result = get
+
+    def __await__(self):
+        import asyncio
+
+        return asyncio.get_running_loop().run_in_executor(None, self.get).__await__()

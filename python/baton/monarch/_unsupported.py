@@ -1,0 +1,64 @@
+"""Names of Monarch's API that baton does not implement: importable, and each raises, when used,
+an error naming the feature and what to use instead (never an ImportError at a script's top)."""
+
+import types
+
+from .._errors import UsageError
+
+
+class MonarchUnsupported(UsageError):
+    """A name of Monarch's API that baton does not implement was used."""
+
+
+_TENSOR_ENGINE = (
+    "Monarch's tensor engine (distributed tensors) is not part of baton: run torch code inside "
+    "actors, and move tensors with baton.collective or RDMABuffer"
+)
+
+
+class Unsupported:
+    """Stands for one name: calling it, making one, entering it, or reading an attribute of it
+    raises MonarchUnsupported with `advice`."""
+
+    def __init__(self, name, advice=_TENSOR_ENGINE):
+        object.__setattr__(self, "_name", name)
+        object.__setattr__(self, "_advice", advice)
+
+    def _refuse(self, *args, **kwargs):
+        raise MonarchUnsupported(f"{self._name} is not supported by baton: {self._advice}")
+
+    __call__ = _refuse
+    __enter__ = _refuse
+    __iter__ = _refuse
+
+    def __exit__(self, *exc):
+        return False
+
+    def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        self._refuse()
+
+    def __getitem__(self, item):
+        return self  # Stream[...] or Tensor[...] in a type hint
+
+    def __mro_entries__(self, bases):
+        self._refuse()
+
+    def __repr__(self):
+        return f"<{self._name}: not supported by baton>"
+
+
+def module(name, advice=_TENSOR_ENGINE):
+    """A module whose every attribute is Unsupported (for `from monarch.x import y`)."""
+    m = types.ModuleType(name)
+    m.__doc__ = f"{name}: not supported by baton. {advice}."
+
+    def __getattr__(attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return Unsupported(f"{name}.{attr}", advice)
+
+    m.__getattr__ = __getattr__  # type: ignore[attr-defined]
+    m.__path__ = []  # a package: its submodules are unsupported too
+    return m

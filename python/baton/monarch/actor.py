@@ -1,0 +1,255 @@
+"""monarch.actor over baton: actors, meshes, futures, ports and supervision under Monarch's
+names. Each name is baton's own concept (see the package's README section "Running Monarch
+programs" for how each maps, and what is left out)."""
+
+import sys
+import threading
+import types
+
+from .. import _context, _runtime
+from .._actor import Actor, endpoint
+from .._context import Context, context, current_actor_name, current_rank, current_size
+from .._errors import ActorError, MeshFailure, UsageError
+from .._future import Deferred, Future
+from .._mesh import ActorMesh, Endpoint, HostMesh, ProcMesh, this_host  # noqa: F401
+from .._point import Extent, Point
+from .._port import Port as _BatonPort
+from .._port import open_port
+from .._value_mesh import ValueMesh
+from . import config
+from ._unsupported import MonarchUnsupported, Unsupported
+
+ProcId = str
+
+
+class Port(_BatonPort):
+    """Where values are sent (port.send(value)); pass it to actors."""
+
+
+class PortReceiver:
+    """The receiving end of a Channel: recv() is a Future of the next value (await it, or
+    get(timeout=...))."""
+
+    __class_getitem__ = classmethod(types.GenericAlias)
+
+    def __init__(self, receiver):
+        self._receiver = receiver
+
+    def recv(self):
+        return Deferred(lambda timeout: self._receiver.recv(timeout))
+
+
+class Channel:
+    """Channel.open() -> (Port, PortReceiver): values sent to the port arrive at the receiver,
+    in order per sender."""
+
+    __class_getitem__ = classmethod(types.GenericAlias)
+
+    @staticmethod
+    def open(once=False):
+        port, receiver = open_port()
+        p = Port.__new__(Port)
+        p._core = port._core
+        return p, PortReceiver(receiver)
+
+
+def concurrent_endpoint(fn=None, **options):
+    """Monarch's opt-in interleaving of async endpoints. On baton such an endpoint is an ordinary
+    one: its calls run one at a time, like every endpoint's."""
+    return endpoint(fn, **options)
+
+
+def as_endpoint(not_an_endpoint, *, propagate=None, explicit_response_port=False):
+    raise MonarchUnsupported(
+        "as_endpoint is not supported by baton yet: mark the method with @endpoint"
+    )
+
+
+class Accumulator:
+    """Folds the replies of every member of a mesh to one value, here: Accumulator(mesh.ep,
+    identity, combine).accumulate(*args) is a Future of combine(...combine(identity, r0)...)."""
+
+    __class_getitem__ = classmethod(types.GenericAlias)
+
+    def __init__(self, endpoint, identity, combine):
+        if not isinstance(endpoint, Endpoint):
+            raise UsageError("Accumulator takes a mesh's endpoint (mesh.name), not "
+                             f"{type(endpoint).__name__}")
+        self._endpoint = endpoint
+        self._identity = identity
+        self._combine = combine
+
+    def accumulate(self, *args, **kwargs):
+        def fold(timeout):
+            value = self._identity
+            for _, v in self._endpoint.stream(*args, timeout=timeout, **kwargs):
+                value = self._combine(value, v)
+            return value
+
+        return Deferred(fold)
+
+
+def send(endpoint, args, kwargs, port=None, selection="all"):
+    """Calls `endpoint` with args and kwargs on every member (selection "all") or one
+    ("choose"), without waiting; with a `port`, each reply is sent to it."""
+    if selection not in ("all", "choose"):
+        raise UsageError(f"send: selection is 'all' or 'choose', not {selection!r}")
+    if port is None and selection == "all":
+        endpoint.broadcast(*args, **kwargs)
+        return
+    if selection == "choose":
+        future = endpoint.choose(*args, **kwargs)
+
+        def forward():
+            port.send(future.get())
+    else:
+        stream = endpoint.stream(*args, **kwargs)
+
+        def forward():
+            for _, v in stream:
+                port.send(v)
+
+    if port is None:
+        return
+    threading.Thread(target=forward, name="baton-send", daemon=True).start()
+
+
+_controllers: dict = {}
+_controllers_lock = threading.Lock()
+
+
+def get_or_spawn_controller(name, cls, *args, **kwargs):
+    """A Future of the actor named `name` of class `cls`, spawned once per program in a proc of
+    its own (later calls give the same actor)."""
+    with _controllers_lock:
+        if name not in _controllers:
+            procs = this_host().spawn_procs(per_host={"procs": 1})
+            _controllers[name] = (procs, procs.spawn(name, cls, *args, **kwargs))
+        mesh = _controllers[name][1]
+    return Deferred(lambda timeout: mesh)
+
+
+def this_proc():
+    raise MonarchUnsupported(
+        "this_proc() (actors in the controller's own process) is not supported by baton yet: "
+        "spawn them in a proc of their own, this_host().spawn_procs(per_host={'procs': 1})"
+    )
+
+
+def shutdown_context():
+    """Stops every proc this program started (a Future)."""
+    from .._runtime import shutdown
+
+    return Deferred(lambda timeout: shutdown())
+
+
+def enable_transport(transport):
+    """Monarch's choice of transport; baton picks unix sockets on a host and TLS over TCP
+    between hosts itself, so this is accepted and does nothing."""
+
+
+class ChannelTransport:
+    Unix = "unix"
+    TcpWithLocalhost = "tcp"
+    TcpWithHostname = "tcp"
+    MetaTlsWithHostname = "tls"
+
+
+_JOBS = ("baton's jobs (baton.SshJob, SlurmJob, KubernetesJob, or baton-host agents with "
+         "baton.attach)")
+attach = Unsupported("monarch.actor.attach", f"attach to a job's hosts with {_JOBS}")
+attach_to_workers = Unsupported("monarch.actor.attach_to_workers", f"use {_JOBS}")
+run_worker_loop_forever = Unsupported(
+    "monarch.actor.run_worker_loop_forever", "start baton-host (baton.agent_program()) on the host"
+)
+hosts_from_config = Unsupported("monarch.actor.hosts_from_config", f"use {_JOBS}")
+default_bootstrap_cmd = Unsupported("monarch.actor.default_bootstrap_cmd", f"use {_JOBS}")
+debug_controller = Unsupported("monarch.actor.debug_controller", "baton has no debugger yet")
+Uid = Unsupported("monarch.actor.Uid", "actor ids are text in baton (current_actor_name())")
+
+
+def unhandled_fault_hook(failure):
+    """Called with a failure that no actor's __supervise__ handled. Returning keeps the program
+    going; raising (as this default does) stops it, reporting the failure. Replace it:
+    monarch.actor.unhandled_fault_hook = my_hook."""
+    sys.exit(1)
+
+
+def _dispatch_fault(failure):
+    hook = getattr(sys.modules[__name__], "unhandled_fault_hook")
+    try:
+        hook(MeshFailure(failure))
+    except BaseException:  # noqa: B902: any exception, SystemExit too, leaves it unhandled
+        return False
+    return True
+
+
+def _install_fault_hook():
+    if not getattr(_install_fault_hook, "done", False):
+        _install_fault_hook.done = True
+        import os
+
+        if not os.environ.get("BATON_PROC"):  # the controller's hook
+            _runtime.on_start(lambda rt: rt.set_supervise(_dispatch_fault))
+
+
+class _Instrument:
+    """A counter, histogram or gauge of get_meter(): keeps what it was given."""
+
+    def __init__(self, name):
+        self.name = name
+        self.values = []
+
+    def add(self, value, attributes=None):
+        self.values.append(value)
+
+    record = add
+    set = add
+
+
+class _Meter:
+    def __init__(self, name):
+        self.name = name
+
+    def create_counter(self, name, *args, **kwargs):
+        return _Instrument(name)
+
+    create_histogram = create_up_down_counter = create_gauge = create_counter
+
+
+def get_meter(name, *args, **kwargs):
+    """A meter whose instruments keep what they are given (baton exports no telemetry yet)."""
+    return _Meter(name)
+
+
+class span:
+    """A tracing span (a with block); baton records no traces yet."""
+
+    def __init__(self, name, *args, **kwargs):
+        self.name = name
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def traced(fn=None, **kwargs):
+    """Marks a function as traced: @traced or @traced(name=...); it runs as it is."""
+    if fn is None:
+        return lambda f: f
+    return fn
+
+
+__all__ = [
+    "Accumulator", "Actor", "ActorError", "current_actor_name", "as_endpoint", "current_rank",
+    "current_size", "concurrent_endpoint", "endpoint", "Future", "Point", "ProcMesh", "ProcId",
+    "Channel", "send", "shutdown_context", "ValueMesh", "debug_controller",
+    "get_or_spawn_controller", "this_host", "this_proc", "default_bootstrap_cmd", "HostMesh",
+    "context", "hosts_from_config", "Port", "PortReceiver", "Endpoint", "Extent",
+    "run_worker_loop_forever", "attach_to_workers", "attach", "enable_transport", "Context",
+    "ChannelTransport", "unhandled_fault_hook", "MeshFailure", "config", "get_meter", "span",
+    "traced", "Uid",
+]
+del _context

@@ -1,0 +1,292 @@
+"""Monarch's API over baton: the runner (python -m baton.monarch), every name of monarch.actor,
+Monarch's semantics baton took on (context and ranks, attributes an actor names freely, typed
+handles, channels, accumulators, send, proc meshes kept by their actors), and the names baton
+does not implement, each refused saying what to use instead."""
+
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import baton
+import baton.monarch as monarch
+from baton.monarch import actor as mactor
+from baton.monarch._unsupported import MonarchUnsupported
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run(args, cwd=None, extra_path=()):
+    """(exit status, stdout, stderr) of `python args...` with this package importable."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([*extra_path, *env.get("PYTHONPATH", "").split(os.pathsep)])
+    env.pop("BATON_MONARCH", None)
+    p = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env,
+                       cwd=cwd, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_the_runner_runs_a_monarch_script_as_main_with_its_arguments_and_exit_status(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        import sys
+        from monarch.actor import Actor, current_rank, endpoint, this_host
+
+        class Doubler(Actor):
+            @endpoint
+            def double(self, x: int) -> int:
+                return 2 * x + current_rank().rank
+
+        if __name__ == "__main__":
+            procs = this_host().spawn_procs(per_host={"gpus": 3})
+            mesh = procs.spawn("doublers", Doubler)
+            print("got", mesh.double.call(int(sys.argv[1])).get().values(), sys.argv[2:])
+            sys.exit(int(sys.argv[2]))
+    """))
+    code, out, err = run(["-m", "baton.monarch", str(script), "5", "7"])
+    assert code == 7, err
+    assert "got [10, 11, 12] ['7']" in out
+
+
+def test_the_runner_runs_a_monarch_test_suite_through_pytest(tmp_path):
+    (tmp_path / "test_mesh.py").write_text(textwrap.dedent("""
+        import monarch.actor
+        from monarch.actor import Actor, endpoint, this_host
+
+        class Echo(Actor):
+            @endpoint
+            def echo(self, x):
+                return (monarch.actor.current_actor_name(), x)
+
+        def test_echo():
+            mesh = this_host().spawn_procs(per_host={"procs": 2}).spawn("echo", Echo)
+            names = [n for n, x in mesh.echo.call(1).get().values()]
+            assert len(set(names)) == 2 and all("/echo[" in n for n in names)
+    """))
+    code, out, err = run(["-m", "baton.monarch", "-m", "pytest", "-q", "-p",
+                          "no:cacheprovider", str(tmp_path)], cwd=tmp_path)
+    assert code == 0, out + err
+    assert "1 passed" in out
+
+
+def test_the_runner_says_what_is_wrong_with_its_command_line(tmp_path):
+    code, _, err = run(["-m", "baton.monarch", str(tmp_path / "nosuch.py")])
+    assert code == 2 and "no such script" in err
+    code, _, err = run(["-m", "baton.monarch"])
+    assert code == 2 and "usage: python -m baton.monarch SCRIPT" in err
+    code, _, err = run(["-m", "baton.monarch", "-m"])
+    assert code == 2 and "name the module to run" in err
+
+
+def test_a_real_monarch_package_is_not_shadowed_without_the_runner(tmp_path):
+    (tmp_path / "monarch").mkdir()
+    (tmp_path / "monarch" / "__init__.py").write_text("WHICH = 'the real one'\n")
+    code, out, err = run(["-c", "import monarch, baton.monarch; print(monarch.WHICH)"],
+                         extra_path=[str(tmp_path)])
+    assert (code, out.strip()) == (0, "the real one"), err
+    script = tmp_path / "which.py"
+    script.write_text("import monarch, monarch.actor\nprint(monarch.__name__, "
+                      "monarch.actor.Actor.__module__)\n")
+    code, out, err = run(["-m", "baton.monarch", str(script)], extra_path=[str(tmp_path)])
+    assert (code, out.strip()) == (0, "baton.monarch baton._actor"), err
+
+
+def test_every_name_of_monarch_actor_is_there():
+    names = [
+        "Accumulator", "Actor", "ActorError", "current_actor_name", "as_endpoint",
+        "current_rank", "current_size", "concurrent_endpoint", "endpoint", "Future", "Point",
+        "ProcMesh", "ProcId", "Channel", "send", "shutdown_context", "ValueMesh",
+        "debug_controller", "get_or_spawn_controller", "this_host", "this_proc",
+        "default_bootstrap_cmd", "HostMesh", "context", "hosts_from_config", "Port",
+        "PortReceiver", "Endpoint", "Extent", "run_worker_loop_forever", "attach_to_workers",
+        "attach", "enable_transport", "Context", "ChannelTransport", "unhandled_fault_hook",
+        "MeshFailure", "config", "get_meter", "span", "traced", "Uid",
+    ]
+    assert sorted(mactor.__all__) == sorted(names)
+    for name in names:
+        assert getattr(mactor, name) is not None, name
+    assert mactor.Actor is baton.Actor and mactor.context is baton.context
+
+
+def test_what_baton_does_not_implement_imports_and_refuses_when_used_saying_why():
+    with pytest.raises(MonarchUnsupported, match="fetch_shard is not supported by baton: "
+                       "Monarch's tensor engine"):
+        monarch.fetch_shard(None)
+    with pytest.raises(MonarchUnsupported, match="tensor engine"):
+        with monarch.no_mesh:
+            pass
+    with pytest.raises(MonarchUnsupported, match="spawn them in a proc of their own"):
+        mactor.this_proc()
+    from baton.monarch import job, spmd
+
+    with pytest.raises(MonarchUnsupported, match="baton.SshJob"):
+        job.LocalJob()
+    with pytest.raises(MonarchUnsupported, match="baton.collective"):
+
+        class Mine(spmd.SPMDActor):
+            pass
+    with pytest.raises(baton.UsageError, match="explicit_response_port=True. is not supported"):
+
+        @mactor.endpoint(explicit_response_port=True)
+        def infer(self, port):
+            pass
+    assert isinstance(monarch.Tensor, monarch._unsupported.Unsupported)
+
+
+def test_a_missing_monarch_module_imports_under_the_runner_and_refuses_when_used(tmp_path):
+    script = tmp_path / "te.py"
+    script.write_text(textwrap.dedent("""
+        from monarch.tensor_engine import Whatever
+        from monarch import remote
+        try:
+            Whatever()
+        except Exception as e:
+            print(type(e).__name__, e)
+    """))
+    code, out, err = run(["-m", "baton.monarch", str(script)])
+    assert code == 0, err
+    assert "MonarchUnsupported monarch.tensor_engine.Whatever is not supported by baton" in out
+
+
+class Placed(baton.Actor):
+    def __init__(self):
+        self.rank = ("mine", current := mactor.current_rank().rank)  # its own attribute
+        self.at_init = (current, mactor.current_size(), mactor.current_actor_name())
+
+    @baton.endpoint
+    def where(self):
+        c = mactor.context()
+        return (self.rank, self.at_init, dict(c.message_rank), c.actor_instance.rank.rank,
+                mactor.current_actor_name())
+
+    @baton.endpoint
+    async def where_async(self):
+        return dict(mactor.current_rank()), mactor.current_size()
+
+
+def test_context_and_rank_helpers_inside_actors_and_at_the_client():
+    procs = baton.this_host().spawn_procs(per_host={"hosts": 2, "gpus": 2})
+    placed = procs.spawn("placed", Placed)
+    got = placed.where.call().get(timeout=30).values()
+    for r, (own, at_init, point, rank, name) in enumerate(got):
+        assert own == ("mine", r)
+        assert at_init[0] == r and at_init[1] == {"hosts": 2, "gpus": 2}
+        assert point == {"hosts": r // 2, "gpus": r % 2} and rank == r
+        assert "/placed[" in name and at_init[2] == name
+    assert len({name for *_, name in got}) == 4
+    point, size = placed.slice(hosts=1, gpus=0).where_async.call_one().get(timeout=30)
+    assert point == {"hosts": 1, "gpus": 0} and size == {"hosts": 2, "gpus": 2}
+    client = mactor.context()
+    assert mactor.current_rank().rank == 0 and dict(mactor.current_rank()) == {}
+    assert mactor.current_actor_name() == "client" and client.actor_instance.actor is None
+    procs.stop().get(timeout=60)
+
+
+def test_handle_types_are_generic_at_run_time():
+    for t in (mactor.Future[int], mactor.ValueMesh[float], baton.ActorMesh[Placed],
+              mactor.Port[int], mactor.PortReceiver[str], mactor.Channel[int],
+              mactor.Accumulator[int]):
+        assert t is not None
+
+
+class Reporter(baton.Actor):
+    @baton.endpoint
+    def report(self, port, text):
+        port.send((mactor.current_rank().rank, text))
+        return len(text)
+
+    @baton.endpoint
+    def value(self):
+        return 10 + mactor.current_rank().rank
+
+
+def test_channels_accumulators_and_send():
+    mesh = baton.this_host().spawn_procs(per_host={"procs": 3}).spawn("reporters", Reporter)
+    port, receiver = mactor.Channel.open()
+    mesh.report.broadcast(port, "hi")
+    assert sorted(receiver.recv().get(timeout=30) for _ in range(3)) == [
+        (0, "hi"), (1, "hi"), (2, "hi")]
+    with pytest.raises(baton.TimeoutError):
+        receiver.recv().get(timeout=0.2)
+    total = mactor.Accumulator(mesh.value, [], lambda acc, v: acc + [v]).accumulate()
+    assert sorted(total.get(timeout=30)) == [10, 11, 12]
+    mactor.send(mesh.value, (), {}, port=port)
+    assert sorted(receiver.recv().get(timeout=30) for _ in range(3)) == [10, 11, 12]
+    mactor.send(mesh.report, (port, "all"), {})
+    assert sorted(receiver.recv().get(timeout=30) for _ in range(3)) == [
+        (0, "all"), (1, "all"), (2, "all")]
+    with pytest.raises(baton.UsageError, match="takes a mesh's endpoint"):
+        mactor.Accumulator(Reporter.value, 0, max)
+
+
+def test_an_actor_mesh_keeps_its_proc_mesh_alive():
+    mesh = baton.this_host().spawn_procs(per_host={"procs": 2}).spawn("kept", Reporter)
+    gc.collect()  # the proc mesh has no name left in this program
+    assert mesh.value.call().get(timeout=30).values() == [10, 11]
+    assert mesh.slice(procs=1).value.call_one().get(timeout=30) == 11
+
+
+def test_extents_value_meshes_and_remote_exceptions():
+    procs = baton.this_host().spawn_procs(per_host={"hosts": 2, "gpus": 3})
+    assert procs.extent == mactor.Extent(["hosts", "gpus"], [2, 3])
+    assert procs.extent.nelements == 6 and procs.size("gpus") == 3 and procs.size() == 6
+    values = procs.spawn("vm", Reporter).value.call().get(timeout=30)
+    assert values.item(hosts=1, gpus=2) == 15
+    assert values.slice(hosts=1).values() == [13, 14, 15]
+    assert values.slice(gpus=slice(1, 3)).extent == mactor.Extent(["hosts", "gpus"], [2, 2])
+    point, _ = values.items()[4]
+    assert point.extent == procs.extent and dict(point) == {"hosts": 1, "gpus": 1}
+    e = baton.ActorError("a", "ep", None, "KeyError", "'k'", "")
+    assert isinstance(e.exception, KeyError)
+    assert str(baton.ActorError("a", "ep", None, "my.Own", "boom", "").exception) == (
+        "my.Own: boom")
+    procs.stop().get(timeout=60)
+
+
+def test_configuration_keys_are_kept_and_reported_ignored_once(capsys):
+    monarch.configure(enable_log_forwarding=True)
+    monarch.configure(enable_log_forwarding=False)
+    with monarch.configured(codec_max_frame_length=10) as c:
+        assert c["codec_max_frame_length"] == 10 and c["enable_log_forwarding"] is False
+    assert "codec_max_frame_length" not in monarch.get_global_config()
+    err = capsys.readouterr().err
+    assert err.count("'enable_log_forwarding' is ignored by baton") == 1
+    assert "'codec_max_frame_length' is ignored by baton" in err
+    monarch.clear_runtime_config()
+    assert monarch.get_global_config() == {}
+
+
+def test_telemetry_helpers_run_and_keep_what_they_are_given():
+    counter = mactor.get_meter("trainer").create_counter("steps")
+    counter.add(2)
+    assert counter.values == [2]
+    with mactor.span("step"):
+        pass
+
+    @mactor.traced
+    def f(x):
+        return x + 1
+
+    assert f(1) == 2 and mactor.traced(name="g")(f)(2) == 3
+
+
+def test_rdma_buffers_and_batched_actions_through_monarch_rdma():
+    import torch
+
+    from baton.monarch import rdma
+
+    src = torch.arange(256, dtype=torch.int32)
+    buf = rdma.RDMABuffer(src)
+    assert buf.size() == 1024 and rdma.is_rdma_available()
+    dst = torch.zeros(256, dtype=torch.int32)
+    buf.read_into(dst).get(timeout=30)
+    assert torch.equal(dst, src)
+    other = rdma.RDMABuffer(torch.full((256,), 3, dtype=torch.int32))
+    back = torch.full((256,), 7, dtype=torch.int32)
+    threes = torch.zeros(256, dtype=torch.int32)
+    rdma.RDMAAction().write_from(buf, back).read_into(other, threes).submit().get(timeout=30)
+    assert torch.equal(src, back) and threes.tolist() == [3] * 256
+    buf.drop().get(timeout=30)
