@@ -89,7 +89,7 @@ format:
 
 format-check:
 	clang-format --dry-run -Werror $$(git ls-files '*.cpp' '*.hpp')
-	flake8 python examples setup.py
+	flake8 python examples bench/python setup.py
 
 # The libtorch translation units (*.torch*.cpp) are left out: clang 14 cannot parse libtorch
 # 1.13's headers with GCC 12's library (GCC builds them).

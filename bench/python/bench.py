@@ -1,12 +1,14 @@
 """Python benchmarks (make bench): each figure beside its baseline, measured in this run.
 
 py_proc_rtt_p50               a Python call to a Python actor in another proc (us)
+monarch_api_rtt_p50           the same call written against Monarch's API (baton.monarch) (us)
 proc_rtt_p50                  the same round trip from C++ (`baton-bench rtt`, this run)
 torch_rpc_rtt_p50             PyTorch RPC's round trip from Python, same host (us)
 py_broadcast_gather_n16_p50   a call to 16 actors in 16 procs, gathered (ms)
 py_spawn_procs16_p50          16 worker processes spawned and linked (ms)
 
-    PYTHONPATH=python:build/python python3 bench/python/bench.py [--baton-bench build/bin/baton-bench]
+    PYTHONPATH=python:build/python python3 bench/python/bench.py \
+        [--baton-bench build/bin/baton-bench]
 """
 
 import argparse
@@ -18,11 +20,18 @@ import sys
 import time
 
 import baton
+from baton.monarch import actor as monarch_actor
 
 
 class Echo(baton.Actor):
     @baton.endpoint
     def echo(self, x):
+        return x
+
+
+class MonarchEcho(monarch_actor.Actor):
+    @monarch_actor.endpoint
+    def echo(self, x: int) -> int:
         return x
 
 
@@ -97,29 +106,39 @@ class TorchRpc:
 def main():
     ap = argparse.ArgumentParser()
     here = os.path.dirname(os.path.abspath(__file__))
-    ap.add_argument("--baton-bench", default=os.path.join(here, "..", "..", "build", "bin", "baton-bench"))
+    built = os.path.join(here, "..", "..", "build", "bin", "baton-bench")
+    ap.add_argument("--baton-bench", default=built)
     ap.add_argument("--n", type=int, default=5000)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
 
-    # The round trips side by side: baton's and PyTorch RPC's in alternating rounds (a noisy
-    # machine slows both alike), and the C++ figure as the median of three runs of its own.
+    # The round trips side by side: baton's, through Monarch's API, and PyTorch RPC's in
+    # alternating rounds (a noisy machine slows all alike), and the C++ figure as the median
+    # of three runs of its own.
     procs = baton.this_host().spawn_procs({"procs": 1})
     echo = procs.spawn("echo", Echo)
-    ours, theirs = [], []
+    monarch_procs = monarch_actor.this_host().spawn_procs(per_host={"procs": 1})
+    monarch_echo = monarch_procs.spawn("monarch_echo", MonarchEcho)
+    ours, monarch, theirs = [], [], []
     with TorchRpc() as torch_rpc:
         for _ in range(args.rounds):
             ours += timed(lambda: echo.echo.call_one(1).get(), args.n // args.rounds)
+            monarch += timed(lambda: monarch_echo.echo.call_one(1).get(), args.n // args.rounds)
             theirs += timed(torch_rpc.call, args.n // args.rounds)
     procs.stop().get()
+    monarch_procs.stop().get()
     py = p50(ours) * 1e6
     figure("py_proc_rtt_p50", py, "us")
+    monarch_rtt = p50(monarch) * 1e6
+    figure("monarch_api_rtt_p50", monarch_rtt, "us")
+    figure("monarch_api_rtt_ratio_py", monarch_rtt / py, "x")
     cpp = p50([cpp_proc_rtt(args.baton_bench) for _ in range(3)])
     figure("proc_rtt_p50", cpp, "us")
     figure("py_proc_rtt_ratio_cpp", py / cpp, "x")
     torch_rtt = p50(theirs) * 1e6
     figure("torch_rpc_rtt_p50", torch_rtt, "us")
     figure("py_proc_rtt_speedup_torch_rpc", torch_rtt / py, "x")
+    figure("monarch_api_rtt_speedup_torch_rpc", torch_rtt / monarch_rtt, "x")
 
     procs = baton.this_host().spawn_procs({"procs": 16})
     echoes = procs.spawn("echoes", Echo)

@@ -18,7 +18,7 @@
 """
 
 from . import collective
-from ._actor import Actor, endpoint
+from ._actor import Actor, concurrent_endpoint, endpoint
 from ._errors import (
     ActorError,
     BatonError,
@@ -30,7 +30,7 @@ from ._errors import (
 )
 from ._context import Context, context, current_actor_name, current_rank, current_size
 from ._future import Future
-from ._mesh import ActorMesh, CppActorMesh, HostMesh, ProcMesh, attach, cpp, this_host
+from ._mesh import ActorMesh, CppActorMesh, HostMesh, ProcMesh, attach, cpp, this_host, this_proc
 from ._point import Extent, Point
 from ._value_mesh import ValueMesh
 from ._job import KubernetesJob, SlurmJob, SshJob, agent_program, save
@@ -65,6 +65,7 @@ __all__ = [
     "agent_program",
     "attach",
     "collective",
+    "concurrent_endpoint",
     "context",
     "cpp",
     "current_actor_name",
@@ -76,4 +77,5 @@ __all__ = [
     "set_supervise",
     "shutdown",
     "this_host",
+    "this_proc",
 ]

@@ -1,7 +1,5 @@
 """Python actors: subclasses of baton.Actor whose endpoints are marked @baton.endpoint."""
 
-from ._errors import UsageError
-
 
 class _Where:
     """One of the actor's own facts (its id, rank, point), read from where the runtime placed it.
@@ -34,21 +32,40 @@ class Actor:
 
 def endpoint(fn=None, *, propagate=None, explicit_response_port=False, instrument=False):
     """Marks a method of an Actor as an endpoint that meshes can call by name: @endpoint, or
-    @endpoint(...) with Monarch's options (`propagate` and `instrument` concern Monarch's
-    tensor engine and tracing, and are accepted and ignored)."""
+    @endpoint(...) with options. With explicit_response_port=True the method gets a port as
+    its first argument and replies by port.send(value) (or port.exception(error)) whenever it
+    likes, from any thread: the actor goes on with its next message meanwhile, and the
+    caller's future completes with what was sent. `propagate` and `instrument` (Monarch's tensor
+    engine and tracing) are accepted and ignored."""
     del propagate, instrument
-    if explicit_response_port:
-        raise UsageError(
-            "@endpoint(explicit_response_port=True) is not supported by baton yet: reply by "
-            "returning the value (an async endpoint may await what it needs first), or send it "
-            "on a Port the caller passes (baton.open_port())"
-        )
     if fn is None:
-        return endpoint
+        return lambda f: endpoint(f, explicit_response_port=explicit_response_port)
     if not callable(fn):
         raise TypeError("@baton.endpoint marks a method")
     fn._baton_endpoint = True  # plain or async: the worker looks at what a call returns
+    fn._baton_explicit_port = bool(explicit_response_port)
     return fn
+
+
+_CO_COROUTINE = 0x80  # an `async def` function's code flag (no inspect at a worker's start)
+
+
+def concurrent_endpoint(fn=None, **options):
+    """Marks an `async def` method as an endpoint whose calls may interleave: each runs as a
+    task of its own on the process's event loop, acting as its actor, which goes on with its
+    next message while the task awaits; the caller's future completes when the task ends."""
+    if fn is None:
+        return lambda f: concurrent_endpoint(f, **options)
+    if not getattr(getattr(fn, "__code__", None), "co_flags", 0) & _CO_COROUTINE:
+        raise TypeError("@concurrent_endpoint marks an `async def` method")
+
+    def start(self, port, *args, **kwargs):
+        from . import _host
+
+        _host.start_task(fn(self, *args, **kwargs), self, port)
+
+    start.__name__, start.__qualname__, start.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
+    return endpoint(start, explicit_response_port=True)
 
 
 def endpoints_of(cls):

@@ -37,10 +37,30 @@ class Future:
 
     __class_getitem__ = classmethod(types.GenericAlias)  # Future[int] in type hints
 
-    def __init__(self, core, convert, endpoint=None):
+    def __init__(self, core, convert, endpoint=None, target=None):
         self._core = core
         self._convert = convert
         self._endpoint = endpoint  # a Python endpoint's name, for the errors it raises
+        self._target = target  # the actor mesh called, if any
+
+    def _check_not_waiting_on_itself(self):
+        """An actor waiting for a call to itself would wait for ever (it handles one message at
+        a time, and this one is in progress): UsageError at once, saying why."""
+        if self._target is None:
+            return
+        from . import _context
+
+        actor = _context._current.get()
+        if actor is None:
+            return
+        me = actor._baton_where[0]
+        if me in self._target._core.members():
+            raise UsageError(
+                f"{me} waits for its own call of {self._endpoint}: an actor handles one "
+                "message at a time, so that call cannot run before this endpoint returns. "
+                "Call the method directly, or send the call without waiting (broadcast) and "
+                "return"
+            )
 
     def done(self):
         return self._core.ready()
@@ -48,6 +68,8 @@ class Future:
     def get(self, timeout=None):
         if timeout is not None:
             timeout = _seconds(timeout)
+        if not self._core.ready():
+            self._check_not_waiting_on_itself()
         try:
             ready = self._core.wait(timeout)  # refused inside an actor unless already done
         except UsageError as e:
@@ -74,6 +96,7 @@ class Future:
 
 async def _awaitable(future):
     if not future.done():
+        future._check_not_waiting_on_itself()
         import asyncio  # the caller's, already imported: no cost at start-up
 
         waiter = _LoopNotifier.of(asyncio.get_running_loop()).wait(future._core)
@@ -155,3 +178,22 @@ class Deferred(Future):
         import asyncio
 
         return asyncio.get_running_loop().run_in_executor(None, self.get).__await__()
+
+
+class StreamItem(tuple):
+    """One reply of a stream: a (point, value) pair that is also a completed Future of the
+    value (get(), result(), await), as Monarch's streams give futures."""
+
+    __slots__ = ()
+
+    def get(self, timeout=None):
+        return self[1]
+
+    result = get
+
+    def done(self):
+        return True
+
+    def __await__(self):
+        return self[1]
+        yield  # a generator: awaiting it gives the value at once

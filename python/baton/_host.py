@@ -122,6 +122,28 @@ def schedule(coroutine, acting, instance, done):
     asyncio.run_coroutine_threadsafe(coroutine, loop).add_done_callback(finished)
 
 
+def start_task(coroutine, instance, port):
+    """Runs a concurrent endpoint's coroutine as a task of its own on this process's event loop,
+    acting as its actor, and replies through `port` (a ReplyPort) once it ends; the actor goes
+    on with its next message meanwhile."""
+    import asyncio
+
+    import _baton
+
+    acting = _baton.acting_as_current()
+    task = asyncio.run_coroutine_threadsafe(
+        _as_actor(coroutine, acting, instance), _event_loop()
+    )
+
+    def finished(future):
+        try:
+            port.send(future.result())
+        except BaseException as e:  # noqa: B902: what the task raised goes to its caller
+            port.exception(e)
+
+    task.add_done_callback(finished)
+
+
 def fold(fn, a_data, a_buffers, b_data, b_buffers):
     """A reducer's step on the cast tree: fn(a, b), pickled for the next node."""
     f = loads(fn, [])

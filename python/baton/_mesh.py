@@ -6,10 +6,10 @@ import os
 import re
 import types
 
-from . import _runtime
+from . import _reply, _runtime
 from ._actor import Actor, endpoints_of
 from ._errors import ActorError, UsageError
-from ._future import Future, _python_advice, _seconds
+from ._future import Future, StreamItem, _python_advice, _seconds
 from ._pickle import dumps, dumps_call
 from ._point import Extent
 from ._value_mesh import _decode, _decode_mesh, _plain_mesh, _point
@@ -68,6 +68,8 @@ class Endpoint:
     def __init__(self, mesh, name):
         self._mesh = mesh
         self._name = name
+        fn = getattr(mesh._cls, name, None)
+        self._explicit = getattr(fn, "_baton_explicit_port", False)
 
     def __call__(self, *args, **kwargs):
         raise UsageError(
@@ -77,18 +79,24 @@ class Endpoint:
 
     def call(self, *args, **kwargs):
         """Every member; a Future of a ValueMesh of the results."""
+        if self._explicit:
+            return _reply.call(self, args, kwargs, "call")
         core = self._mesh._core.call(self._name, dumps_call(args, kwargs))
-        return Future(core, _decode_mesh, self._name)
+        return Future(core, _decode_mesh, self._name, self._mesh)
 
     def call_one(self, *args, **kwargs):
         """The mesh's one member (a mesh of one, else UsageError)."""
+        if self._explicit:
+            return _reply.call(self, args, kwargs, "call_one")
         core = self._mesh._core.call_one(self._name, dumps_call(args, kwargs))
-        return Future(core, _decode, self._name)
+        return Future(core, _decode, self._name, self._mesh)
 
     def choose(self, *args, **kwargs):
         """One member, chosen by the runtime."""
+        if self._explicit:
+            return _reply.call(self, args, kwargs, "choose")
         core = self._mesh._core.choose(self._name, dumps_call(args, kwargs))
-        return Future(core, _decode, self._name)
+        return Future(core, _decode, self._name, self._mesh)
 
     def reduce(self, fn, *args, **kwargs):
         """Every member, the replies folded with fn(a, b) along the cast tree (in each worker
@@ -98,16 +106,20 @@ class Endpoint:
         if buffers:
             raise UsageError("reduce: the function must pickle without out-of-band buffers")
         core = self._mesh._core.reduce(data, self._name, dumps_call(args, kwargs))
-        return Future(core, _decode, self._name)
+        return Future(core, _decode, self._name, self._mesh)
 
     def broadcast(self, *args, **kwargs):
         """Every member, no reply."""
+        if self._explicit:
+            return _reply.call(self, args, kwargs, "broadcast")
         self._mesh._core.broadcast(self._name, dumps_call(args, kwargs))
 
     def stream(self, *args, timeout=None, **kwargs):
         """Every member; an iterator of (point, value) as replies arrive. A member's failure is
         raised where its reply would be, and a reply not there within `timeout` seconds raises
         TimeoutError; either way the stream goes on with the next reply on the next next()."""
+        if self._explicit:
+            return _reply.call(self, args, kwargs, "stream")
         core = self._mesh._core.stream(self._name, dumps_call(args, kwargs))
         return Stream(core, timeout, self._name)
 
@@ -116,7 +128,8 @@ _STREAM_TIMEOUT = object()  # next()'s default: the stream's own timeout
 
 
 class Stream:
-    """Replies of stream(), one per member, as they arrive: (point, value)."""
+    """Replies of stream(), one per member, as they arrive: (point, value) items (each also a
+    completed Future of its value). Iterate it, or `async for` in asyncio."""
 
     def __init__(self, core, timeout, endpoint):
         self._core = core
@@ -142,7 +155,25 @@ class Stream:
         if item is None:
             raise StopIteration
         p, v = item
-        return _point(p), _decode(v)
+        return StreamItem((_point(p), _decode(v)))
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        import asyncio
+
+        # Waited for on a thread of asyncio's, never on the event loop's own.
+        item = await asyncio.get_running_loop().run_in_executor(None, self._next_or_end)
+        if item is None:
+            raise StopAsyncIteration
+        return item
+
+    def _next_or_end(self):
+        try:
+            return self.next()
+        except StopIteration:
+            return None
 
 
 def _mesh_from_wire(head, parts, cls):
@@ -430,6 +461,17 @@ class CppActorMesh(_Mesh):
 
 def this_host():
     return HostMesh()
+
+
+def this_proc():
+    """This process's own proc, a ProcMesh of no dimensions: actors spawned on it run in this
+    process (the controller's, or a worker's beside its other actors) and are called like any
+    others. Its stop() does nothing; stop their actor meshes instead."""
+    import _baton
+
+    if not os.environ.get("BATON_PROC"):  # a worker has its runtime already
+        _runtime.runtime()
+    return ProcMesh(_baton.this_proc())
 
 
 def attach(addresses):

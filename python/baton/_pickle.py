@@ -4,6 +4,7 @@ or returned) kept out of the pickle and sent as a part of its own, never copied 
 
 import collections
 import io
+import os
 import pickle
 import sys
 
@@ -121,5 +122,14 @@ def dumps_result(endpoint, value):
         ) from None
 
 
+# BATON_READ_ONLY_BUFFERS=1 (set before the runtime starts, so that workers inherit it): arrays
+# and tensors arrive as read-only views of the received bytes, with no copy.
+_READ_ONLY = os.environ.get("BATON_READ_ONLY_BUFFERS") == "1"
+
+
 def loads(data, buffers):
+    """The value of a pickle. Its big buffers arrive as private, writable copies (a received
+    array may be changed in place), or as read-only views with BATON_READ_ONLY_BUFFERS=1."""
+    if buffers and not _READ_ONLY:
+        buffers = [bytearray(b) for b in buffers]
     return pickle.loads(data, buffers=buffers)

@@ -53,6 +53,11 @@ class Counter(baton.Actor):
         return value
 
     @baton.endpoint
+    def bump(self, array):
+        array += 1  # a received array is the actor's own to change
+        return array
+
+    @baton.endpoint
     def report_to(self, port, n):
         for i in range(n):
             port.send((self.rank, i))

@@ -29,4 +29,13 @@ if __name__ == "__main__":
         procs.spawn("refusers", Refuses, "refused at construction")  # no hook: the program stops
     if len(sys.argv) > 1 and sys.argv[1] == "raise":
         counters.slice(gpus=1).fail.call_one("uncaught in the controller").get(timeout=30)
-    threading.Event().wait()  # until the test's signal
+    if len(sys.argv) > 1 and sys.argv[1] == "stubborn":
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            print("caught", flush=True)  # and goes on waiting: a second Ctrl-C kills at once
+        threading.Event().wait()
+    try:
+        threading.Event().wait()  # until the test's signal
+    finally:
+        print("finally ran", flush=True)  # Ctrl-C is a KeyboardInterrupt: the program unwinds

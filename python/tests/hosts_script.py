@@ -7,7 +7,8 @@ import baton
 from actors import Counter
 
 if __name__ == "__main__":
-    hosts = baton.attach(sys.argv[1:])
+    keep = sys.argv[1] == "--keep"  # leave the meshes to the program's end, as module globals
+    hosts = baton.attach(sys.argv[2:] if keep else sys.argv[1:])
     procs = hosts.spawn_procs({"gpus": 2})
     print("shape", procs.shape, flush=True)
     counters = procs.spawn("counters", Counter, 1)
@@ -15,5 +16,6 @@ if __name__ == "__main__":
     print("values", got.values(), flush=True)
     print("points", [dict(p) for p in got.points()], flush=True)
     print("pids", sorted(set(counters.pid.call().get(timeout=60).values())), flush=True)
-    procs.stop().get(timeout=60)
+    if not keep:
+        procs.stop().get(timeout=60)
     print("done", flush=True)

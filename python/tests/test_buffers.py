@@ -42,3 +42,15 @@ def test_buffers_round_trip_through_an_actor(echo):
         "a": [1, 2.5, "x"],
         "b": None,
     }
+
+
+def test_a_received_array_is_the_receivers_own_to_change(echo, monkeypatch):
+    array = np.arange(1000, dtype=np.float64)
+    got = echo.bump.call_one(array).get(timeout=30)
+    assert np.array_equal(got, array + 1) and np.array_equal(array, np.arange(1000))
+    got += 1  # and the reply is the caller's own
+    data, buffers = _pickle.dumps(array)
+    received = [bytes(b) for b in buffers]  # read-only, as the runtime's received bytes are
+    assert _pickle.loads(data, received).flags.writeable
+    monkeypatch.setattr(_pickle, "_READ_ONLY", True)  # BATON_READ_ONLY_BUFFERS=1
+    assert not _pickle.loads(data, received).flags.writeable

@@ -43,12 +43,16 @@ def agents(tmp_path):
         p.wait(timeout=30)
 
 
-def test_a_python_controller_runs_python_actors_on_every_host_of_a_job(agents):
+@pytest.mark.parametrize("keep", [False, True], ids=["stopped", "left_to_the_end"])
+def test_a_python_controller_runs_python_actors_on_every_host_of_a_job(agents, keep):
+    # Left to the end, the host and proc meshes are module globals the interpreter drops after
+    # the runtime closed: they are inert, and the program ends (it hung there before).
     creds, addresses = agents
     env = dict(os.environ, BATON_CREDENTIALS=str(creds))
     env["PYTHONPATH"] = os.pathsep.join([HERE] + env.get("PYTHONPATH", "").split(os.pathsep))
     out = subprocess.run(
-        [sys.executable, os.path.join(HERE, "hosts_script.py"), *addresses],
+        [sys.executable, os.path.join(HERE, "hosts_script.py"), *(["--keep"] if keep else []),
+         *addresses],
         capture_output=True,
         text=True,
         timeout=120,

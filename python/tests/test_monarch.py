@@ -118,8 +118,6 @@ def test_what_baton_does_not_implement_imports_and_refuses_when_used_saying_why(
     with pytest.raises(MonarchUnsupported, match="tensor engine"):
         with monarch.no_mesh:
             pass
-    with pytest.raises(MonarchUnsupported, match="spawn them in a proc of their own"):
-        mactor.this_proc()
     from baton.monarch import job, spmd
 
     with pytest.raises(MonarchUnsupported, match="baton.SshJob"):
@@ -127,11 +125,6 @@ def test_what_baton_does_not_implement_imports_and_refuses_when_used_saying_why(
     with pytest.raises(MonarchUnsupported, match="baton.collective"):
 
         class Mine(spmd.SPMDActor):
-            pass
-    with pytest.raises(baton.UsageError, match="explicit_response_port=True. is not supported"):
-
-        @mactor.endpoint(explicit_response_port=True)
-        def infer(self, port):
             pass
     assert isinstance(monarch.Tensor, monarch._unsupported.Unsupported)
 
@@ -290,3 +283,183 @@ def test_rdma_buffers_and_batched_actions_through_monarch_rdma():
     rdma.RDMAAction().write_from(buf, back).read_into(other, threes).submit().get(timeout=30)
     assert torch.equal(src, back) and threes.tolist() == [3] * 256
     buf.drop().get(timeout=30)
+
+
+class Counter(baton.Actor):
+    def __init__(self, initial_value):
+        self.value = initial_value
+
+    @baton.endpoint
+    def increment(self):
+        self.value += 1
+
+    @baton.endpoint
+    def get_value(self):
+        return self.value, os.getpid(), dict(mactor.current_size())
+
+    @baton.endpoint
+    def ask(self, other):
+        return other.get_value.call_one().get(timeout=30)[0] * 10
+
+
+def test_actors_on_this_proc_run_in_the_controllers_own_process():
+    here = mactor.this_proc()
+    assert len(here) == 1 and dict(here.extent) == {}
+    counter = here.spawn("counter", Counter, initial_value=0)
+    counter.increment.broadcast()
+    value, pid, size = counter.get_value.call_one().get(timeout=30)
+    assert (value, pid, size) == (1, os.getpid(), {})
+    assert counter.get_value.call().get(timeout=30).values()[0][0] == 1
+    asker = baton.this_host().spawn_procs(per_host={"procs": 1}).spawn("asker", Counter, 0)
+    assert asker.ask.call_one(counter).get(timeout=30) == 10
+    counter.stop().get(timeout=30)
+
+
+class Engine(baton.Actor):
+    """Replies to infer() later, through the port it was given, while it goes on meanwhile."""
+
+    def __init__(self):
+        self.waiting = []
+        self.weights = 0
+
+    @mactor.endpoint(explicit_response_port=True)
+    def infer(self, port, prompt):
+        if prompt == "refuse":
+            raise ValueError("no prompt like that")
+        self.waiting.append((port, prompt))
+
+    @mactor.endpoint
+    def update_weights(self, w):
+        self.weights = w
+
+    @mactor.endpoint
+    def answer(self, fail=False):
+        for port, prompt in self.waiting:
+            if fail:
+                port.exception(KeyError(prompt))
+            else:
+                port.send(f"{prompt} with weights {self.weights} at {mactor.current_rank().rank}")
+        self.waiting = []
+        return len(self.waiting)
+
+
+def test_an_explicit_response_port_replies_later_while_the_actor_goes_on():
+    engines = mactor.this_proc().spawn("engine", Engine)
+    first = engines.infer.call_one("a")
+    second = engines.infer.call_one("b")
+    engines.update_weights.broadcast(1)  # handled before either reply is sent
+    engines.answer.call_one().get(timeout=30)
+    assert first.get(timeout=30) == "a with weights 1 at 0"
+    assert second.get(timeout=30) == "b with weights 1 at 0"
+    failing = engines.infer.call_one("c")
+    engines.answer.call_one(True).get(timeout=30)
+    with pytest.raises(baton.ActorError) as info:
+        failing.get(timeout=30)
+    assert info.value.remote_type == "KeyError"
+    with pytest.raises(baton.ActorError, match="no prompt like that"):
+        engines.infer.call_one("refuse").get(timeout=30)
+    procs = baton.this_host().spawn_procs(per_host={"gpus": 3})
+    mesh = procs.spawn("engines", Engine)
+    everyone = mesh.slice(gpus=slice(1, 3)).infer.call("x")
+    streamed = mesh.slice(gpus=0).infer.stream("y")
+    mesh.answer.broadcast()
+    assert everyone.get(timeout=30).values() == ["x with weights 0 at 1", "x with weights 0 at 2"]
+    assert [v for _, v in streamed] == ["y with weights 0 at 0"]
+    procs.stop().get(timeout=60)
+
+
+class Selfish(baton.Actor):
+    @baton.endpoint
+    def keep(self, me):
+        self.me = me
+
+    @baton.endpoint
+    def value(self):
+        return 1
+
+    @baton.endpoint
+    def ask_myself(self):
+        return self.me.value.call_one().get(timeout=30)
+
+    @baton.endpoint
+    async def await_myself(self):
+        return await self.me.value.call_one()
+
+    @baton.endpoint
+    def send_myself(self):
+        self.me.value.broadcast()  # not waited for: that is fine
+        return "sent"
+
+
+def test_an_actor_waiting_for_a_call_to_itself_fails_at_once_saying_why():
+    procs = baton.this_host().spawn_procs(per_host={"procs": 1})
+    selfish = procs.spawn("selfish", Selfish)
+    selfish.keep.call_one(selfish).get(timeout=30)
+    for endpoint in (selfish.ask_myself, selfish.await_myself):
+        with pytest.raises(baton.ActorError) as info:
+            endpoint.call_one().get(timeout=30)
+        assert "waits for its own call of value" in info.value.remote_message
+        assert "one message at a time" in info.value.remote_message
+    assert selfish.send_myself.call_one().get(timeout=30) == "sent"
+    assert selfish.value.call_one().get(timeout=30) == 1
+    procs.stop().get(timeout=60)
+
+
+def test_stream_items_are_futures_too_and_streams_iterate_in_asyncio():
+    import asyncio
+
+    mesh = baton.this_host().spawn_procs(per_host={"procs": 3}).spawn("streamed", Reporter)
+    futures = list(mesh.value.stream(timeout=30))
+    assert sorted(f.get() for f in futures) == [10, 11, 12]
+    assert sorted(v for _, v in futures) == [10, 11, 12]
+
+    async def gather():
+        got = []
+        async for item in mesh.value.stream(timeout=30):
+            got.append(await item)
+        return sorted(got)
+
+    assert asyncio.run(gather()) == [10, 11, 12]
+
+
+class Gate(baton.Actor):
+    """Concurrent endpoints: a call that waits for a later one to open the gate."""
+
+    def __init__(self):
+        self.opened = None
+
+    def _event(self):
+        import asyncio
+
+        if self.opened is None:
+            self.opened = asyncio.Event()
+        return self.opened
+
+    @mactor.concurrent_endpoint
+    async def wait_open(self):
+        await self._event().wait()
+        return f"through at {mactor.current_rank().rank}"
+
+    @baton.concurrent_endpoint
+    async def open(self):
+        self._event().set()
+        return "opened"
+
+    @baton.concurrent_endpoint
+    async def refuse(self):
+        raise KeyError("no")
+
+
+def test_concurrent_endpoints_interleave_their_calls():
+    gates = baton.this_host().spawn_procs(per_host={"procs": 2}).spawn("gates", Gate)
+    waiting = gates.wait_open.call()
+    assert gates.open.call().get(timeout=30).values() == ["opened", "opened"]
+    assert waiting.get(timeout=30).values() == ["through at 0", "through at 1"]
+    with pytest.raises(baton.ActorError) as info:
+        gates.slice(procs=0).refuse.call_one().get(timeout=30)
+    assert info.value.remote_type == "KeyError"
+    with pytest.raises(TypeError, match="marks an `async def` method"):
+
+        @baton.concurrent_endpoint
+        def plain(self):
+            pass

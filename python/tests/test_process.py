@@ -23,6 +23,8 @@ def start(*args):
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        # As from a terminal: Ctrl-C not ignored (a background job's is), so Python handles it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
@@ -101,13 +103,31 @@ def test_ctrl_c_stops_the_job_cleanly():
     wait_for_waiting(proc)
     proc.send_signal(signal.SIGINT)
     out, err = finish(proc, 60)
-    assert proc.returncode == 128 + signal.SIGINT, err
-    assert "Traceback" not in err
+    # A KeyboardInterrupt in the main thread: the program unwinds (its finally blocks run), the
+    # job stops on its way out, and Python ends by SIGINT as it does for any program.
+    assert proc.returncode == -signal.SIGINT, err
+    assert err.count("KeyboardInterrupt") == 1 and err.count("Traceback") == 1, err
+    assert "finally ran" in out
     assert "buffered at the end" in out  # what print() had not written yet was not lost
     assert gone_within(pids, 10), f"workers {pids} outlived the controller"
     # The workers' print reached the controller's output, with the proc's prefix.
     assert "hello from a worker" in out + err
     assert "[procs0 0-1]" in out + err or "[procs0 0]" in out + err
+
+
+def test_a_second_ctrl_c_kills_the_job_at_once():
+    proc = start("stubborn")
+    pids = read_pids(proc)
+    wait_for_waiting(proc)
+    proc.send_signal(signal.SIGINT)
+    assert proc.stdout.readline().strip() in ("buffered at the end", "caught")
+    line = proc.stdout.readline().strip()
+    assert line in ("caught", "buffered at the end"), line
+    proc.send_signal(signal.SIGINT)
+    out, err = finish(proc, 60)
+    assert proc.returncode == 128 + signal.SIGINT, err
+    assert "killing the job's processes" in err
+    assert gone_within(pids, 10), f"workers {pids} outlived the controller"
 
 
 def test_sigkill_of_the_controller_leaves_no_worker():

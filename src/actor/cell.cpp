@@ -349,9 +349,16 @@ void Cell::handle(Message* raw) {
       } catch (...) {
         handled = false;
       }
+      const Undeliverable& u = *m->x().undeliverable;
+      if (!handled && u.reason == UndeliverableError::Reason::actor_stopped) {
+        // Its receiver was stopped on purpose (a mesh stopped, a job ending in order): what
+        // still comes its way is dropped, and that is no failure of the sender.
+        log_debug("a message from {} to {} was dropped: {}", id().to_string(), u.dest.to_string(),
+                  u.message);
+        return;
+      }
       if (!handled) {
-        fail("a message to " + m->x().undeliverable->dest.to_string() +
-             " was undeliverable: " + m->x().undeliverable->message);
+        fail("a message to " + u.dest.to_string() + " was undeliverable: " + u.message);
       }
       return;
     }

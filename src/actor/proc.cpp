@@ -1,6 +1,6 @@
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-
 #include <unordered_set>
 
 #include "actor/cell.hpp"
@@ -322,13 +322,24 @@ void ProcState::actor_ended(const ActorId& actor, bool failed, std::string why) 
 std::optional<ProcState::Ended> ProcState::ended(const ActorId& actor) {
   std::lock_guard lock(mu);
   auto it = ended_.find(actor);
-  if (it == ended_.end()) return std::nullopt;
-  return it->second;
+  if (it != ended_.end()) return it->second;
+  if (std::find(stopped_forgotten_.rbegin(), stopped_forgotten_.rend(), actor) !=
+      stopped_forgotten_.rend()) {
+    return Ended{false, "stopped with its mesh"};
+  }
+  return std::nullopt;
 }
 
 void ProcState::forget_ended(const ActorId& actor) {
   std::lock_guard lock(mu);
-  if (ended_.erase(actor) != 0) std::erase(ended_order_, actor);
+  auto it = ended_.find(actor);
+  if (it == ended_.end()) return;
+  if (!it->second.failed) {
+    stopped_forgotten_.push_back(actor);
+    if (stopped_forgotten_.size() > kEndedKept) stopped_forgotten_.pop_front();
+  }
+  ended_.erase(it);
+  std::erase(ended_order_, actor);
 }
 
 std::size_t ProcState::ended_count() {

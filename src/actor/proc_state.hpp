@@ -51,6 +51,10 @@ class ProcState : public std::enable_shared_from_this<ProcState> {
   std::unordered_map<std::string, std::uint64_t> next_index;
   std::unordered_map<std::uint64_t, PortSinkPtr> ports;
   std::uint64_t next_port = 1;
+  /// Ports closed before their last value came (a stream abandoned half way), newest last and
+  /// at most kAbandonedPorts: what still arrives for them is dropped without a warning.
+  static constexpr std::size_t kAbandonedPorts = 1024;
+  std::deque<std::uint64_t> abandoned_ports;
   std::condition_variable idle_cv;
   std::size_t live = 0;  // cells not yet stopped or failed
   bool stopping = false;
@@ -71,6 +75,9 @@ class ProcState : public std::enable_shared_from_this<ProcState> {
   std::thread background_thread_;
   std::unordered_map<ActorId, Ended> ended_;  // under mu
   std::deque<ActorId> ended_order_;           // oldest first
+  // Members of meshes stopped whole and forgotten (forget_ended), the last kEndedKept: a message
+  // that still comes for one was sent to an actor stopped on purpose.
+  std::deque<ActorId> stopped_forgotten_;  // under mu
   bool background_stopping_ = false;
 
  public:

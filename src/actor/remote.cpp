@@ -1,6 +1,8 @@
 // Envelopes between procs in different processes: what arrives on a link and where it goes,
 // and the status-tagged replies of calls (see remote_impl.hpp for the format).
 
+#include <algorithm>
+
 #include "actor/remote_impl.hpp"
 #include "log/log.hpp"
 
@@ -169,6 +171,7 @@ void deliver_envelope(const std::shared_ptr<ProcState>& local,
   // A value for a local port (replies included).
   PortSinkPtr sink;
   bool is_reply = false;
+  bool abandoned = false;
   {
     std::lock_guard lock(local->mu);
     auto it = local->ports.find(env.dest.port);
@@ -176,8 +179,12 @@ void deliver_envelope(const std::shared_ptr<ProcState>& local,
       sink = it->second;
       is_reply = dynamic_cast<ReplySinkBase*>(sink.get()) != nullptr;
       if (is_reply) local->ports.erase(it);
+    } else {
+      const auto& gone = local->abandoned_ports;
+      abandoned = std::find(gone.rbegin(), gone.rend(), env.dest.port) != gone.rend();
     }
   }
+  if (abandoned) return;  // a stream its reader let go of: the rest of it is not wanted
   if (!sink) {
     log_warn("value for unknown port {} from {} dropped", env.dest.to_string(),
              env.sender.to_string());

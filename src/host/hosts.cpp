@@ -71,7 +71,12 @@ std::vector<std::string> worker_environment() {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string_view entry(*e);
-    if (entry.starts_with("BATON_") && !entry.starts_with("BATON_LOG")) continue;
+    // The runtime's own variables stay here; logging and the Python package's choices
+    // (BATON_MONARCH: `python -m baton.monarch`; BATON_READ_ONLY_BUFFERS) travel.
+    if (entry.starts_with("BATON_") && !entry.starts_with("BATON_LOG") &&
+        !entry.starts_with("BATON_MONARCH=") && !entry.starts_with("BATON_READ_ONLY_BUFFERS=")) {
+      continue;
+    }
     env.emplace_back(entry);
   }
   return env;
@@ -142,24 +147,31 @@ class RemoteGroup final : public detail::ProcGroup,
     std::vector<ProcId> procs;
   };
 
-  RemoteGroup(RuntimeState& st, std::vector<Part> parts) : st_(st), parts_(std::move(parts)) {}
-  ~RemoteGroup() override { (void)stop(st_.stop_grace); }
+  RemoteGroup(RuntimeState& st, std::vector<Part> parts)
+      : st_(st), life_(st.life), grace_(st.stop_grace), parts_(std::move(parts)) {}
+  ~RemoteGroup() override { (void)stop(grace_); }
 
-  std::chrono::milliseconds default_grace() const override { return st_.stop_grace; }
+  std::chrono::milliseconds default_grace() const override { return grace_; }
   std::shared_ptr<std::atomic<bool>> stopped_flag() const override { return stopping; }
   std::shared_ptr<std::atomic<bool>> stopping = std::make_shared<std::atomic<bool>>(false);
 
   Future<void> stop(std::chrono::milliseconds grace) override {
     std::lock_guard guard(mu_);
     if (stop_) return *stop_;
-    stopping->store(true);
     std::vector<std::shared_ptr<detail::StateBase>> parts;
-    for (const auto& p : parts_) {
-      if (p.host.lost->load()) continue;  // its procs went with their host
-      parts.push_back(
-          agent_ref(p.host)
-              .call(&HostAgent::stop_procs, p.group, static_cast<std::int64_t>(grace.count()))
-              .state());
+    {
+      // A handle that outlived its runtime (dropped at a program's exit, after the runtime
+      // closed) does nothing: the agents stop its procs once the controller's links are gone.
+      std::lock_guard alive(life_->mu);
+      if (!life_->alive) return make_ready_future();
+      stopping->store(true);
+      for (const auto& p : parts_) {
+        if (p.host.lost->load()) continue;  // its procs went with their host
+        parts.push_back(
+            agent_ref(p.host)
+                .call(&HostAgent::stop_procs, p.group, static_cast<std::int64_t>(grace.count()))
+                .state());
+      }
     }
     std::vector<ProcId> procs;
     for (const auto& p : parts_) procs.insert(procs.end(), p.procs.begin(), p.procs.end());
@@ -169,8 +181,13 @@ class RemoteGroup final : public detail::ProcGroup,
     stop_ = done.get_future();
     auto all = all_of(parts);
     all.state()->on_ready(
-        [done, state = all.state(), procs = std::move(procs), &st = st_]() mutable {
+        [done, state = all.state(), procs = std::move(procs), &st = st_, life = life_]() mutable {
           {
+            std::lock_guard alive(life->mu);
+            if (!life->alive) {
+              done.set_value();
+              return;
+            }
             std::lock_guard lock(st.children_mu);
             for (const auto& p : procs) st.children.erase(p.name);
           }
@@ -185,7 +202,9 @@ class RemoteGroup final : public detail::ProcGroup,
   }
 
  private:
-  RuntimeState& st_;
+  RuntimeState& st_;  // used only under life_->mu while alive
+  std::shared_ptr<RuntimeState::Life> life_;
+  const std::chrono::milliseconds grace_;
   const std::vector<Part> parts_;
   std::mutex mu_;
   std::optional<Future<void>> stop_;
@@ -524,6 +543,18 @@ Future<void> HostMesh::stop() const {
 
 HostMesh this_host() {
   return HostMesh{};
+}
+
+ProcMesh this_proc() {
+  Runtime& rt = Runtime::get();
+  Proc& proc = rt.proc();
+  // A worker's proc has its agent from the start; the controller's gets one when first asked.
+  std::call_once(internal::RuntimeAccess::state(rt).own_agent, [&] {
+    if (!detail::resolve_actor(ActorId{proc.id(), "agent", 0})) {
+      (void)proc.spawn<detail::ProcAgent>("agent");
+    }
+  });
+  return ProcMesh(Shape({}, Slice(0, {}, {})), {proc.id()}, nullptr);
 }
 
 }  // namespace baton

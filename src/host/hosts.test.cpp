@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -377,6 +378,40 @@ TEST(Hosts, TwoControllersShareOneAgent) {
   mine.stop().get();
 }
 
+/// Handles that the controller of HandlesThatOutliveTheRuntimeAreInert keeps past its runtime,
+/// as a program's globals are: destroyed at exit, after main's runtime closed.
+struct Outliving {
+  std::optional<ProcMesh> procs;
+  std::optional<ActorMesh<Member>> members;
+};
+Outliving& outliving() {
+  static Outliving kept;
+  return kept;
+}
+
+TEST(Hosts, HandlesThatOutliveTheRuntimeAreInertAndTheProgramEnds) {
+  Agent a(17089);
+  auto env = test::environment({"BATON_TEST_HOSTS_OUTLIVE="});
+  env.push_back("BATON_TEST_HOSTS_OUTLIVE=" + a.address());
+  const test::SelfRun run = test::run_self("outliving-controller", env, STDOUT_FILENO);
+  EXPECT_TRUE(WIFEXITED(run.status) && WEXITSTATUS(run.status) == 0) << run.text;
+  EXPECT_THAT(run.text, HasSubstr("kept 6 6 past the runtime"));
+}
+
+/// The controller of HandlesThatOutliveTheRuntimeAreInert: its proc mesh on the agent's host
+/// and its actors are still held when its runtime closes.
+void run_outliving_controller(const char* agent) {
+  Outliving& kept = outliving();
+  kept.procs = job::attach({agent}).spawn_procs({{"gpus", 2}});
+  kept.members = kept.procs->spawn<Member>("kept");
+  std::string line = "kept";
+  for (int v : kept.members->call(&Member::twice, 3).get().values()) {
+    line += " " + std::to_string(v);
+  }
+  std::printf("%s past the runtime\n", line.c_str());
+  std::fflush(stdout);
+}
+
 /// The other controller of TwoControllersShareOneAgent.
 void run_second_controller(const char* agent) {
   ProcMesh procs = job::attach({agent}).spawn_procs({{"gpus", 2}});
@@ -406,6 +441,10 @@ int main(int argc, char** argv) {
   if (const char* agent = std::getenv("BATON_TEST_HOSTS_CONTROLLER")) {
     return baton::test::run_hosts_test(argc, argv,
                                        [agent] { baton::run_doomed_controller(agent); });
+  }
+  if (const char* agent = std::getenv("BATON_TEST_HOSTS_OUTLIVE")) {
+    return baton::test::run_hosts_test(argc, argv,
+                                       [agent] { baton::run_outliving_controller(agent); });
   }
   if (const char* agent = std::getenv("BATON_TEST_HOSTS_SECOND")) {
     return baton::test::run_hosts_test(argc, argv,

@@ -123,8 +123,13 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
     return exit_report(peer);
   });
   detail::set_shutdown_hook([this] { state_->stop_groups(); });
-  state_->signals = std::make_unique<StopSignals>([this](int sig) { stop_on_signal(sig); },
-                                                  [this](int sig) { kill_on_signal(sig); });
+  state_->signals = std::make_unique<StopSignals>(
+      [this](int sig) {
+        // A host language may take the first Ctrl-C itself (Python raises KeyboardInterrupt).
+        if (sig == SIGINT && state_->on_interrupt && state_->on_interrupt()) return;
+        stop_on_signal(sig);
+      },
+      [this](int sig) { kill_on_signal(sig); });
   state_->node->extension<RuntimeSlot>()->runtime.store(this);
 }
 
@@ -152,6 +157,10 @@ void Runtime::unhandled(const MeshFailure& event) {
 }
 
 Runtime::~Runtime() {
+  {
+    std::lock_guard lock(state_->life->mu);
+    state_->life->alive = false;  // handles left behind are inert from now on
+  }
   state_->signals.reset();  // the previous handlers are back
   detail::set_exit_probe(nullptr);
   detail::set_shutdown_hook(nullptr);

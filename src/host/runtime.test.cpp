@@ -231,6 +231,26 @@ TEST(Mesh, SpawnCallSliceAndStopAcrossWorkerProcesses) {
   EXPECT_THROW((void)counters.call(&Counter::value), UsageError);
 }
 
+TEST(Mesh, ActorsSpawnedOnThisProcRunInThisProcessAndAreCalledLikeAnyOthers) {
+  ProcMesh here = this_proc();
+  EXPECT_EQ(here.size(), 1u);
+  EXPECT_EQ(here.shape().to_string(), "{}");
+  auto counters = here.spawn<Counter>("here_counters", 5);
+  EXPECT_EQ(counters.call_one(&Counter::pid).get(), static_cast<int>(::getpid()));
+  counters.broadcast(&Counter::incr, 2);
+  EXPECT_EQ(counters.call(&Counter::value).get().values(), (std::vector<int>{7}));
+  // A second mesh on it, and a worker's actor calling one of them.
+  auto others = this_proc().spawn<Counter>("here_others", 1);
+  EXPECT_EQ(others.call_one(&Counter::value).get(), 1);
+  auto procs = this_host().spawn_procs({{"gpus", 1}});
+  auto asker = procs.spawn<Counter>("asker", 0);
+  EXPECT_EQ(asker.call_one(&Counter::ask, counters.at(0)).get(), 8);
+  procs.stop().get();
+  counters.stop().get();
+  EXPECT_THROW((void)counters.call_one(&Counter::value), UsageError);
+  EXPECT_EQ(others.call_one(&Counter::value).get(), 1);
+}
+
 TEST(Mesh, ProcsSpawnedFromAThreadThatEndsLiveUntilStopped) {
   std::optional<ProcMesh> procs;
   pid_t tid = 0;

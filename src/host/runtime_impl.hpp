@@ -357,6 +357,17 @@ struct Runtime::State {
     std::string host;                  // on another host: its agent's proc name
   };
 
+  std::once_flag own_agent;  // this_proc(): the agent that spawns actors in this process's proc
+
+  /// Whether the runtime still stands, for handles that may outlive it (a proc mesh on other
+  /// hosts dropped after the runtime closed, at a program's exit): they take `mu` and do
+  /// nothing once `alive` is false.
+  struct Life {
+    std::mutex mu;
+    bool alive = true;
+  };
+  std::shared_ptr<Life> life = std::make_shared<Life>();
+
   std::mutex children_mu;
   std::condition_variable children_cv;
   std::unordered_map<std::string, Child> children;  // by proc name
@@ -386,6 +397,10 @@ struct Runtime::State {
   /// the job): what it must not lose, such as an interpreter's buffered output. Set before any
   /// failure can come; bounded in time by whoever sets it.
   std::function<void()> before_exit;
+  /// A host language's own Ctrl-C (the first SIGINT): true if it took it, raising in its main
+  /// thread so that the program unwinds and stops the job on its way out (Python's
+  /// KeyboardInterrupt); a second SIGINT still kills the job at once. Set before the signal.
+  std::function<bool()> on_interrupt;
   std::unique_ptr<internal::ChildWatcher> watcher;
   std::unique_ptr<internal::Spawner> spawner;
   std::unique_ptr<internal::StopWorker> stops;  // where proc groups stop

@@ -66,6 +66,7 @@ void send_items(const PortId& to, const std::vector<CastItem>& items, const Acto
   const auto lost = route_remote_port_or_local(to, encode(items), from);
   if (!lost) return;
   std::vector<CastItem> failed;
+  failed.reserve(items.size());
   for (const auto& item : items) failed.push_back(unsent(item, *lost));
   (void)route_remote_port_or_local(to, encode(failed), from);
 }

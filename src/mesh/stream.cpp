@@ -105,6 +105,8 @@ void close_stream_port(const PortId& id) {
   if (auto p = find_proc(id.actor.proc)) {
     std::lock_guard lock(p->mu);
     p->ports.erase(id.port);
+    p->abandoned_ports.push_back(id.port);
+    if (p->abandoned_ports.size() > ProcState::kAbandonedPorts) p->abandoned_ports.pop_front();
   }
 }
 

@@ -3,6 +3,7 @@
 // What the translation units of the `_baton` module share: futures for Python, and values of
 // the runtime carried through pickles as their wire form.
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -13,6 +14,61 @@
 #include "python/py_actor.hpp"
 
 namespace baton::python {
+
+/// Whether this is Python's main thread, where Ctrl-C raises KeyboardInterrupt.
+bool on_main_thread();
+
+/// Waits through `wait_for(slice, last)` (true once done; `last` marks the slice that ends at
+/// the deadline) for up to `seconds` (nullopt: for ever), with the GIL released while it waits.
+/// On Python's main thread it waits in short slices and runs Python's signal handlers between
+/// them, so that Ctrl-C raises KeyboardInterrupt there. GIL held on entry and on return; false
+/// once the time is up.
+template <class WaitFor>
+bool wait_interruptibly(WaitFor&& wait_for, std::optional<double> seconds) {
+  using Clock = std::chrono::steady_clock;
+  using std::chrono::milliseconds;
+  constexpr milliseconds kSlice(50);
+  constexpr milliseconds kForever = std::chrono::hours(24);
+  const bool main = on_main_thread();
+  const auto deadline =
+      seconds ? Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                   std::chrono::duration<double>(std::max(*seconds, 0.0)))
+              : Clock::time_point::max();
+  for (;;) {
+    milliseconds left = kForever;
+    if (seconds) {
+      left = std::max(milliseconds(0), std::chrono::ceil<milliseconds>(deadline - Clock::now()));
+    }
+    const milliseconds step = main ? std::min(left, kSlice) : left;
+    const bool last = seconds.has_value() && step == left;
+    bool done = false;
+    {
+      py::gil_scoped_release unlocked;
+      done = wait_for(step, last);
+    }
+    if (done) return true;
+    if (last) return false;
+    if (main && PyErr_CheckSignals() != 0) throw py::error_already_set();
+  }
+}
+
+/// wait_interruptibly for a receiver whose `take(slice)` throws TimeoutError when nothing came
+/// within the slice: the TimeoutError of the slice that ends at the deadline (in the
+/// receiver's own words) goes to the caller.
+template <class Take>
+void take_interruptibly(Take&& take, std::optional<double> seconds) {
+  wait_interruptibly(
+      [&](std::chrono::milliseconds step, bool last) {
+        try {
+          take(step);
+          return true;
+        } catch (const TimeoutError&) {
+          if (last) throw;
+          return false;
+        }
+      },
+      seconds);
+}
 
 /// A future of any type, its value converted for Python once it is there.
 class PyFuture {
@@ -29,12 +85,8 @@ class PyFuture {
     // A Python actor's plain endpoint may block, as in Monarch; anywhere else inside an actor
     // (an async endpoint's steps on the event loop) F-2 holds: await instead.
     const Blocking blocking("Future.get()");
-    py::gil_scoped_release unlocked;
-    if (!seconds) {
-      state().wait();
-      return true;
-    }
-    return state().wait_for(std::chrono::duration<double>(*seconds));
+    return wait_interruptibly(
+        [&](std::chrono::milliseconds step, bool) { return state().wait_for(step); }, seconds);
   }
 };
 

@@ -2,8 +2,10 @@
 // and streams, over the same C++ runtime. The Python package `baton` wraps it; nothing here is
 // meant to be called by users directly. Every call that can block releases the GIL.
 
+#include <pthread.h>
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -60,13 +62,8 @@ class PyStream {
   explicit PyStream(MeshStream<Pickled> s) : s_(std::move(s)) {}
   py::object next(std::optional<double> seconds) {
     std::optional<std::pair<Point, Pickled>> item;
-    {
-      const Blocking blocking("Stream.next()");
-      py::gil_scoped_release unlocked;
-      item = seconds ? s_.next(std::chrono::duration_cast<std::chrono::milliseconds>(
-                           std::chrono::duration<double>(*seconds)))
-                     : s_.next();
-    }
+    const Blocking blocking("Stream.next()");
+    take_interruptibly([&](std::chrono::milliseconds step) { item = s_.next(step); }, seconds);
     if (!item) return py::none();
     return py::make_tuple(point(item->first), from_pickled(item->second));
   }
@@ -143,6 +140,37 @@ void flush_python_output() {
   flushed->get_future().wait_for(std::chrono::seconds(2));
 }
 
+/// Python's main thread, as the module found it when imported.
+pthread_t g_main_thread;
+/// Whether a signal of no other effect may wake the main thread from a wait of Python's own
+/// (SIGURG, left alone if the program handles it itself).
+bool g_can_wake_main = false;
+/// Whether Python handles SIGINT in this program (not if it started with SIGINT ignored, as a
+/// background job does), as the runtime found it when it started.
+bool g_python_takes_sigint = false;
+
+void note_main_thread() {
+  g_main_thread = static_cast<pthread_t>(
+      py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>());
+  struct sigaction old {};
+  if (::sigaction(SIGURG, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
+    struct sigaction wake {};
+    wake.sa_handler = [](int) {};  // only to end the wait it interrupts (EINTR)
+    sigemptyset(&wake.sa_mask);
+    g_can_wake_main = ::sigaction(SIGURG, &wake, nullptr) == 0;
+  }
+}
+
+/// Ctrl-C at a Python controller: KeyboardInterrupt in the main thread, which unwinds the
+/// program (its finally blocks and with exits run) and stops the job on its way out. A wait of
+/// the runtime's wakes to raise it; a wait of Python's (a lock, sleep) is woken by SIGURG.
+bool interrupt_main_thread() {
+  if (!g_python_takes_sigint) return false;  // the runtime stops the job itself
+  PyErr_SetInterrupt();
+  if (g_can_wake_main) ::pthread_kill(g_main_thread, SIGURG);
+  return true;
+}
+
 /// The controller's runtime, owned by the Python module until close().
 class PyRuntime {
  public:
@@ -154,6 +182,13 @@ class PyRuntime {
         "an actor may handle failures in its __supervise__, the controller with "
         "baton.set_supervise(hook)";
     internal::RuntimeAccess::state(*rt_).before_exit = flush_python_output;
+    {
+      const py::gil_scoped_acquire gil;
+      const py::module_ signal = py::module_::import("signal");
+      const py::object handler = signal.attr("getsignal")(signal.attr("SIGINT"));
+      g_python_takes_sigint = PyCallable_Check(handler.ptr()) != 0;
+    }
+    internal::RuntimeAccess::state(*rt_).on_interrupt = interrupt_main_thread;
   }
   void close() {
     py::gil_scoped_release unlocked;
@@ -206,6 +241,11 @@ void translate(std::exception_ptr p) {
 }
 
 }  // namespace
+
+bool on_main_thread() {
+  return ::pthread_equal(::pthread_self(), g_main_thread) != 0;
+}
+
 }  // namespace baton::python
 
 PYBIND11_MODULE(_baton, m) {
@@ -213,6 +253,7 @@ PYBIND11_MODULE(_baton, m) {
   using namespace baton::python;  // NOLINT(google-build-using-namespace)
   m.doc() = "baton's runtime, for the baton package";
   py::register_exception_translator(translate);
+  note_main_thread();
 
   py::class_<Bytes>(m, "Buffer", py::buffer_protocol())
       .def_buffer([](Bytes& b) {
@@ -236,6 +277,12 @@ PYBIND11_MODULE(_baton, m) {
   py::class_<ActingAs, std::shared_ptr<ActingAs>>(m, "ActingAs")
       .def("enter", &ActingAs::enter)
       .def("exit", &ActingAs::exit);
+  // The running actor, for work another thread does as it (a concurrent endpoint's task).
+  m.def("acting_as_current", []() -> std::shared_ptr<ActingAs> {
+    detail::Cell* cell = detail::current_cell();
+    if (cell == nullptr) throw UsageError("acting_as_current: not inside an actor");
+    return std::make_shared<ActingAs>(detail::cell_ptr(*cell));
+  });
 
   py::class_<PyFuture, std::shared_ptr<PyFuture>>(m, "Future")
       .def("ready", &PyFuture::ready)
@@ -251,13 +298,11 @@ PYBIND11_MODULE(_baton, m) {
       .def(
           "recv",
           [](PortReceiver<Pickled>& r, std::optional<double> seconds) {
-            Pickled got;
-            {
-              const Blocking blocking("PortReceiver.recv()");
-              py::gil_scoped_release unlocked;
-              got = seconds ? r.recv(std::chrono::duration<double>(*seconds)) : r.recv();
-            }
-            return from_pickled(got);
+            std::optional<Pickled> got;
+            const Blocking blocking("PortReceiver.recv()");
+            take_interruptibly([&](std::chrono::milliseconds step) { got = r.recv(step); },
+                               seconds);
+            return from_pickled(*got);
           },
           py::arg("seconds") = py::none())
       .def("try_recv", [](PortReceiver<Pickled>& r) -> py::object {
@@ -282,6 +327,13 @@ PYBIND11_MODULE(_baton, m) {
       .def("shape", [](const Mesh& a) { return shape(a.shape()); })
       .def("size", &Mesh::size)
       .def("point", [](const Mesh& a, std::size_t r) { return point(a.shape().point(r)); })
+      .def("members",
+           [](const Mesh& a) {
+             std::vector<std::string> ids;  // in rank order
+             ids.reserve(a.size());
+             for (std::size_t r = 0; r < a.size(); ++r) ids.push_back(a.at(r).id().to_string());
+             return ids;
+           })
       .def("slice", [](const Mesh& a, const std::vector<Select>& s) { return a.slice(selects(s)); })
       .def("call",
            [](const Mesh& a, const std::string& method, py::handle args) {
@@ -378,6 +430,7 @@ PYBIND11_MODULE(_baton, m) {
   bind_jobs(m);
 
   // `program`: [executable, args...] the workers run instead of this interpreter.
+  m.def("this_proc", [] { return this_proc(); });
   m.def("spawn_procs_async", [](const Dims& dims, const std::vector<std::string>& program) {
     ProcProgram p;
     if (!program.empty()) {

@@ -18,7 +18,8 @@
 //       the actor keeps running;
 //   A-4 a throw with no reply port, or in the constructor, fails the actor and sends a
 //       SupervisionEvent to its parent; pending and later calls fail with SupervisionError;
-//   A-5 a message that cannot be delivered returns to its sender with the reason.
+//   A-5 a message that cannot be delivered returns to its sender with the reason; unhandled,
+//       the sender fails, unless its receiver was stopped on purpose (then it is dropped).
 //
 // This header is what a translation unit that only names an actor needs: the base class, the
 // endpoint list and what an actor knows of itself, with no serialization library. Calling,
@@ -136,7 +137,8 @@ class Actor {
     return false;
   }
   /// A one-way message this actor sent came back. Return true if handled; false fails
-  /// this actor, which reports to its parent.
+  /// this actor, which reports to its parent, unless its receiver was stopped on purpose
+  /// (UndeliverableError::Reason::actor_stopped): then it is dropped, with a log line.
   virtual bool handle_undeliverable(const Undeliverable& u) {
     (void)u;
     return false;

@@ -167,4 +167,10 @@ class HostMesh {
 /// This host, as a mesh of hosts of size one.
 HostMesh this_host();
 
+/// This process's own proc, as a proc mesh of no dimensions (one member): actors spawned on it
+/// run in this process, beside the controller's code (or a worker's other actors), and are
+/// called like any others. Stopping it does nothing (the process is not the mesh's to end);
+/// stop the actor meshes instead.
+ProcMesh this_proc();
+
 }  // namespace baton

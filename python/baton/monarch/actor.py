@@ -7,11 +7,11 @@ import threading
 import types
 
 from .. import _context, _runtime
-from .._actor import Actor, endpoint
+from .._actor import Actor, concurrent_endpoint, endpoint
 from .._context import Context, context, current_actor_name, current_rank, current_size
 from .._errors import ActorError, MeshFailure, UsageError
 from .._future import Deferred, Future
-from .._mesh import ActorMesh, Endpoint, HostMesh, ProcMesh, this_host  # noqa: F401
+from .._mesh import ActorMesh, Endpoint, HostMesh, ProcMesh, this_host, this_proc  # noqa: F401
 from .._point import Extent, Point
 from .._port import Port as _BatonPort
 from .._port import open_port
@@ -51,12 +51,6 @@ class Channel:
         p = Port.__new__(Port)
         p._core = port._core
         return p, PortReceiver(receiver)
-
-
-def concurrent_endpoint(fn=None, **options):
-    """Monarch's opt-in interleaving of async endpoints. On baton such an endpoint is an ordinary
-    one: its calls run one at a time, like every endpoint's."""
-    return endpoint(fn, **options)
 
 
 def as_endpoint(not_an_endpoint, *, propagate=None, explicit_response_port=False):
@@ -127,13 +121,6 @@ def get_or_spawn_controller(name, cls, *args, **kwargs):
             _controllers[name] = (procs, procs.spawn(name, cls, *args, **kwargs))
         mesh = _controllers[name][1]
     return Deferred(lambda timeout: mesh)
-
-
-def this_proc():
-    raise MonarchUnsupported(
-        "this_proc() (actors in the controller's own process) is not supported by baton yet: "
-        "spawn them in a proc of their own, this_host().spawn_procs(per_host={'procs': 1})"
-    )
 
 
 def shutdown_context():
