@@ -4,6 +4,7 @@ import numbers
 import types
 import weakref
 
+from . import _context
 from ._errors import ActorError, UsageError
 from ._errors import TimeoutError
 
@@ -48,8 +49,6 @@ class Future:
         a time, and this one is in progress): UsageError at once, saying why."""
         if self._target is None:
             return
-        from . import _context
-
         actor = _context._current.get()
         if actor is None:
             return
