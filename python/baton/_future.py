@@ -5,8 +5,7 @@ import types
 import weakref
 
 from . import _context
-from ._errors import ActorError, UsageError
-from ._errors import TimeoutError
+from ._errors import ActorError, TimeoutError, UsageError
 
 
 def _seconds(timeout):

@@ -65,11 +65,10 @@ def _selects(labels, sizes, kwargs):
 class Endpoint:
     """An endpoint of every member of an actor mesh."""
 
-    def __init__(self, mesh, name):
+    def __init__(self, mesh, name, explicit=False):
         self._mesh = mesh
         self._name = name
-        fn = getattr(mesh._cls, name, None)
-        self._explicit = getattr(fn, "_baton_explicit_port", False)
+        self._explicit = explicit  # replies through a port (explicit_response_port)
 
     def __call__(self, *args, **kwargs):
         raise UsageError(
@@ -252,7 +251,7 @@ class ActorMesh(_Mesh):
                 f"{self._cls.__qualname__} has no endpoint {name!r} "
                 f"(its endpoints: {', '.join(endpoints_of(self._cls)) or 'none'})"
             )
-        return Endpoint(self, name)
+        return Endpoint(self, name, getattr(fn, "_baton_explicit_port", False))
 
     def slice(self, **dims):
         """slice(gpus=slice(0, 2)) keeps a range; slice(gpus=3) one index, dropping the dim."""
