@@ -13,7 +13,7 @@ DEB_PACKAGES := build-essential cmake ninja-build pkg-config clang libclang-rt-1
   openssh-client openssh-server slurm-wlm munge python3-yaml libgloo-dev python3-torch libtorch-dev \
   python3-sklearn zlib1g-dev \
   pybind11-dev python3-dev python3-pytest python3-cloudpickle python3-numpy \
-  python3-venv python3-pip python3-setuptools flake8
+  python3-venv python3-pip python3-setuptools flake8 python3-mypy
 
 # `import baton` from the build tree: PYTHONPATH=python:$(BUILD)/python (see the README).
 python: $(BUILD)/build.ninja
@@ -80,7 +80,7 @@ demo: deps build
 
 bench: build
 	./$(BUILD)/bin/baton-bench all
-	@if ls $(BUILD)/python/_baton*.so >/dev/null 2>&1; then \
+	@if ls $(BUILD)/python/baton/_baton*.so >/dev/null 2>&1; then \
 	  PYTHONPATH=python:$(BUILD)/python /usr/bin/python3 bench/python/bench.py \
 	    --baton-bench $(BUILD)/bin/baton-bench; fi
 
@@ -90,6 +90,7 @@ format:
 format-check:
 	clang-format --dry-run -Werror $$(git ls-files '*.cpp' '*.hpp')
 	flake8 python examples bench/python setup.py
+	cd python && /usr/bin/python3 -m mypy --config-file ../pyproject.toml -p baton
 
 # The libtorch translation units (*.torch*.cpp) are left out: clang 14 cannot parse libtorch
 # 1.13's headers with GCC 12's library (GCC builds them).

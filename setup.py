@@ -1,5 +1,6 @@
-"""pip install . builds the `_baton` extension with CMake (the same build as `make python`) and
-installs it with the `baton` package, which carries the host agent (baton-host) its jobs start.
+"""pip install . builds the `baton._baton` extension with CMake (the same build as `make python`)
+and installs it with the `baton` package, which carries the host agent (baton-host) its jobs
+start.
 Offline, from Debian's packages:
 
     python3 -m venv --system-site-packages venv
@@ -33,14 +34,14 @@ class CMakeBuild(build_ext):
                  f"-DPython_EXECUTABLE={sys.executable}"] + launcher
             )
         subprocess.check_call(["cmake", "--build", build, "--target", "_baton", "baton-host"])
-        built = glob.glob(os.path.join(build, "python", "_baton*.so"))
+        built = glob.glob(os.path.join(build, "python", "baton", "_baton*.so"))
         if not built:
             raise RuntimeError(f"the build in {build} made no _baton module")
         target = self.get_ext_fullpath(ext.name)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         shutil.copyfile(built[0], target)
         # The host agent that SshJob and SlurmJob start on their hosts, inside the package.
-        agent = os.path.join(os.path.dirname(target), "baton", "bin", "baton-host")
+        agent = os.path.join(os.path.dirname(target), "bin", "baton-host")
         os.makedirs(os.path.dirname(agent), exist_ok=True)
         shutil.copy2(os.path.join(build, "bin", "baton-host"), agent)
 
@@ -48,6 +49,7 @@ class CMakeBuild(build_ext):
 setup(
     packages=["baton", "baton.monarch"],
     package_dir={"": "python"},
-    ext_modules=[Extension("_baton", sources=[])],
+    ext_modules=[Extension("baton._baton", sources=[])],
+    package_data={"baton": ["py.typed", "_baton.pyi"]},
     cmdclass={"build_ext": CMakeBuild},
 )

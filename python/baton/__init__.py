@@ -17,6 +17,12 @@
         print(counters.incr.call().get().values())   # [1, 1, 1, 1]
 """
 
+import pkgutil
+
+# The extension module (baton._baton) is built apart from this source tree (make python puts it
+# in <build>/python/baton): the package spans both when both are on PYTHONPATH.
+__path__ = pkgutil.extend_path(__path__, __name__)
+
 from . import collective
 from ._actor import Actor, concurrent_endpoint, endpoint
 from ._errors import (
@@ -30,10 +36,28 @@ from ._errors import (
 )
 from ._context import Context, context, current_actor_name, current_rank, current_size
 from ._future import Future
-from ._mesh import ActorMesh, CppActorMesh, HostMesh, ProcMesh, attach, cpp, this_host, this_proc
+from ._mesh import (
+    ActorMesh,
+    CppActorMesh,
+    HostMesh,
+    ProcMesh,
+    as_endpoint,
+    attach,
+    cpp,
+    this_host,
+    this_proc,
+)
 from ._point import Extent, Point
 from ._value_mesh import ValueMesh
-from ._job import KubernetesJob, SlurmJob, SshJob, agent_program, save
+from ._job import (
+    KubernetesJob,
+    ProcessJob,
+    SlurmJob,
+    SshJob,
+    agent_program,
+    run_spmd,
+    save,
+)
 from ._port import Port, PortReceiver, open_port
 from ._rdma import RdmaBuffer
 from ._runtime import set_supervise, shutdown
@@ -50,6 +74,7 @@ __all__ = [
     "HostMesh",
     "JobError",
     "KubernetesJob",
+    "ProcessJob",
     "Point",
     "Port",
     "PortReceiver",
@@ -63,6 +88,7 @@ __all__ = [
     "UsageError",
     "ValueMesh",
     "agent_program",
+    "as_endpoint",
     "attach",
     "collective",
     "concurrent_endpoint",
@@ -73,6 +99,7 @@ __all__ = [
     "current_size",
     "endpoint",
     "open_port",
+    "run_spmd",
     "save",
     "set_supervise",
     "shutdown",

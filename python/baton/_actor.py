@@ -1,5 +1,9 @@
 """Python actors: subclasses of baton.Actor whose endpoints are marked @baton.endpoint."""
 
+from typing import Any, Callable, List, Optional, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
+
 
 class _Where:
     """One of the actor's own facts (its id, rank, point), read from where the runtime placed it.
@@ -30,7 +34,10 @@ class Actor:
     point = _Where(3, "This actor's Point in its mesh.")
 
 
-def endpoint(fn=None, *, propagate=None, explicit_response_port=False, instrument=False):
+def endpoint(
+    fn: Optional[F] = None, *, propagate: Any = None, explicit_response_port: bool = False,
+    instrument: bool = False,
+) -> Any:
     """Marks a method of an Actor as an endpoint that meshes can call by name: @endpoint, or
     @endpoint(...) with options. With explicit_response_port=True the method gets a port as
     its first argument and replies by port.send(value) (or port.exception(error)) whenever it
@@ -42,15 +49,15 @@ def endpoint(fn=None, *, propagate=None, explicit_response_port=False, instrumen
         return lambda f: endpoint(f, explicit_response_port=explicit_response_port)
     if not callable(fn):
         raise TypeError("@baton.endpoint marks a method")
-    fn._baton_endpoint = True  # plain or async: the worker looks at what a call returns
-    fn._baton_explicit_port = bool(explicit_response_port)
+    setattr(fn, "_baton_endpoint", True)  # plain or async: the worker looks at what a call returns
+    setattr(fn, "_baton_explicit_port", bool(explicit_response_port))
     return fn
 
 
 _CO_COROUTINE = 0x80  # an `async def` function's code flag (no inspect at a worker's start)
 
 
-def concurrent_endpoint(fn=None, **options):
+def concurrent_endpoint(fn: Optional[F] = None, **options: Any) -> Any:
     """Marks an `async def` method as an endpoint whose calls may interleave: each runs as a
     task of its own on the process's event loop, acting as its actor, which goes on with its
     next message while the task awaits; the caller's future completes when the task ends."""
@@ -68,7 +75,7 @@ def concurrent_endpoint(fn=None, **options):
     return endpoint(start, explicit_response_port=True)
 
 
-def endpoints_of(cls):
+def endpoints_of(cls: type) -> List[str]:
     """The names of the endpoints of an actor class."""
     return sorted(
         name for name in dir(cls) if getattr(getattr(cls, name, None), "_baton_endpoint", False)

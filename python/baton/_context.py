@@ -3,25 +3,26 @@ a Python actor (its constructor too) runs with its actor set here; outside actor
 controller) the context is the client's, at the point of a mesh of no dimensions."""
 
 import contextvars
+from typing import Any, Dict
 
 from ._point import Point
 
 # The running actor, for each message (set in the message's own contextvars context).
-_current: "contextvars.ContextVar[object]" = contextvars.ContextVar("baton.actor", default=None)
+_current: "contextvars.ContextVar[Any]" = contextvars.ContextVar("baton.actor", default=None)
 
 
 class Instance:
     """The running actor, as context() shows it: its id, its mesh's name, its rank (a Point in
     its mesh, with that mesh's extent), and the object itself."""
 
-    def __init__(self, actor_id, mesh, rank, obj=None):
+    def __init__(self, actor_id: str, mesh: str, rank: Point, obj: Any = None) -> None:
         self.actor_id = actor_id
         self.mesh_name = mesh
         self.rank = rank
         self.actor = obj
 
     @property
-    def name(self):
+    def name(self) -> str:
         return self.mesh_name
 
     def __repr__(self):
@@ -33,11 +34,11 @@ class Context:
     mesh it was sent to (message_rank). Slices send to the members of the full mesh, so the
     message's point is the actor's own."""
 
-    def __init__(self, instance):
+    def __init__(self, instance: Instance) -> None:
         self.actor_instance = instance
 
     @property
-    def message_rank(self):
+    def message_rank(self) -> Point:
         return self.actor_instance.rank
 
     def __repr__(self):
@@ -47,7 +48,7 @@ class Context:
 _CLIENT = Context(Instance("client", "", Point((), (), 0, ())))
 
 
-def context():
+def context() -> Context:
     """The running actor's Context; the client's outside actors."""
     actor = _current.get()
     if actor is None:
@@ -56,17 +57,17 @@ def context():
     return Context(Instance(actor_id, mesh, point, actor))
 
 
-def current_rank():
+def current_rank() -> Point:
     """The running actor's point in its mesh (rank=0 with no dimensions outside actors)."""
     return context().message_rank
 
 
-def current_size():
+def current_size() -> Dict[str, int]:
     """The size of each dimension of the running actor's mesh: {"gpus": 4}."""
     return dict(context().message_rank.extent)
 
 
-def current_actor_name():
+def current_actor_name() -> str:
     """The running actor's id, as text ("client" outside actors)."""
     return str(context().actor_instance.actor_id)
 

@@ -34,10 +34,15 @@ class ActorError(BatonError):
     """A remote endpoint raised. Keeps the original exception's type name and message, the
     remote traceback's text, the actor's id and, when called through a mesh, its point."""
 
-    def __init__(self, actor, endpoint, where, remote_type, remote_message, remote_traceback):
+    def __init__(
+        self, actor, endpoint, where, remote_type, remote_message, remote_traceback, point=None
+    ):
         self.actor = actor
         self.endpoint = endpoint
         self.where = where
+        self.point = point
+        """The actor's place in the mesh it was called through (a baton.Point with its rank),
+        or None if it was not called through a mesh."""
         self.remote_type = remote_type
         self.remote_message = remote_message
         self.remote_traceback = remote_traceback
@@ -46,20 +51,6 @@ class ActorError(BatonError):
             f"{actor}{place} raised in {endpoint}: {remote_type}: {remote_message}"
             + (f"\n\nRemote traceback:\n{remote_traceback}" if remote_traceback else "")
         )
-
-    @property
-    def point(self):
-        """The actor's place in the mesh it was called through (a baton.Point with its rank),
-        or None if it was not called through a mesh."""
-        import re
-
-        from ._point import Point
-
-        m = re.fullmatch(r"rank (\d+) \{(.*)\}", self.where or "")
-        if m is None:
-            return None
-        pairs = [p.split(":") for p in m.group(2).split(",") if p.strip()]
-        return Point([k.strip() for k, _ in pairs], [int(v) for _, v in pairs], int(m.group(1)))
 
     @property
     def exception(self):
@@ -80,7 +71,7 @@ class ActorError(BatonError):
             return self
         return ActorError(
             self.actor, endpoint, self.where, self.remote_type, self.remote_message,
-            self.remote_traceback,
+            self.remote_traceback, self.point,
         )
 
 
@@ -101,14 +92,14 @@ def encode_exception(exc, tb=None):
     return f"[py:{name}] {exc}{_TRACEBACK_MARK}{text}"
 
 
-def actor_error(actor, endpoint, where, message):
+def actor_error(actor, endpoint, where, message, point=None):
     """The ActorError for a remote failure whose text is `message` (from a Python actor, as
-    encode_exception wrote it, or a C++ actor's exception text)."""
+    encode_exception wrote it, or a C++ actor's exception text), of the member at `point`."""
     if message.startswith("[py:") and "] " in message:
         name, _, rest = message[4:].partition("] ")
         text, _, tb = rest.partition(_TRACEBACK_MARK)
-        return ActorError(actor, endpoint, where, name, text, tb)
-    return ActorError(actor, endpoint, where, "RuntimeError", message, "")
+        return ActorError(actor, endpoint, where, name, text, tb, point)
+    return ActorError(actor, endpoint, where, "RuntimeError", message, "", point)
 
 
 class MeshFailure(str):

@@ -1,11 +1,14 @@
 """Futures: results to come, that a thread blocks on (get) and asyncio awaits."""
 
 import numbers
-import types
 import weakref
+from typing import Any, Callable, Generic, Optional, TypeVar
 
+from . import _baton
 from . import _context
 from ._errors import ActorError, TimeoutError, UsageError
+
+T = TypeVar("T")
 
 
 def _seconds(timeout):
@@ -30,14 +33,15 @@ def _python_advice(e, instead="`await` the future instead"):
     )
 
 
-class Future:
+class Future(Generic[T]):
     """The result of a call to come. get(timeout=None) blocks (the GIL released) and raises
     the call's failure; `await future` waits without blocking the event loop (the runtime
     wakes the loop through a file descriptor it watches, no thread per call)."""
 
-    __class_getitem__ = classmethod(types.GenericAlias)  # Future[int] in type hints
-
-    def __init__(self, core, convert, endpoint=None, target=None):
+    def __init__(
+        self, core: Any, convert: Callable[..., Any], endpoint: Optional[str] = None,
+        target: Any = None,
+    ) -> None:
         self._core = core
         self._convert = convert
         self._endpoint = endpoint  # a Python endpoint's name, for the errors it raises
@@ -60,10 +64,10 @@ class Future:
                 "return"
             )
 
-    def done(self):
+    def done(self) -> bool:
         return self._core.ready()
 
-    def get(self, timeout=None):
+    def get(self, timeout: Optional[float] = None) -> T:
         if timeout is not None:
             timeout = _seconds(timeout)
         if not self._core.ready():
@@ -105,7 +109,7 @@ async def _awaitable(future):
 class _LoopNotifier:
     """Per event loop: one eventfd the loop watches, and the asyncio futures waiting."""
 
-    _by_loop = weakref.WeakKeyDictionary()
+    _by_loop: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
     @classmethod
     def of(cls, loop):
@@ -115,8 +119,6 @@ class _LoopNotifier:
         return n
 
     def __init__(self, loop):
-        import _baton
-
         self._loop = loop
         self._core = _baton.Notifier()
         self._waiting = {}

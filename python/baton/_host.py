@@ -5,6 +5,7 @@ raise into the error text the caller's ActorError is made from."""
 import threading
 import types
 
+from . import _baton
 from . import _context
 from ._errors import MeshFailure, encode_exception
 from ._point import Point
@@ -13,7 +14,7 @@ from ._pickle import dumps, dumps_result, loads
 _loop = None
 _loop_lock = threading.Lock()
 
-VALUE, PENDING, ERROR = 0, 1, 2
+VALUE, PENDING, ERROR, FATAL = 0, 1, 2, 3
 
 
 def construct(data, buffers, where):
@@ -29,6 +30,10 @@ def construct(data, buffers, where):
 
 
 def _endpoint(instance, method):
+    if method.startswith("*"):  # a plain method called as an endpoint (as_endpoint)
+        fn = getattr(type(instance), method[1:], None)
+        if method[1:2] != "_" and callable(fn):
+            return getattr(instance, method[1:])
     fn = getattr(type(instance), method, None)
     if fn is None or not getattr(fn, "_baton_endpoint", False):
         raise AttributeError(
@@ -39,7 +44,8 @@ def _endpoint(instance, method):
 
 
 def invoke(instance, method, data, buffers):
-    """(VALUE, (data, buffers)), (PENDING, coroutine) or (ERROR, text)."""
+    """(VALUE, (data, buffers)), (PENDING, coroutine), (ERROR, text) or (FATAL, text): a
+    BaseException that is not an Exception (SystemExit) fails the actor, as in Monarch."""
     try:
         _context.enter(instance)
         args, kwargs = loads(data, buffers)
@@ -47,8 +53,18 @@ def invoke(instance, method, data, buffers):
         if isinstance(result, types.CoroutineType):
             return (PENDING, result)
         return (VALUE, dumps_result(method, result))
-    except BaseException as e:  # noqa: B902: everything an endpoint raises goes to its caller
+    except Exception as e:  # what an endpoint raises goes to its caller
         return (ERROR, encode_exception(e))
+    except BaseException as e:  # noqa: B902: and SystemExit fails the actor too
+        return (FATAL, _fatal_text(e))
+
+
+def _fatal_text(error):
+    """How the failure of an actor whose endpoint raised `error` (a SystemExit, say) reads."""
+    import traceback
+
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    return f"{type(error).__name__}: {error}\n{text}"
 
 
 def _event_loop():
@@ -98,21 +114,39 @@ class _AsActor:
         self._coroutine.close()
 
 
+class _Fatal(Exception):
+    """A BaseException that is not an Exception (SystemExit, KeyboardInterrupt) raised by an
+    async endpoint, carried out of its task as an Exception: raised as it is, it would stop the
+    process's event loop."""
+
+    def __init__(self, error):
+        super().__init__(str(error))
+        self.error = error
+
+
 async def _as_actor(coroutine, acting, instance):
     _context.enter(instance)  # in this task's own context
-    return await _AsActor(coroutine, acting)
+    try:
+        return await _AsActor(coroutine, acting)
+    except Exception:
+        raise
+    except BaseException as e:  # noqa: B902: SystemExit fails the actor, not the loop
+        raise _Fatal(e) from None
 
 
 def schedule(coroutine, acting, instance, done):
     """Runs `coroutine` on this process's event loop, acting as its actor; then
-    done(VALUE, (data, buffers)) or done(ERROR, text), on the loop's thread."""
+    done(VALUE, (data, buffers)), done(ERROR, text) or done(FATAL, text), on the loop's
+    thread."""
     name = getattr(coroutine, "__name__", "the endpoint")
     coroutine = _as_actor(coroutine, acting, instance)
 
     def finished(future):
         try:
             reply = (VALUE, dumps_result(name, future.result()))
-        except BaseException as e:  # noqa: B902
+        except _Fatal as e:  # SystemExit fails the actor
+            reply = (FATAL, _fatal_text(e.error))
+        except Exception as e:
             reply = (ERROR, encode_exception(e))
         done(*reply)
 
@@ -128,8 +162,6 @@ def start_task(coroutine, instance, port):
     on with its next message meanwhile."""
     import asyncio
 
-    import _baton
-
     acting = _baton.acting_as_current()
     task = asyncio.run_coroutine_threadsafe(
         _as_actor(coroutine, acting, instance), _event_loop()
@@ -138,7 +170,9 @@ def start_task(coroutine, instance, port):
     def finished(future):
         try:
             port.send(future.result())
-        except BaseException as e:  # noqa: B902: what the task raised goes to its caller
+        except _Fatal as e:  # a concurrent endpoint's SystemExit reaches its caller
+            port.exception(e.error)
+        except Exception as e:  # what the task raised goes to its caller
             port.exception(e)
 
     task.add_done_callback(finished)
@@ -148,6 +182,20 @@ def fold(fn, a_data, a_buffers, b_data, b_buffers):
     """A reducer's step on the cast tree: fn(a, b), pickled for the next node."""
     f = loads(fn, [])
     return dumps(f(loads(a_data, a_buffers), loads(b_data, b_buffers)))
+
+
+def cleanup(instance, reason):
+    """The actor stops (reason None) or failed (reason: why): its __cleanup__(exc), plain or
+    async (run on the event loop, waited for here)."""
+    hook = getattr(instance, "__cleanup__", None)
+    if hook is None:
+        return
+    result = hook(None if reason is None else Exception(reason))
+    if isinstance(result, types.CoroutineType):
+        import asyncio
+
+        _context.enter(instance)
+        asyncio.run_coroutine_threadsafe(result, _event_loop()).result(timeout=60)
 
 
 def supervise(instance, failure):

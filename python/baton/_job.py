@@ -9,8 +9,9 @@ its procs are stopped."""
 
 import os
 
+from . import _baton
 from . import _runtime
-from ._errors import BatonError, UsageError
+from ._errors import BatonError, JobError, UsageError
 from ._mesh import HostMesh
 
 # Jobs not yet closed, held here so that one nothing else refers to (SlurmJob().hosts()) keeps
@@ -22,20 +23,16 @@ def agent_program():
     """The baton-host that SshJob and SlurmJob run on their hosts: the one installed with this
     package (pip install), else the one of the build this module comes from; None if neither is
     there (the jobs then look beside the interpreter and on PATH)."""
-    import _baton
-
     here = os.path.dirname(os.path.abspath(__file__))
-    built = os.path.dirname(os.path.abspath(_baton.__file__))
+    built = os.path.dirname(os.path.abspath(_baton.__file__))  # <build>/python/baton
     for path in (os.path.join(here, "bin", "baton-host"),
-                 os.path.join(built, os.pardir, "bin", "baton-host")):
+                 os.path.join(built, os.pardir, os.pardir, "bin", "baton-host")):
         if os.access(path, os.X_OK):
             return os.path.normpath(path)
     return None
 
 
 def _options(kind, given, job):
-    import _baton
-
     options = getattr(_baton, kind)()
     for name, value in given.items():
         if name.startswith("_") or not hasattr(options, name):
@@ -101,8 +98,6 @@ class SshJob(_Job):
     and an agent runs for this controller alone."""
 
     def __init__(self, hosts, **options):
-        import _baton
-
         if isinstance(hosts, str):
             raise UsageError("SshJob: give a list of hosts, e.g. SshJob(['node1', 'node2'])")
         options.setdefault("agent", agent_program() or "")
@@ -117,8 +112,6 @@ class SlurmJob(_Job):
     (and SLURM_CONF set where the cluster needs it)."""
 
     def __init__(self, **options):
-        import _baton
-
         options.setdefault("agent", agent_program() or "")
         self._opened(_baton.SlurmJob(_options("SlurmOptions", options, "SlurmJob")))
 
@@ -141,38 +134,177 @@ class KubernetesJob(_Job):
     (write_manifests(path), then `kubectl apply -f path`); hosts() attaches to the pods."""
 
     def __init__(self, **options):
-        import _baton
-
         self._options = _options("KubernetesOptions", options, "KubernetesJob")
         self._opened(_baton.KubernetesJob(self._options))
 
     def manifests(self):
         """The manifests as YAML: a Secret with this runtime's credentials, a headless Service
         and the StatefulSet."""
-        import _baton
-
         _runtime.runtime()
         return _baton.kubernetes_manifests(self._options)
 
     def write_manifests(self, path):
         """Writes manifests() to `path`, readable by this user alone (it holds keys)."""
-        import _baton
-
         _runtime.runtime()
         _baton.write_kubernetes_manifests(self._options, os.fspath(path))
 
     def addresses(self):
         """Where each pod's agent is, "NAME-i.NAME.NAMESPACE.svc.DOMAIN:PORT", in pod order."""
-        import _baton
-
         return _baton.kubernetes_addresses(self._options)
+
+
+class _Agents:
+    """baton-host agents started here, one a host, on loopback: the core of a ProcessJob. They
+    run in a directory of their own (`where`, else a new one removed at close()): the job's
+    credentials (this runtime's) and each agent's log."""
+
+    def __init__(self, n, env, where=None, name="agent"):
+        self._n = n
+        self._name = name
+        self._env = env
+        self._own = where is None
+        self.dir = where
+        self.pids = []
+        self.addresses = []
+
+    def start(self):
+        import subprocess
+        import tempfile
+        import time
+
+        agent = agent_program()
+        if agent is None:
+            raise UsageError("ProcessJob: no baton-host found (build it: make python, or pip "
+                             "install the package)")
+        _runtime.runtime()
+        if self.dir is None:
+            self.dir = tempfile.mkdtemp(prefix="baton-agents-")
+        os.makedirs(self.dir, mode=0o700, exist_ok=True)
+        credentials = os.path.join(self.dir, "credentials")
+        if not os.path.isdir(credentials):
+            _baton.save_credentials(credentials)
+        env = dict(os.environ, **self._env)
+        env.pop("BATON_CREDENTIALS", None)
+        logs = []
+        for i in range(self._n):
+            log = os.path.join(self.dir, f"{self._name}-{i}.log")
+            with open(log, "wb") as out:
+                proc = subprocess.Popen(
+                    [agent, "--credentials", credentials, "--advertise", "127.0.0.1",
+                     "--port", "0"],
+                    stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env,
+                    start_new_session=True,
+                )
+            self.pids.append(proc.pid)
+            logs.append((proc, log))
+        # Each says where it serves as it starts (a line of its log): read back until all have.
+        deadline = time.monotonic() + 30
+        for proc, log in logs:
+            while True:
+                with open(log, "rb") as f:
+                    said = f.read().decode(errors="replace")
+                if "serving at tcp://" in said:
+                    self.addresses.append(said.split("serving at tcp://", 1)[1].split()[0])
+                    break
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    self.close()
+                    why = said.strip() or "it said nothing in 30 s"
+                    raise JobError(f"ProcessJob: a host's agent did not start: {why}")
+                time.sleep(0.01)
+        return self
+
+    def alive(self):
+        """Whether every agent is still running."""
+        for pid in self.pids:
+            try:
+                os.kill(pid, 0)
+            except OSError:
+                return False
+        return bool(self.pids)
+
+    def hosts(self, addresses=None):
+        if not self.pids:
+            self.start()
+        return _baton.attach(self.addresses if addresses is None else addresses)
+
+    def close(self):
+        import signal
+        import time
+
+        for pid in self.pids:
+            try:
+                os.killpg(pid, signal.SIGTERM)  # it stops its procs, then exits
+            except OSError:
+                pass
+        deadline = time.monotonic() + 30
+        for pid in self.pids:
+            while _running(pid) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            if _running(pid):
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        self.pids = []
+        self.addresses = []
+        if self._own and self.dir is not None:
+            import shutil
+
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+
+def _running(pid):
+    """Whether process `pid` runs (reaping it if it is this process's child that ended)."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return False
+    except ChildProcessError:
+        pass  # not our child (started by an earlier run): ask the kernel
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+class ProcessJob(_Job):
+    """Hosts that are processes on this machine: ProcessJob(hosts=2) starts a baton-host agent
+    for each (on loopback, with this runtime's credentials), so a program written for many hosts
+    runs on one, its procs under agents as they would be on a cluster. close() stops the
+    agents. `env` adds to the agents' environment."""
+
+    def __init__(self, hosts=1, env=None):
+        if not isinstance(hosts, int) or hosts < 1:
+            raise UsageError(f"ProcessJob: hosts is a number of hosts (1 or more), not {hosts!r}")
+        self._opened(_Agents(hosts, dict(env or {})))
+
+
+def run_spmd(procs, argv, env=None, master_port=0):
+    """Runs an existing torchrun-style program (argv: ["python3", "train.py", ...], looked up
+    on PATH) once on every proc of `procs`, as a child process of the proc, with torchrun's
+    environment: RANK, LOCAL_RANK, LOCAL_WORLD_SIZE, WORLD_SIZE, MASTER_ADDR and MASTER_PORT
+    (rank 0's host, and `master_port` or a free port there), plus `env` ({name: value}). What
+    each prints is forwarded naming its proc. A Future of each rank's exit status, by rank; a
+    rank that fails is also reported through supervision."""
+    from ._future import Future
+
+    if isinstance(argv, (str, bytes)) or not argv:
+        raise UsageError(f"run_spmd: give the program as a list, e.g. ['python3', 'train.py'], "
+                         f"not {argv!r}")
+    pairs = [f"{k}={v}" for k, v in dict(env or {}).items()]
+    return Future(_baton.run_spmd(procs._core, [str(a) for a in argv], pairs, int(master_port)),
+                  list)
 
 
 def save(hosts, path):
     """Writes where the hosts of a job are to `path`, so that a later run of the program can
     attach(path) to the same hosts: an allocation kept across edits of the program."""
-    import _baton
-
     if hosts._core is None:
         raise UsageError("save: this host has nothing to save; save the hosts of a job")
     _baton.save(hosts._core, os.fspath(path))
@@ -182,3 +314,6 @@ def close_all():
     """Ends the jobs still open (at exit, once their procs are stopped)."""
     for job in list(_open):
         job.close()
+
+
+_runtime.on_shutdown(close_all)

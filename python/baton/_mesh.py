@@ -4,15 +4,16 @@ broadcast, stream; slicing by keyword."""
 import operator
 import os
 import re
-import types
+from typing import Any, Callable, Dict, Generic, Iterable, List, Optional, TypeVar, Union
 
-from . import _reply, _runtime
+from . import _baton
+from . import _per_rank, _reply, _runtime
 from ._actor import Actor, endpoints_of
 from ._errors import ActorError, UsageError
-from ._future import Future, StreamItem, _python_advice, _seconds
+from ._future import Deferred, Future, StreamItem, _python_advice, _seconds
 from ._pickle import dumps, dumps_call
 from ._point import Extent
-from ._value_mesh import _decode, _decode_mesh, _plain_mesh, _point
+from ._value_mesh import ValueMesh, _decode, _decode_mesh, _plain_mesh, _point
 
 
 def _integer(v):
@@ -62,6 +63,14 @@ def _selects(labels, sizes, kwargs):
     return out
 
 
+def _mesh_arg(args: tuple, kwargs: dict) -> bool:
+    """Whether a ValueMesh is among the arguments (then each member may get its own value)."""
+    for a in args:
+        if isinstance(a, ValueMesh):
+            return True
+    return bool(kwargs) and any(isinstance(v, ValueMesh) for v in kwargs.values())
+
+
 class Endpoint:
     """An endpoint of every member of an actor mesh."""
 
@@ -76,28 +85,34 @@ class Endpoint:
             f"(every member), .call_one(...), .choose(...), .broadcast(...) or .stream(...)"
         )
 
-    def call(self, *args, **kwargs):
+    def call(self, *args: Any, **kwargs: Any) -> "Future[ValueMesh[Any]]":
         """Every member; a Future of a ValueMesh of the results."""
+        if _mesh_arg(args, kwargs) and (each := _per_rank.split(self, args, kwargs)) is not None:
+            return _per_rank.call(self, each, "call")
         if self._explicit:
             return _reply.call(self, args, kwargs, "call")
         core = self._mesh._core.call(self._name, dumps_call(args, kwargs))
         return Future(core, _decode_mesh, self._name, self._mesh)
 
-    def call_one(self, *args, **kwargs):
+    def call_one(self, *args: Any, **kwargs: Any) -> "Future[Any]":
         """The mesh's one member (a mesh of one, else UsageError)."""
+        if _mesh_arg(args, kwargs) and (each := _per_rank.split(self, args, kwargs)) is not None:
+            return _per_rank.call(self, each, "call_one")
         if self._explicit:
             return _reply.call(self, args, kwargs, "call_one")
         core = self._mesh._core.call_one(self._name, dumps_call(args, kwargs))
         return Future(core, _decode, self._name, self._mesh)
 
-    def choose(self, *args, **kwargs):
+    def choose(self, *args: Any, **kwargs: Any) -> "Future[Any]":
         """One member, chosen by the runtime."""
+        if _mesh_arg(args, kwargs) and (each := _per_rank.split(self, args, kwargs)) is not None:
+            return _per_rank.call(self, each, "choose")
         if self._explicit:
             return _reply.call(self, args, kwargs, "choose")
         core = self._mesh._core.choose(self._name, dumps_call(args, kwargs))
         return Future(core, _decode, self._name, self._mesh)
 
-    def reduce(self, fn, *args, **kwargs):
+    def reduce(self, fn: Callable[[Any, Any], Any], *args: Any, **kwargs: Any) -> "Future[Any]":
         """Every member, the replies folded with fn(a, b) along the cast tree (in each worker
         on the way, then here), in rank order: a Future of the one value. `fn` is any picklable
         function: operator.add, max, a lambda."""
@@ -107,20 +122,57 @@ class Endpoint:
         core = self._mesh._core.reduce(data, self._name, dumps_call(args, kwargs))
         return Future(core, _decode, self._name, self._mesh)
 
-    def broadcast(self, *args, **kwargs):
+    def broadcast(self, *args: Any, **kwargs: Any) -> None:
         """Every member, no reply."""
+        if _mesh_arg(args, kwargs) and (each := _per_rank.split(self, args, kwargs)) is not None:
+            return _per_rank.call(self, each, "broadcast")
         if self._explicit:
             return _reply.call(self, args, kwargs, "broadcast")
         self._mesh._core.broadcast(self._name, dumps_call(args, kwargs))
 
-    def stream(self, *args, timeout=None, **kwargs):
+    def stream(self, *args: Any, timeout: Optional[float] = None, **kwargs: Any) -> Any:
         """Every member; an iterator of (point, value) as replies arrive. A member's failure is
         raised where its reply would be, and a reply not there within `timeout` seconds raises
         TimeoutError; either way the stream goes on with the next reply on the next next()."""
+        if _mesh_arg(args, kwargs) and (each := _per_rank.split(self, args, kwargs)) is not None:
+            return _per_rank.call(self, each, "stream")
         if self._explicit:
             return _reply.call(self, args, kwargs, "stream")
         core = self._mesh._core.stream(self._name, dumps_call(args, kwargs))
         return Stream(core, timeout, self._name)
+
+
+class NotAnEndpoint:
+    """A method of the mesh's actor class that is not marked @endpoint: as_endpoint(it) calls
+    it as one; any other use says to mark it."""
+
+    def __init__(self, mesh, name):
+        self._mesh = mesh
+        self._name = name
+
+    def _refuse(self, *args, **kwargs):
+        raise AttributeError(
+            f"{self._mesh._cls.__qualname__}.{self._name} is not an endpoint: mark it with "
+            f"@baton.endpoint to call it through the mesh (or call as_endpoint(mesh."
+            f"{self._name}))"
+        )
+
+    __call__ = _refuse
+
+    def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        self._refuse()
+
+
+def as_endpoint(method: Any, *, propagate: Any = None,
+                explicit_response_port: bool = False) -> "Endpoint":
+    """A method of a mesh's actors that is not marked @endpoint, called as one:
+    as_endpoint(mesh.method).call(...)."""
+    if not isinstance(method, NotAnEndpoint):
+        raise UsageError("as_endpoint takes a mesh's method that is not an endpoint "
+                         f"(as_endpoint(mesh.method)), not {type(method).__name__}")
+    return Endpoint(method._mesh, "*" + method._name, explicit_response_port)
 
 
 _STREAM_TIMEOUT = object()  # next()'s default: the stream's own timeout
@@ -141,7 +193,7 @@ class Stream:
     def __next__(self):
         return self.next()
 
-    def next(self, timeout=_STREAM_TIMEOUT):
+    def next(self, timeout: Any = _STREAM_TIMEOUT) -> StreamItem:
         """The next reply, waiting at most `timeout` seconds (None: as long as it takes; by
         default the stream's timeout); StopIteration once every member answered."""
         timeout = _seconds(self._timeout if timeout is _STREAM_TIMEOUT else timeout)
@@ -176,29 +228,34 @@ class Stream:
 
 
 def _mesh_from_wire(head, parts, cls):
-    import _baton
-
     return ActorMesh(_baton.ActorMesh.from_wire(head, parts), cls)
 
 
 class _Mesh:
     """What every mesh has: a shape, a size, views by slicing, and stop()."""
 
+    _core: Any
+
     @property
-    def shape(self):
+    def shape(self) -> Dict[str, int]:
         labels, sizes = self._core.shape()
         return dict(zip(labels, sizes))
 
     @property
-    def extent(self):
+    def extent(self) -> Extent:
         """The size of each dimension, in order (an Extent)."""
         return Extent(*self._core.shape())
 
     @property
-    def sizes(self):
+    def _labels(self) -> List[str]:
+        """The dimensions' names, in order (Monarch's programs read it)."""
+        return list(self._core.shape()[0])
+
+    @property
+    def sizes(self) -> Dict[str, int]:
         return self.shape
 
-    def size(self, dim=None):
+    def size(self, dim: Union[None, str, Iterable[str]] = None) -> int:
         """How many members: all of them, or along `dim` (a name or several)."""
         shape = self.shape
         dims = list(shape) if dim is None else [dim] if isinstance(dim, str) else list(dim)
@@ -209,26 +266,41 @@ class _Mesh:
             n *= shape[d]
         return n
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self._core.size()
 
     def _sliced(self, dims):
         labels, sizes = self._core.shape()
         return self._core.slice(_selects(labels, sizes, dims))
 
-    def stop(self):
+    def _view(self, core: Any) -> Any:
+        raise NotImplementedError
+
+    def flatten(self, name: str) -> Any:
+        """The same members on one dimension named `name`, in rank order."""
+        return self._view(self._core.flatten(name))
+
+    def rename(self, **names: str) -> Any:
+        """The same members with dimensions renamed: rename(hosts="dp", gpus="tp")."""
+        core = self._core
+        for old, new in names.items():
+            core = core.rename(old, new)
+        return self._view(core)
+
+    def stop(self) -> "Future[None]":
         return Future(self._core.stop(), lambda v: None)
 
 
-class ActorMesh(_Mesh):
+A = TypeVar("A")
+
+
+class ActorMesh(_Mesh, Generic[A]):
     """One actor per member of a proc mesh (or a slice of one); its endpoints are attributes:
     `mesh.value.call()`. A mesh can be passed to actors (as an argument or a result); inside an
     actor, a plain endpoint may block on get() (the actor handles one message at a time
     meanwhile), an `async def` endpoint awaits the future."""
 
-    __class_getitem__ = classmethod(types.GenericAlias)  # ActorMesh[Trainer] in type hints
-
-    def __init__(self, core, cls, procs=None):
+    def __init__(self, core: Any, cls: type, procs: Optional["ProcMesh"] = None) -> None:
         self._core = core
         self._cls = cls
         self._procs = procs  # held: the procs live at least as long as their actors' handle
@@ -237,15 +309,12 @@ class ActorMesh(_Mesh):
         head, parts = self._core.to_wire()
         return (_mesh_from_wire, (head, parts, self._cls))
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Endpoint:
         if name.startswith("_"):
             raise AttributeError(name)
         fn = getattr(self._cls, name, None)
         if callable(fn) and not getattr(fn, "_baton_endpoint", False):
-            raise AttributeError(
-                f"{self._cls.__qualname__}.{name} is not an endpoint: mark it with "
-                f"@baton.endpoint to call it through the mesh"
-            )
+            return NotAnEndpoint(self, name)  # type: ignore[return-value]
         if fn is None or not getattr(fn, "_baton_endpoint", False):
             raise AttributeError(
                 f"{self._cls.__qualname__} has no endpoint {name!r} "
@@ -253,18 +322,21 @@ class ActorMesh(_Mesh):
             )
         return Endpoint(self, name, getattr(fn, "_baton_explicit_port", False))
 
-    def slice(self, **dims):
+    def slice(self, **dims: Any) -> "ActorMesh[A]":
         """slice(gpus=slice(0, 2)) keeps a range; slice(gpus=3) one index, dropping the dim."""
-        return ActorMesh(self._sliced(dims), self._cls, self._procs)
+        return self._view(self._sliced(dims))
+
+    def _view(self, core: Any) -> "ActorMesh[A]":
+        return ActorMesh(core, self._cls, self._procs)
 
 
 class ProcMesh(_Mesh):
     """Worker processes, one per member of a shape."""
 
-    def __init__(self, core):
+    def __init__(self, core: Any) -> None:
         self._core = core
 
-    def spawn(self, name, cls, *args, **kwargs):
+    def spawn(self, name: str, cls: Any, *args: Any, **kwargs: Any) -> Any:
         """An actor of class `cls` in every proc, made with cls(*args, **kwargs) there; or a C++
         actor its program exposed, with cls = baton.cpp("Name") (positional arguments)."""
         if isinstance(cls, cpp):
@@ -276,11 +348,9 @@ class ProcMesh(_Mesh):
             raise _python_advice(e, "`await procs.spawn_async(...)` instead") from None
         return ActorMesh(core, cls, self)
 
-    def spawn_async(self, name, cls, *args, **kwargs):
+    def spawn_async(self, name: str, cls: Any, *args: Any, **kwargs: Any) -> "Future[Any]":
         """spawn(), as a Future: in an async endpoint, `await` it."""
         if isinstance(cls, cpp):
-            import _baton
-
             _check_spawn(name, None)
             if kwargs:
                 raise UsageError("a C++ actor's constructor takes positional arguments only")
@@ -290,8 +360,31 @@ class ProcMesh(_Mesh):
         core = self._core.spawn_async(name, dumps((cls, args, kwargs)))
         return Future(core, lambda mesh: ActorMesh(mesh, cls, self))
 
-    def slice(self, **dims):
+    def slice(self, **dims: Any) -> "ProcMesh":
         return ProcMesh(self._sliced(dims))
+
+    def _view(self, core: Any) -> "ProcMesh":
+        return ProcMesh(core)
+
+    def logging_option(
+        self, stream_to_client: bool = True, aggregate_window_sec: Optional[float] = None,
+        level: Any = None,
+    ) -> "Future[None]":
+        """How these procs' output reaches this program's terminal: stream_to_client=False
+        keeps it from being printed here (it is still kept for failure reports);
+        aggregate_window_sec sets how long the same line from several procs is waited for to
+        print it once with their ranks (for every mesh: the runtime has one window; 0 prints
+        each line as it comes). A completed Future (await it or not)."""
+        if aggregate_window_sec is not None and not stream_to_client:
+            raise UsageError("logging_option: aggregate_window_sec needs stream_to_client=True")
+        if os.environ.get("BATON_PROC"):  # a worker's procs print at the controller
+            return Deferred(lambda timeout: None)
+        rt = _runtime.runtime()
+        for name in {p.rpartition(".")[0] for p in self._core.proc_names()}:
+            rt.show_output(name, bool(stream_to_client))
+        if aggregate_window_sec is not None:
+            rt.set_output_window(int(float(aggregate_window_sec) * 1000))
+        return Deferred(lambda timeout: None)
 
     def __copy__(self):
         return self  # a handle: copies would name the same procs
@@ -328,31 +421,31 @@ class HostMesh:
             raise UsageError("stop() is for the hosts of a job; stop this host's proc meshes")
         return Future(self._core.stop(), lambda v: None)
 
-    def spawn_procs(self, per_host=None, program=None, **dims):
+    def spawn_procs(
+        self, per_host: Optional[Dict[str, int]] = None, program: Optional[List[str]] = None,
+        **dims: int,
+    ) -> ProcMesh:
         """Worker processes: spawn_procs({"gpus": 4}) or spawn_procs(gpus=4). `program`
         ([executable, args...]) runs a C++ program of yours instead of this interpreter: one
         that exposes its actors (baton::expose) and constructs a baton::Runtime first thing;
         spawn them with baton.cpp("Name")."""
-        import os
-
         if not os.environ.get("BATON_PROC"):  # a worker has its runtime already
             _runtime.runtime()
         return self.spawn_procs_async(per_host, program, **dims).get()
 
-    def spawn_procs_async(self, per_host=None, program=None, **dims):
+    def spawn_procs_async(
+        self, per_host: Optional[Dict[str, int]] = None, program: Optional[List[str]] = None,
+        **dims: int,
+    ) -> "Future[ProcMesh]":
         """spawn_procs(), as a Future: inside an actor, `await` it. The actor owns the procs:
         they die with it, and their failures go to its __supervise__."""
-        import os
-
-        import _baton
-
         if per_host is not None and not isinstance(per_host, dict):
             raise UsageError(f"spawn_procs: give the shape as a dict, e.g. {{'gpus': 4}}, "
                              f"not {type(per_host).__name__}")
         shape = dict(per_host or {}, **dims)
         if not shape:
             raise UsageError("spawn_procs: give the procs' shape, e.g. {'gpus': 4}")
-        dims = []
+        pairs = []
         for k, v in shape.items():
             size = _integer(v)
             if not isinstance(k, str) or size is None or size < 1:
@@ -360,13 +453,13 @@ class HostMesh:
                     f"spawn_procs: each dimension is a name and a size of 1 or more, e.g. "
                     f"{{'gpus': 4}}; not {k!r}: {v!r}"
                 )
-            dims.append((k, size))
+            pairs.append((k, size))
         if self._core is not None:
             if program:
                 raise UsageError("spawn_procs: the hosts of a job run this program's interpreter")
-            return Future(self._core.spawn_procs_async(dims), ProcMesh)
+            return Future(self._core.spawn_procs_async(pairs), ProcMesh)
         program = [os.path.abspath(program[0]), *program[1:]] if program else []
-        return Future(_baton.spawn_procs_async(dims, program), ProcMesh)
+        return Future(_baton.spawn_procs_async(pairs, program), ProcMesh)
 
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
@@ -410,8 +503,6 @@ class cpp:
 
 
 def _cpp_mesh_from_wire(head, parts, kind):
-    import _baton
-
     return CppActorMesh(_baton.ExposedMesh.from_wire(head, parts), kind)
 
 
@@ -451,37 +542,34 @@ class CppActorMesh(_Mesh):
         return CppEndpoint(self, name)
 
     def slice(self, **dims):
-        return CppActorMesh(self._sliced(dims), self._kind, self._procs)
+        return self._view(self._sliced(dims))
+
+    def _view(self, core: Any) -> "CppActorMesh":
+        return CppActorMesh(core, self._kind, self._procs)
 
     def __reduce__(self):
         head, parts = self._core.to_wire()
         return (_cpp_mesh_from_wire, (head, parts, self._kind))
 
 
-def this_host():
+def this_host() -> "HostMesh":
     return HostMesh()
 
 
-def this_proc():
+def this_proc() -> ProcMesh:
     """This process's own proc, a ProcMesh of no dimensions: actors spawned on it run in this
     process (the controller's, or a worker's beside its other actors) and are called like any
     others. Its stop() does nothing; stop their actor meshes instead."""
-    import _baton
-
     if not os.environ.get("BATON_PROC"):  # a worker has its runtime already
         _runtime.runtime()
     return ProcMesh(_baton.this_proc())
 
 
-def attach(addresses):
+def attach(addresses: Union[str, "os.PathLike[str]", List[str]]) -> "HostMesh":
     """The hosts whose agents (baton-host) listen at `addresses` ("host:port"), as a mesh of
     hosts {"hosts": H}; their procs run this interpreter with this program's PYTHONPATH, so the
     hosts need the same Python and packages at the same paths (a shared filesystem, an image).
     attach("FILE") reads the addresses a job saved."""
-    import _baton
-
-    from . import _runtime
-
     _runtime.runtime()
     if isinstance(addresses, (str, os.PathLike)):
         return HostMesh(_baton.attach_file(os.fspath(addresses)))

@@ -53,7 +53,7 @@ def wrap_bytes(value):
     return value
 
 
-_tables = {}
+_tables: dict = {}
 
 
 def _dispatch():

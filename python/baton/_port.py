@@ -1,25 +1,24 @@
 """Ports: a Port is a handle anyone it is given to can send values to (pass it to actors as an
 argument); its receiver, in the process that opened it, takes them in order per sender."""
 
-import types
+from typing import Any, Generic, Iterator, Optional, Tuple, TypeVar
 
-import _baton
-
+from . import _baton
 from ._errors import TimeoutError as BatonTimeout
 from ._pickle import dumps, loads
+
+T = TypeVar("T")
 
 
 def _port_from_wire(head, parts):
     return Port(_baton.Port.from_wire(head, parts))
 
 
-class Port:
-    __class_getitem__ = classmethod(types.GenericAlias)  # Port[int] in type hints
-
-    def __init__(self, core):
+class Port(Generic[T]):
+    def __init__(self, core: Any) -> None:
         self._core = core
 
-    def send(self, value):
+    def send(self, value: T) -> None:
         """Sends `value` (any picklable value) to the port's receiver; does not wait."""
         self._core.send(dumps(value))
 
@@ -27,13 +26,11 @@ class Port:
         return (_port_from_wire, tuple(self._core.to_wire()))
 
 
-class PortReceiver:
-    __class_getitem__ = classmethod(types.GenericAlias)
-
-    def __init__(self, core):
+class PortReceiver(Generic[T]):
+    def __init__(self, core: Any) -> None:
         self._core = core
 
-    def recv(self, timeout=None):
+    def recv(self, timeout: Optional[float] = None) -> T:
         """The next value; waits up to `timeout` seconds (None: for ever), then raises
         baton.TimeoutError."""
         try:
@@ -42,16 +39,16 @@ class PortReceiver:
             raise
         return loads(data, buffers)
 
-    def try_recv(self, default=None):
+    def try_recv(self, default: Any = None) -> Any:
         got = self._core.try_recv()
         return default if got is None else loads(*got)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[T]:
         while True:
             yield self.recv()
 
 
-def open_port():
+def open_port() -> Tuple[Port, PortReceiver]:
     """(port, receiver): give the port to actors; take what they send from the receiver."""
     import os
 

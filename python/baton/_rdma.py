@@ -1,7 +1,8 @@
 """RdmaBuffer from Python: one-sided reads and writes of memory that another process owns."""
 
-import _baton
+from typing import Any
 
+from . import _baton
 from ._errors import UsageError
 from ._future import Future
 
@@ -37,7 +38,7 @@ class RdmaBuffer:
     this handle (as an argument or result) reads and writes it without this process's help.
     The memory stays registered, and the object alive, until drop()."""
 
-    def __init__(self, memory):
+    def __init__(self, memory: Any) -> None:
         if _is_cuda(memory):
             self._pin = memory
             size = memory.numel() * memory.element_size()
@@ -47,17 +48,17 @@ class RdmaBuffer:
             self._core = _baton.RdmaBuffer.register_buffer(self._pin)
 
     @property
-    def size(self):
+    def size(self) -> int:
         return self._core.size()
 
-    def read_into(self, dst, offset=0):
+    def read_into(self, dst: Any, offset: int = 0) -> Future[None]:
         """Copies len(dst) bytes at `offset` of this buffer into `dst`; a Future."""
         if _is_cuda(dst):
             n = dst.numel() * dst.element_size()
             return Future(self._core.read_into_pointer(dst.data_ptr(), n, offset), lambda v: None)
         return Future(self._core.read_into(_host_view(dst, writable=True), offset), lambda v: None)
 
-    def write_from(self, src, offset=0):
+    def write_from(self, src: Any, offset: int = 0) -> Future[None]:
         """Copies `src` into this buffer at `offset`; a Future."""
         if _is_cuda(src):
             n = src.numel() * src.element_size()
@@ -65,7 +66,7 @@ class RdmaBuffer:
         view = _host_view(src, writable=False)
         return Future(self._core.write_from(view, offset), lambda v: None)
 
-    def drop(self):
+    def drop(self) -> Future[None]:
         """Unregisters it everywhere; later transfers fail."""
         return Future(self._core.drop(), lambda v: None)
 

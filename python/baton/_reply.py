@@ -6,7 +6,7 @@ from . import _context
 from ._errors import actor_error, encode_exception
 from ._future import Deferred, Future, StreamItem
 from ._pickle import dumps_call
-from ._point import Point
+from ._point import points_of
 from ._value_mesh import ValueMesh, _decode
 
 
@@ -38,26 +38,15 @@ def _arrived(port, endpoint):
     return ReplyPort(port, endpoint, (rank.rank, _context.current_actor_name()))
 
 
-def _value(item, endpoint):
+def _value(item, endpoint, point=None):
+    """What a member replied, or its ActorError (naming its `point` in the mesh called)."""
     rank, actor, ok, value = item
     if ok:
         return value
-    raise actor_error(actor, endpoint, f"rank {rank}", value)
-
-
-def _points(labels, sizes):
-    """Every point of a mesh of this shape, in rank order."""
-    n = 1
-    for s in sizes:
-        n *= s
-    out = []
-    for r in range(n):
-        coords, rest = [], r
-        for s in reversed(sizes):
-            coords.append(rest % s)
-            rest //= s
-        out.append(Point(labels, coords[::-1], r, sizes))
-    return out
+    if point is None:
+        raise actor_error(actor, endpoint, "", value)
+    coords = ", ".join(f"{k}: {c}" for k, c in point.items())
+    raise actor_error(actor, endpoint, f"rank {point.rank} {{{coords}}}", value, point)
 
 
 def call(endpoint, args, kwargs, mode):
@@ -84,24 +73,25 @@ def call(endpoint, args, kwargs, mode):
     members = mesh._core.members()
     started = Future(mesh._core.call(name, data), lambda v: None, name)
     if mode == "stream":
-        points = _points(labels, sizes)
+        points = points_of(labels, sizes)
 
         def items():
             started.get()
             for _ in range(n):
                 item = receiver.recv()
-                yield StreamItem((points[_place(item, members)], _value(item, name)))
+                point = points[_place(item, members)]
+                yield StreamItem((point, _value(item, name, point)))
 
         return items()
 
     def gather(timeout):
         started.get(timeout)
-        points = _points(labels, sizes)
+        points = points_of(labels, sizes)
         got = [None] * n
         for _ in range(n):
             item = receiver.recv(timeout)
             got[_place(item, members)] = item
-        return ValueMesh(labels, sizes, [(p, _value(i, name)) for p, i in zip(points, got)])
+        return ValueMesh(labels, sizes, [(p, _value(i, name, p)) for p, i in zip(points, got)])
 
     return Deferred(gather)
 

@@ -1,34 +1,36 @@
 """One value per member of a mesh: what a call of a whole mesh gives."""
 
-import types
+from typing import Any, Dict, Generic, Iterator, List, Sequence, Tuple, TypeVar
 
 from ._pickle import loads
 from ._point import Extent, Point
+
+T = TypeVar("T")
 
 
 def _point(t):
     return Point(*t)
 
 
-class ValueMesh:
+class ValueMesh(Generic[T]):
     """One value per member of a mesh, in rank order. Iterating gives (point, value) pairs."""
 
-    __class_getitem__ = classmethod(types.GenericAlias)  # ValueMesh[float] in type hints
-
-    def __init__(self, labels, sizes, items):
+    def __init__(
+        self, labels: Sequence[str], sizes: Sequence[int], items: List[Tuple[Point, T]]
+    ) -> None:
         self.labels = tuple(labels)
         self.sizes = tuple(sizes)
         self._items = items
 
     @property
-    def shape(self):
+    def shape(self) -> Dict[str, int]:
         return dict(zip(self.labels, self.sizes))
 
     @property
-    def extent(self):
+    def extent(self) -> Extent:
         return Extent(self.labels, self.sizes)
 
-    def item(self, **point):
+    def item(self, **point: int) -> T:
         """The value at `point` (every dimension named); of a mesh of one, item()."""
         if not point and len(self._items) == 1:
             return self._items[0][1]
@@ -37,7 +39,7 @@ class ValueMesh:
                            f"{list(point)}")
         return self[point]
 
-    def slice(self, **dims):
+    def slice(self, **dims: Any) -> "ValueMesh[T]":
         """The values of the members slice(**dims) keeps; an int drops its dimension."""
         for d in dims:
             if d not in self.labels:
@@ -60,22 +62,39 @@ class ValueMesh:
             out.append((Point(labels, coords, r, sizes), v))
         return ValueMesh(labels, sizes, out)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Tuple[Point, T]]:
         return iter(self._items)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._items)
 
-    def items(self):
+    def flatten(self, name: str) -> "ValueMesh[T]":
+        """The same values on one dimension named `name`, in rank order."""
+        n = len(self._items)
+        return ValueMesh([name], [n], [(Point([name], [r], r, [n]), v)
+                                       for r, (_, v) in enumerate(self._items)])
+
+    def rename(self, **names: str) -> "ValueMesh[T]":
+        """The same values with dimensions renamed: rename(hosts="dp", gpus="tp")."""
+        for d in names:
+            if d not in self.labels:
+                raise KeyError(f"no dimension {d!r} in {list(self.labels)}")
+        labels = [names.get(d, d) for d in self.labels]
+        return ValueMesh(labels, self.sizes, [
+            (Point(labels, [p[d] for d in self.labels], p.rank, self.sizes), v)
+            for p, v in self._items
+        ])
+
+    def items(self) -> List[Tuple[Point, T]]:
         return list(self._items)
 
-    def values(self):
+    def values(self) -> List[T]:
         return [v for _, v in self._items]
 
-    def points(self):
+    def points(self) -> List[Point]:
         return [p for p, _ in self._items]
 
-    def __getitem__(self, where):
+    def __getitem__(self, where: Any) -> T:
         """By rank (an int) or by point ({"gpus": 1} or keywords given as a dict)."""
         if isinstance(where, int):
             return self._items[where][1]

@@ -3,7 +3,7 @@
 import os
 import sys
 
-import _baton
+from baton import _baton
 
 if __name__ == "__main__":
     if os.environ.get("BATON_MONARCH") == "1":  # started by `python -m baton.monarch`

@@ -21,8 +21,9 @@ A rank whose process dies fails the others' collective at once, naming it; the g
 broken for good: make a new one of the live members.
 """
 
-import _baton
+from typing import Any
 
+from . import _baton
 from ._errors import UsageError
 from ._future import Future
 from ._mesh import ActorMesh
@@ -45,7 +46,7 @@ class Group:
         return (_group_from_wire, tuple(self._core.to_wire()))
 
 
-def make_group(mesh, timeout=30.0):
+def make_group(mesh: ActorMesh, timeout: float = 30.0) -> Group:
     """A group of every member of an actor mesh (a slice too), ranked in the mesh's order. A
     collective that makes no progress for `timeout` seconds fails."""
     if not isinstance(mesh, ActorMesh):
@@ -82,29 +83,29 @@ class Communicator:
         self._actor = where[4]
         self._core = _baton.Communicator()
 
-    def join(self, group):
+    def join(self, group: Group) -> Any:
         """Connects to every other rank (which join too); a Future."""
         return Future(self._core.join(group._core, self._actor), lambda v: None)
 
     @property
-    def rank(self):
+    def rank(self) -> int:
         return self._core.rank()
 
     @property
-    def size(self):
+    def size(self) -> int:
         return self._core.size()
 
-    def allreduce(self, t, op="sum"):
+    def allreduce(self, t: Any, op: str = "sum") -> Future[None]:
         """Every rank's `t` becomes the elementwise `op` (sum, avg, min, max) of all ranks'."""
         owner, addr, n, dtype = _memory(t, "allreduce")
         return Future(self._core.allreduce(owner, addr, n, dtype, op), lambda v: None)
 
-    def broadcast(self, t, root=0):
+    def broadcast(self, t: Any, root: int = 0) -> Future[None]:
         """Every rank's `t` becomes rank `root`'s."""
         owner, addr, n, dtype = _memory(t, "broadcast")
         return Future(self._core.broadcast(owner, addr, n, dtype, root), lambda v: None)
 
-    def allgather(self, inp, out):
+    def allgather(self, inp: Any, out: Any) -> Future[None]:
         """`out` (size times `inp`'s elements) becomes every rank's `inp`, in rank order."""
         a, ia, ni, dt = _memory(inp, "allgather")
         b, oa, no, dt2 = _memory(out, "allgather")
@@ -112,7 +113,7 @@ class Communicator:
             raise UsageError("allgather: the input and output differ in type")
         return Future(self._core.allgather((a, b), ia, ni, oa, no, dt), lambda v: None)
 
-    def reduce_scatter(self, inp, out, op="sum"):
+    def reduce_scatter(self, inp: Any, out: Any, op: str = "sum") -> Future[None]:
         """`inp` holds size blocks of `out`'s elements; `out` becomes the `op` of block rank."""
         a, ia, ni, dt = _memory(inp, "reduce_scatter")
         b, oa, no, dt2 = _memory(out, "reduce_scatter")
@@ -120,5 +121,5 @@ class Communicator:
             raise UsageError("reduce_scatter: the input and output differ in type")
         return Future(self._core.reduce_scatter((a, b), ia, ni, oa, no, dt, op), lambda v: None)
 
-    def barrier(self):
+    def barrier(self) -> Future[None]:
         return Future(self._core.barrier(), lambda v: None)

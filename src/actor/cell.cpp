@@ -386,14 +386,7 @@ void Cell::handle_call(Message& m) {
   try {
     result = ep.fn(*actor_, m.body);
   } catch (...) {
-    const std::string what = describe(std::current_exception());
-    if (m.reply) {
-      // the caller sees the failure; the actor keeps running.
-      m.reply->set_exception(
-          std::make_exception_ptr(ActorError(id().to_string(), std::string(ep.name), what)));
-    } else {
-      fail(std::string(ep.name) + " threw with no caller to tell: " + what);
-    }
+    threw(std::current_exception(), m.reply, ep.name);
     return;
   }
   if (result.task.valid()) {
@@ -423,13 +416,35 @@ void Cell::finish_task() {
     Body body = task.take();
     if (reply) reply->set_body(body);
   } catch (...) {
-    const std::string what = describe(std::current_exception());
+    threw(std::current_exception(), reply, endpoint);
+  }
+}
+
+void Cell::threw(std::exception_ptr e, const std::shared_ptr<StateBase>& reply,
+                 std::string_view endpoint) {
+  const std::string what = describe(e);
+  bool fatal = false;
+  std::string name(endpoint);
+  try {
+    std::rethrow_exception(std::move(e));
+  } catch (const ActorFailure& f) {
+    fatal = true;
+    if (!f.endpoint().empty()) name = f.endpoint();
+  } catch (...) {
+  }
+  if (fatal) {
+    const std::string reason = name + " failed its actor: " + what;
     if (reply) {
-      reply->set_exception(
-          std::make_exception_ptr(ActorError(id().to_string(), std::string(endpoint), what)));
-    } else {
-      fail(std::string(endpoint) + " threw with no caller to tell: " + what);
+      reply->set_exception(std::make_exception_ptr(
+          SupervisionError(id().to_string() + " failed while handling this call: " + reason)));
     }
+    fail(reason);
+  } else if (reply) {
+    // the caller sees the failure; the actor keeps running.
+    reply->set_exception(
+        std::make_exception_ptr(ActorError(id().to_string(), std::string(endpoint), what)));
+  } else {
+    fail(std::string(endpoint) + " threw with no caller to tell: " + what);
   }
 }
 
@@ -489,6 +504,13 @@ void Cell::fail(const std::string& reason, const SupervisionEvent* cause) {
       }
     }
     children_.clear();
+  }
+  if (actor_) {
+    try {
+      actor_->on_failure(reason);
+    } catch (...) {
+      log_warn("{} on_failure() threw: {}", id().to_string(), describe(std::current_exception()));
+    }
   }
   actor_.reset();
   maybe_drained(true);

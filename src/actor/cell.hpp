@@ -74,6 +74,10 @@ class Cell final : public Runnable,
   void do_stop(Message& m);
   /// Fails the actor and reports it; `cause` is the unhandled failure that led here.
   void fail(const std::string& reason, const SupervisionEvent* cause = nullptr);
+  /// Ends a call whose endpoint threw `e`: the caller hears of it, or, with no caller to
+  /// tell or an ActorFailure thrown, the actor fails.
+  void threw(std::exception_ptr e, const std::shared_ptr<StateBase>& reply,
+             std::string_view endpoint);
   void bounce(Message& m);
   void trace(const Message& m);
   void maybe_drained(bool ended = false);

@@ -227,7 +227,7 @@ void return_unsent(const std::string& peer, const std::string& reason,
 using namespace remote;
 
 void complete_from_reply(StateBase& state, const Body& body, std::string_view endpoint,
-                         std::string_view where) {
+                         const Point* point) {
   if (body.head.empty()) {
     state.set_exception(std::make_exception_ptr(DecodeError("empty reply")));
     return;
@@ -243,8 +243,9 @@ void complete_from_reply(StateBase& state, const Body& body, std::string_view en
         break;
       case ReplyStatus::actor_error: {
         auto [actor, ep, message] = decode<std::tuple<std::string, std::string, std::string>>(rest);
-        state.set_exception(
-            std::make_exception_ptr(ActorError(actor, ep, message, std::string(where))));
+        state.set_exception(std::make_exception_ptr(point != nullptr
+                                                        ? ActorError(actor, ep, message, *point)
+                                                        : ActorError(actor, ep, message)));
         break;
       }
       case ReplyStatus::supervision:

@@ -69,9 +69,9 @@ bool reply_is_link_lost(const Body& reply);
 /// A failure as a status-tagged body.
 Body failure_reply(std::exception_ptr e);
 /// Completes `state` from a status-tagged body: the value, or the remote failure.
-/// `where` names the replying actor's place in a mesh, for an ActorError.
+/// `point`, if given, is the replying actor's place in a mesh, for an ActorError.
 void complete_from_reply(StateBase& state, const Body& body, std::string_view endpoint,
-                         std::string_view where = {});
+                         const Point* point = nullptr);
 
 /// Casts (the mesh layer's tree) arrive at this port of a proc and go to the cast handler,
 /// which runs on the I/O thread that received them, in link order.

@@ -286,6 +286,24 @@ void host_lost(RuntimeState& st, const RemoteHost& host, const std::string& why)
   }
 }
 
+/// Why an agent refused this controller's proof of the job's secret, and what to do.
+std::string credentials_differ(const RuntimeState& st, const std::string& address,
+                               const std::string& error) {
+  std::string text = "attach: the agent at " + address +
+                     " refused this controller: their secrets do not match (" + error +
+                     "). This controller's credentials were " + st.credentials_from +
+                     "; the agent's are those it was started with (its --credentials or " +
+                     kCredentialsVar + "). ";
+  const char* now = std::getenv(kCredentialsVar);
+  const std::string loaded = std::string(kCredentialsVar) + "=" + (now ? now : "");
+  if (now != nullptr && *now != '\0' && st.credentials_from != loaded) {
+    text += std::string(kCredentialsVar) + " is " + now +
+            " now, but was set after this program's runtime started: set it before the first "
+            "baton call (in the environment that starts the program). ";
+  }
+  return text + "Give the controller and its agents the same credentials directory.";
+}
+
 HostMesh attach_hosts(const std::vector<std::string>& addresses) {
   if (addresses.empty()) throw UsageError("attach: no host addresses given");
   RuntimeState& st = HostsAccess::state();
@@ -333,6 +351,9 @@ HostMesh attach_hosts(const std::vector<std::string>& addresses) {
     try {
       (void)hellos[i].get(std::chrono::seconds(30));
     } catch (const std::exception& e) {
+      if (std::string_view(e.what()).find("authentication") != std::string_view::npos) {
+        throw std::runtime_error(credentials_differ(st, addresses[i], e.what()));
+      }
       throw std::runtime_error("attach: the agent at " + addresses[i] + " did not answer as " +
                                hosts->hosts[i].agent.name +
                                " (attach with the address it advertises, which it prints when it "

@@ -51,11 +51,14 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
     OutputOptions out = output_options(std::move(options.output));
     out.sink = [this, user = std::move(out.sink)](const OutputLine& line) {
       std::optional<ActorId> to;
+      bool hidden = false;
       {
         std::lock_guard lock(state_->mu);
         auto it = state_->output_to.find(line.mesh);
         if (it != state_->output_to.end()) to = it->second;
+        hidden = state_->output_hidden.contains(line.mesh) || state_->output_hidden.contains("");
       }
+      if (hidden && !to) return;
       if (to) {
         detail::make_ref<HostClient>(*to, nullptr).send(&HostClient::output, line);
       } else if (user) {
@@ -80,15 +83,23 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
   // The job's secret: the options', else that of the credentials the hosts' agents share,
   // else a fresh one.
   state_->secret = state_->link.secret;
+  if (!state_->secret.empty()) state_->credentials_from = "the runtime's options";
   if (const char* dir = std::getenv(kCredentialsVar); dir != nullptr && *dir != '\0') {
     Credentials c = load_credentials(dir);
-    if (state_->secret.empty()) state_->secret = c.secret;
+    if (state_->secret.empty()) {
+      state_->secret = c.secret;
+      state_->credentials_from = std::string(kCredentialsVar) + "=" + dir;
+    }
     if (!state_->link.tls.enabled()) state_->link.tls = c.tls;
     if (name.empty()) name = unique_controller_name();
   }
   if (name.empty()) name = "ctl";
   detail::set_log_proc(name);
-  if (state_->secret.empty()) state_->secret = net::new_job_secret();
+  if (state_->secret.empty()) {
+    state_->secret = net::new_job_secret();
+    state_->credentials_from = std::string("made for this run (") + kCredentialsVar +
+                               " was not set when its runtime started)";
+  }
   // TLS for every link that leaves the host: the user's certificates (options, else the
   // environment), or a CA and certificate made for this job.
   if (!state_->link.tls.enabled()) {

@@ -29,6 +29,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "actor/node.hpp"
@@ -378,8 +379,9 @@ struct Runtime::State {
   bool own_dir = false;
   std::unique_ptr<Proc> proc;
   Address address;
-  std::string prefix;  // of this process's mesh names: empty in the controller
-  std::string secret;  // the job's, shared by every proc of the job
+  std::string prefix;            // of this process's mesh names: empty in the controller
+  std::string secret;            // the job's, shared by every proc of the job
+  std::string credentials_from;  // where the controller's secret came from, for its errors
   std::chrono::milliseconds stop_grace{5000};
   std::chrono::milliseconds exit_wait{2000};
   net::LinkOptions link;
@@ -417,6 +419,8 @@ struct Runtime::State {
   void report_exit(const std::string& name, const Child& child, const std::string& report);
   /// Where the output of `mesh` goes instead of this process's sink (agent mode).
   std::unordered_map<std::string, ActorId> output_to;  // under mu
+  /// Meshes whose output is not printed here (kept for failure reports); "" stands for all.
+  std::unordered_set<std::string> output_hidden;  // under mu
   /// This program as it ships to other hosts: its path, SHA-256 and size (found on first use).
   struct Program {
     std::string path;

@@ -10,6 +10,9 @@
 // owner may read (BATON_CREDENTIALS works too), or is "-" for a job that starts its agents
 // through a pipe (srun, ssh) and writes them to their standard input.
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -21,6 +24,29 @@
 #include "baton/baton.hpp"
 #include "host/hosts.hpp"
 #include "host/runtime_impl.hpp"
+
+namespace {
+
+/// A TCP port free on `host` (an IPv4 address, else on every address) now, for --port 0: the
+/// agent's name carries its port, so the port is chosen before the agent is named. 0 if none could
+/// be had.
+std::uint16_t free_port(const std::string& host) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  std::uint16_t port = 0;
+  socklen_t len = sizeof(at);
+  if (::inet_pton(AF_INET, host.c_str(), &at.sin_addr) != 1) at.sin_addr.s_addr = INADDR_ANY;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&at), sizeof(at)) == 0 &&   // NOLINT
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&at), &len) == 0) {  // NOLINT
+    port = ntohs(at.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"baton-host: runs procs on this host for a baton controller on another"};
@@ -46,7 +72,8 @@ int main(int argc, char** argv) {
   app.add_option("--route-to", route_to,
                  "advertise this host's address on the route to this IPv4 address (the "
                  "controller's)");
-  app.add_option("--port", port, "the TCP port to serve on")->capture_default_str();
+  app.add_option("--port", port, "the TCP port to serve on (0: a free one, which it prints)")
+      ->capture_default_str();
   app.add_flag("--once", once,
                "serve one controller: exit, its procs stopped, once the link to the first "
                "controller that spawned here closes for good (for agents a job starts)");
@@ -132,7 +159,7 @@ int main(int argc, char** argv) {
     Address at;
     at.transport = Address::Transport::tcp;
     at.host = advertise;
-    at.port = port;
+    at.port = port != 0 ? port : free_port(advertise);
     RuntimeOptions options;
     options.name = internal::agent_name(at);
     options.link.secret = creds.secret;

@@ -376,14 +376,15 @@ void cast(CastRequest request) {
           nullptr);
 }
 
-std::exception_ptr name_member(std::exception_ptr e, const std::string& where) {
-  if (!e || where.empty()) return e;
+std::exception_ptr name_member(std::exception_ptr e, const Point& point) {
+  if (!e) return e;
+  const std::string where = "rank " + std::to_string(point.rank) + " " + point.to_string();
   try {
     std::rethrow_exception(e);
   } catch (const ActorError& a) {
     if (a.where().empty()) {
       return std::make_exception_ptr(
-          ActorError(a.actor(), a.endpoint(), a.remote_message(), where));
+          ActorError(a.actor(), a.endpoint(), a.remote_message(), point));
     }
   } catch (const SupervisionError& s) {
     if (s.where().empty()) return std::make_exception_ptr(SupervisionError(s.what(), where));
@@ -397,24 +398,24 @@ std::exception_ptr name_member(std::exception_ptr e, const std::string& where) {
 }
 
 void complete_item(StateBase& state, const CastItem& item, std::string_view endpoint,
-                   std::string_view where) {
-  if (where.empty() || !reply_is_member_lost(item.reply)) {
-    complete_from_reply(state, item.reply, endpoint, where);  // an ActorError names it here
+                   const Point& point) {
+  if (!reply_is_member_lost(item.reply)) {
+    complete_from_reply(state, item.reply, endpoint, &point);  // an ActorError names it here
     return;
   }
   // A member found failed or unreachable: its error names it too, as an endpoint's throw does.
   State<void> lost;
-  complete_from_reply(lost, item.reply, endpoint, where);
-  state.set_exception(name_member(lost.error(), std::string(where)));
+  complete_from_reply(lost, item.reply, endpoint, &point);
+  state.set_exception(name_member(lost.error(), point));
 }
 
 void complete_item(StateBase& state, const CastItem& item, std::string_view endpoint,
                    const Shape* shape) {
-  std::string where;
   if (shape != nullptr && item.rank < shape->len()) {
-    where = "rank " + std::to_string(item.rank) + " " + shape->point(item.rank).to_string();
+    complete_item(state, item, endpoint, shape->point(item.rank));
+  } else {
+    complete_from_reply(state, item.reply, endpoint);
   }
-  complete_item(state, item, endpoint, std::string_view(where));
 }
 
 }  // namespace baton::detail

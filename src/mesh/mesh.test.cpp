@@ -543,12 +543,25 @@ TEST(Mesh, AnActorErrorNamesTheMembersRankAndPointWhicheverVerbCalledIt) {
     try {
       call();
     } catch (const ActorError& e) {
+      // The place is data too (what Python's ActorError.point is made of), saying the same.
+      if (!e.point()) return "no point in: " + e.where();
+      EXPECT_EQ("rank " + std::to_string(e.point()->rank) + " " + e.point()->to_string(),
+                e.where());
       return e.where();
     }
     return "no ActorError";
   };
   EXPECT_EQ(where([&] { counters.call(&Counter::fail_on, 2).get(); }),
             "rank 2 {hosts: 0, gpus: 2}");
+  try {
+    counters.call(&Counter::fail_on, 6).get();
+    ADD_FAILURE() << "rank 6 did not fail";
+  } catch (const ActorError& e) {
+    ASSERT_TRUE(e.point());
+    EXPECT_EQ(e.point()->labels, (std::vector<std::string>{"hosts", "gpus"}));
+    EXPECT_EQ(e.point()->coords, (std::vector<std::size_t>{1, 2}));
+    EXPECT_EQ(e.point()->rank, 6U);
+  }
   EXPECT_EQ(where([&] { counters.reduce(sum, &Counter::fail_on, 6).get(); }),
             "rank 6 {hosts: 1, gpus: 2}");
   for (int r : {1, 2}) {  // the direct path and the tree's path say the same

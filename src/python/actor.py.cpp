@@ -19,6 +19,7 @@ py::module_ host() {
 
 constexpr int kValue = 0;
 constexpr int kPending = 1;
+constexpr int kFatal = 3;  // a BaseException that is not an Exception: the actor fails
 
 /// The text of a Python exception raised outside the user's code (the runtime's own helpers).
 std::runtime_error internal_error(const py::error_already_set& e) {
@@ -140,6 +141,7 @@ Task<Pickled> PyActor::invoke(std::string method, Pickled args) {
   std::optional<Future<Pickled>> later;
   Pickled now;
   std::optional<std::string> error;
+  bool fatal = false;
   {
     const Gil gil;
     try {
@@ -154,25 +156,56 @@ Task<Pickled> PyActor::invoke(std::string method, Pickled args) {
         Promise<Pickled> done;
         later = done.get_future();
         auto acting = std::make_shared<ActingAs>(detail::cell_ptr(*detail::current_cell()));
-        host().attr("schedule")(
-            r[1], py::cast(acting), instance_, py::cpp_function([done](int s, const py::object& v) {
-              if (s == kValue) {
-                done.set_value(to_pickled(v));
-              } else {
-                done.set_exception(
-                    std::make_exception_ptr(std::runtime_error(v.cast<std::string>())));
-              }
-            }));
+        host().attr("schedule")(r[1], py::cast(acting), instance_,
+                                py::cpp_function([done, method](int s, const py::object& v) {
+                                  if (s == kValue) {
+                                    done.set_value(to_pickled(v));
+                                  } else if (s == kFatal) {
+                                    done.set_exception(std::make_exception_ptr(
+                                        ActorFailure(v.cast<std::string>(), method)));
+                                  } else {
+                                    done.set_exception(std::make_exception_ptr(
+                                        std::runtime_error(v.cast<std::string>())));
+                                  }
+                                }));
       } else {
         error = r[1].cast<std::string>();
+        fatal = status == kFatal;
       }
     } catch (const py::error_already_set& e) {
       error = internal_error(e).what();
     }
   }
+  if (error && fatal) throw ActorFailure(*error, method);
   if (error) throw std::runtime_error(*error);
   if (later) co_return co_await *later;
   co_return now;
+}
+
+void PyActor::on_stop() {
+  if (Py_IsInitialized() == 0) return;
+  const Gil gil;
+  if (!instance_) return;
+  try {
+    const FreshContext fresh;
+    const PlainEndpoint plain;  // it may wait for what it releases
+    host().attr("cleanup")(instance_, py::none());
+  } catch (const py::error_already_set& e) {
+    std::fprintf(stderr, "baton: %s.__cleanup__ raised: %s\n", id().to_string().c_str(), e.what());
+  }
+}
+
+void PyActor::on_failure(const std::string& reason) {
+  if (Py_IsInitialized() == 0) return;
+  const Gil gil;
+  if (!instance_) return;
+  try {
+    const FreshContext fresh;
+    const PlainEndpoint plain;
+    host().attr("cleanup")(instance_, reason);
+  } catch (const py::error_already_set& e) {
+    std::fprintf(stderr, "baton: %s.__cleanup__ raised: %s\n", id().to_string().c_str(), e.what());
+  }
 }
 
 bool PyActor::supervise(const MeshFailure& failure) {

@@ -96,6 +96,8 @@ void bind_exposed(py::module_& m) {
 
   py::class_<Exposed>(m, "ExposedMesh")
       .def("shape", [](const Exposed& a) { return shape(a.shape()); })
+      .def("flatten", &Exposed::flatten)
+      .def("rename", &Exposed::rename)
       .def("size", &Exposed::size)
       .def("slice",
            [](const Exposed& a,

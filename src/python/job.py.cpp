@@ -2,8 +2,11 @@
 // their options set by name from the baton package, their failures raised as baton.JobError.
 
 #include <pybind11/stl.h>
+#include <unistd.h>
 
 #include "baton/launch/job.hpp"
+#include "baton/launch/spmd.hpp"
+#include "host/runtime_impl.hpp"
 #include "python/bindings.hpp"
 
 namespace baton::python {
@@ -30,6 +33,30 @@ auto job_call(F f) {
     PyErr_SetString(py::module_::import("baton._errors").attr("JobError").ptr(), e.what());
     throw py::error_already_set();
   }
+}
+
+/// Writes this runtime's credentials (the job's secret, CA and certificate) to `dir` (made, only
+/// this user may read it): agents started with `--credentials DIR` serve this controller, and a
+/// later run with BATON_CREDENTIALS=DIR too. They go through a pipe, never a shared file.
+void save_credentials(const std::string& dir) {
+  const net::LinkOptions link = Runtime::get().link_options();
+  const std::string text = internal::credentials_text(link.secret, link.tls);
+  int fds[2];
+  if (::pipe(fds) != 0) throw std::runtime_error("save_credentials: no pipe");
+  std::size_t sent = 0;
+  while (sent < text.size()) {  // credentials are a few kB: less than a pipe holds
+    const ssize_t n = ::write(fds[1], text.data() + sent, text.size() - sent);
+    if (n <= 0) break;
+    sent += static_cast<std::size_t>(n);
+  }
+  ::close(fds[1]);
+  try {
+    (void)internal::receive_credentials(fds[0], dir);
+  } catch (...) {
+    ::close(fds[0]);
+    throw;
+  }
+  ::close(fds[0]);
 }
 
 /// A job owned by Python until close(), which ends it (with the GIL released: ending a Slurm
@@ -129,6 +156,14 @@ void bind_jobs(py::module_& m) {
   m.def("save", [](const HostMesh& hosts, const std::string& path) {
     job_call([&] { job::save(hosts, path); });
   });
+  m.def("run_spmd", [](const ProcMesh& procs, std::vector<std::string> argv,
+                       std::vector<std::string> env, std::uint16_t master_port) {
+    SpmdOptions options{std::move(argv), std::move(env), master_port};
+    return wrap(run_spmd(procs, options),
+                [](const std::vector<int>& codes) { return py::cast(codes); });
+  });
+  m.def("save_credentials",
+        [](const std::string& dir) { job_call([&] { save_credentials(dir); }); });
 
   bind_options(m);
   using Ssh = Owned<job::SshJob>;

@@ -167,17 +167,32 @@ void note_main_thread() {
 bool interrupt_main_thread() {
   if (!g_python_takes_sigint) return false;  // the runtime stops the job itself
   PyErr_SetInterrupt();
-  if (g_can_wake_main) ::pthread_kill(g_main_thread, SIGURG);
+  if (g_can_wake_main) {
+    ::pthread_kill(g_main_thread, SIGURG);
+    // A wait the main thread began just after it last looked for signals sleeps through that
+    // wake: wake it again a few times (a wait of Python's goes on after a signal of no effect).
+    std::thread([] {
+      for (int i = 0; i < 25; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        ::pthread_kill(g_main_thread, SIGURG);
+      }
+    }).detach();
+  }
   return true;
 }
 
 /// The controller's runtime, owned by the Python module until close().
 class PyRuntime {
  public:
-  explicit PyRuntime(const std::vector<std::string>& argv) {
+  /// `stop_grace_ms` and `exit_wait_ms` (RuntimeOptions), where not negative.
+  PyRuntime(const std::vector<std::string>& argv, std::int64_t stop_grace_ms,
+            std::int64_t exit_wait_ms) {
     std::vector<char*> args = c_args(argv);
+    RuntimeOptions options;
+    if (stop_grace_ms >= 0) options.stop_grace = std::chrono::milliseconds(stop_grace_ms);
+    if (exit_wait_ms >= 0) options.exit_wait = std::chrono::milliseconds(exit_wait_ms);
     py::gil_scoped_release unlocked;
-    rt_ = std::make_unique<Runtime>(static_cast<int>(argv.size()), args.data());
+    rt_ = std::make_unique<Runtime>(static_cast<int>(argv.size()), args.data(), options);
     internal::RuntimeAccess::state(*rt_).unhandled_hint =
         "an actor may handle failures in its __supervise__, the controller with "
         "baton.set_supervise(hook)";
@@ -193,6 +208,21 @@ class PyRuntime {
   void close() {
     py::gil_scoped_release unlocked;
     rt_.reset();
+  }
+  /// Whether the output of proc mesh `mesh` ("": of every mesh) is printed here.
+  void show_output(const std::string& mesh, bool shown) {
+    if (!rt_) throw UsageError("the runtime is closed");
+    auto& st = internal::RuntimeAccess::state(*rt_);
+    std::lock_guard lock(st.mu);
+    if (shown) {
+      st.output_hidden.erase(mesh);
+    } else {
+      st.output_hidden.insert(mesh);
+    }
+  }
+  void set_output_window(std::int64_t ms) {
+    if (!rt_) throw UsageError("the runtime is closed");
+    rt_->set_output_window(std::chrono::milliseconds(std::max<std::int64_t>(ms, 0)));
   }
   void set_supervise(std::function<bool(const std::string&)> hook) {
     if (!rt_) throw UsageError("the runtime is closed");
@@ -225,9 +255,14 @@ void translate(std::exception_ptr p) {
   try {
     std::rethrow_exception(std::move(p));
   } catch (const ActorError& e) {
+    py::object point = py::none();
+    if (e.point()) {
+      const Point& at = *e.point();
+      point = py::module_::import("baton._point").attr("Point")(at.labels, at.coords, at.rank);
+    }
     py::object err =
         py::module_::import("baton._errors")
-            .attr("actor_error")(e.actor(), e.endpoint(), e.where(), e.remote_message());
+            .attr("actor_error")(e.actor(), e.endpoint(), e.where(), e.remote_message(), point);
     PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(err.ptr())), err.ptr());
   } catch (const SupervisionError& e) {
     raise("SupervisionError", e.what());
@@ -263,8 +298,10 @@ PYBIND11_MODULE(_baton, m) {
       .def("__len__", &Bytes::size);
 
   py::class_<PyRuntime>(m, "Runtime")
-      .def(py::init<const std::vector<std::string>&>())
+      .def(py::init<const std::vector<std::string>&, std::int64_t, std::int64_t>())
       .def("close", &PyRuntime::close)
+      .def("show_output", &PyRuntime::show_output)
+      .def("set_output_window", &PyRuntime::set_output_window)
       .def("name", &PyRuntime::name)
       .def("set_supervise", &PyRuntime::set_supervise);
 
@@ -335,6 +372,8 @@ PYBIND11_MODULE(_baton, m) {
              return ids;
            })
       .def("slice", [](const Mesh& a, const std::vector<Select>& s) { return a.slice(selects(s)); })
+      .def("flatten", &Mesh::flatten)
+      .def("rename", &Mesh::rename)
       .def("call",
            [](const Mesh& a, const std::string& method, py::handle args) {
              return wrap(a.call(&PyActor::invoke, method, to_pickled(args)),
@@ -413,6 +452,14 @@ PYBIND11_MODULE(_baton, m) {
       .def("size", &ProcMesh::size)
       .def("slice",
            [](const ProcMesh& p, const std::vector<Select>& s) { return p.slice(selects(s)); })
+      .def("flatten", &ProcMesh::flatten)
+      .def("rename", &ProcMesh::rename)
+      .def("proc_names",
+           [](const ProcMesh& p) {
+             std::vector<std::string> names;  // in rank order
+             for (std::size_t r = 0; r < p.size(); ++r) names.push_back(p.proc(r).name);
+             return names;
+           })
       .def("spawn",
            [](const ProcMesh& p, const std::string& name, py::handle args) {
              Pickled spawn = to_pickled(args);

@@ -153,6 +153,10 @@ class PyActor : public Actor {
   Task<Pickled> invoke(std::string method, Pickled args);
   /// The instance's __supervise__(failure), if it has one.
   bool supervise(const MeshFailure& failure) override;
+  /// The instance's __cleanup__(None), if it has one.
+  void on_stop() override;
+  /// The instance's __cleanup__(Exception(reason)), if it has one.
+  void on_failure(const std::string& reason) override;
 
   static constexpr auto endpoints = baton::endpoints<&PyActor::invoke>();
 

@@ -145,6 +145,9 @@ class Actor {
   }
   /// Runs after the last message, when the actor stops.
   virtual void on_stop() {}
+  /// Runs when the actor fails, saying why, in place of on_stop(); the failure is
+  /// reported whatever this does.
+  virtual void on_failure(const std::string& reason) { (void)reason; }
 
  protected:
   /// A reference to this actor, to hand to others.

@@ -32,7 +32,7 @@ namespace detail {
 /// `f`, whose failure (an ActorError, SupervisionError or UndeliverableError) names the member
 /// as `where` (its rank and point in the mesh it was called through), as a cast's reply does.
 template <class R>
-Future<R> naming_member(Future<R> f, std::string where) {
+Future<R> naming_member(Future<R> f, Point where) {
   auto next = std::make_shared<State<R>>();
   const auto& src = f.state();
   src->on_ready([src, next, where = std::move(where)] {
@@ -463,23 +463,21 @@ class ActorMesh {
   template <class R>
   static void complete_one(detail::State<R>& state, std::string_view endpoint,
                            const std::vector<detail::CastItem>& items, const Shape* shape,
-                           std::string_view where = {}) {
+                           const Point* where = nullptr) {
     if (items.size() != 1) {
       state.set_exception(std::make_exception_ptr(UndeliverableError(
           UndeliverableError::Reason::link_lost,
           "a cast to one member came back with " + std::to_string(items.size()) + " replies")));
       return;
     }
-    if (shape != nullptr) {
+    if (shape != nullptr || where == nullptr) {
       detail::complete_item(state, items[0], endpoint, shape);
     } else {
-      detail::complete_item(state, items[0], endpoint, where);
+      detail::complete_item(state, items[0], endpoint, *where);
     }
   }
   /// How an ActorError names a member of this view, whichever verb called it.
-  std::string where_of(std::size_t rank) const {
-    return "rank " + std::to_string(rank) + " " + shape_.point(rank).to_string();
-  }
+  Point where_of(std::size_t rank) const { return shape_.point(rank); }
 
   /// The locations this view casts to; throws if any of its members was stopped.
   Slice cast_view() const {
@@ -523,7 +521,7 @@ class ActorMesh {
                        detail::CastMode::gather, Slice(loc, {1}, {1}));
     req.done = [state, name = ep.name,
                 where = where_of(rank)](std::vector<detail::CastItem> items) {
-      complete_one(*state, name, items, nullptr, where);
+      complete_one(*state, name, items, nullptr, &where);
     };
     detail::cast(std::move(req));
     return Future<R>(state);

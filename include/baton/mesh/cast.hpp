@@ -150,12 +150,13 @@ void install_cast();
 /// UndeliverableError) then names the member's rank and point (see name_member).
 void complete_item(StateBase& state, const CastItem& item, std::string_view endpoint,
                    const Shape* shape = nullptr);
-/// The same, naming the member as `where` in its failure.
+/// The same, naming the member at `point` in its failure.
 void complete_item(StateBase& state, const CastItem& item, std::string_view endpoint,
-                   std::string_view where);
-/// `e`, naming the member that failed as `where` ("rank 2 {gpus: 2}") if it is an ActorError,
-/// a SupervisionError or an UndeliverableError that names none yet; otherwise `e` itself.
-std::exception_ptr name_member(std::exception_ptr e, const std::string& where);
+                   const Point& point);
+/// `e`, naming the member that failed at `point` (as "rank 2 {gpus: 2}", and an ActorError's
+/// point()) if it is an ActorError, a SupervisionError or an UndeliverableError that names none
+/// yet; otherwise `e` itself.
+std::exception_ptr name_member(std::exception_ptr e, const Point& point);
 
 /// Folds encoded values of one type, in order, into one, with a reducer rebuilt from `state`;
 /// registered by id in every process.

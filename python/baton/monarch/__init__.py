@@ -19,7 +19,13 @@ import sys
 
 from .. import _future, _point
 from . import _unsupported
-from .config import configure, configured, get_global_config, get_runtime_config
+from .config import (
+    clear_runtime_config,
+    configure,
+    configured,
+    get_global_config,
+    get_runtime_config,
+)
 
 Extent = _point.Extent
 Future = _future.Future
@@ -37,13 +43,6 @@ _TENSOR_ENGINE_NAMES = (
 )
 for _name in _TENSOR_ENGINE_NAMES:
     globals()[_name] = _unsupported.Unsupported(f"monarch.{_name}")
-
-
-def clear_runtime_config():
-    """Forgets what configure() set."""
-    from . import config
-
-    config._settings.clear()
 
 
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):

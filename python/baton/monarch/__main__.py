@@ -1,5 +1,5 @@
-"""python -m baton.monarch SCRIPT [ARGS...] | -m MODULE [ARGS...]: runs a program written for
-Monarch, as __main__, with `monarch` resolved to baton's implementation."""
+"""python -m baton.monarch SCRIPT [ARGS...] | -m MODULE [ARGS...] | -c CODE [ARGS...]: runs a
+program written for Monarch, as __main__, with `monarch` resolved to baton's implementation."""
 
 import os
 import runpy
@@ -10,6 +10,7 @@ from . import install
 USAGE = (
     "usage: python -m baton.monarch SCRIPT [ARGS...]\n"
     "       python -m baton.monarch -m MODULE [ARGS...]   (e.g. -m pytest tests/)\n"
+    "       python -m baton.monarch -c CODE [ARGS...]\n"
     "Runs a program written for Monarch on baton: `monarch` and its submodules resolve to "
     "baton.monarch, in this process and in every worker it starts."
 )
@@ -27,6 +28,15 @@ def main(argv=None):
         install()
         sys.argv = args[1:]
         runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+        return 0
+    if args[0] == "-c":
+        if len(args) < 2:
+            print("python -m baton.monarch -c: give the code to run\n" + USAGE, file=sys.stderr)
+            return 2
+        install()
+        sys.argv = ["-c", *args[2:]]
+        sys.path[0] = ""
+        exec(compile(args[1], "<string>", "exec"), {"__name__": "__main__"})
         return 0
     script = args[0]
     if not os.path.isfile(script):

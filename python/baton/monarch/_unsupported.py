@@ -59,6 +59,6 @@ def module(name, advice=_TENSOR_ENGINE):
             raise AttributeError(attr)
         return Unsupported(f"{name}.{attr}", advice)
 
-    m.__getattr__ = __getattr__  # type: ignore[attr-defined]
+    setattr(m, "__getattr__", __getattr__)
     m.__path__ = []  # a package: its submodules are unsupported too
     return m

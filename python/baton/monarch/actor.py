@@ -5,24 +5,34 @@ programs" for how each maps, and what is left out)."""
 import sys
 import threading
 import types
+from typing import TypeVar
 
 from .. import _context, _runtime
 from .._actor import Actor, concurrent_endpoint, endpoint
 from .._context import Context, context, current_actor_name, current_rank, current_size
 from .._errors import ActorError, MeshFailure, UsageError
 from .._future import Deferred, Future
-from .._mesh import ActorMesh, Endpoint, HostMesh, ProcMesh, this_host, this_proc  # noqa: F401
+from .._mesh import (  # noqa: F401
+    ActorMesh,
+    Endpoint,
+    HostMesh,
+    ProcMesh,
+    as_endpoint,
+    this_host,
+    this_proc,
+)
 from .._point import Extent, Point
 from .._port import Port as _BatonPort
 from .._port import open_port
 from .._value_mesh import ValueMesh
 from . import config
-from ._unsupported import MonarchUnsupported, Unsupported
+from ._unsupported import Unsupported
 
 ProcId = str
+_T = TypeVar("_T")
 
 
-class Port(_BatonPort):
+class Port(_BatonPort[_T]):
     """Where values are sent (port.send(value)); pass it to actors."""
 
 
@@ -47,16 +57,21 @@ class Channel:
 
     @staticmethod
     def open(once=False):
+        """(Port, PortReceiver); with once=True the receiver takes one value (a OncePort)."""
         port, receiver = open_port()
         p = Port.__new__(Port)
         p._core = port._core
-        return p, PortReceiver(receiver)
+        return p, (_OnceReceiver(receiver) if once else PortReceiver(receiver))
 
 
-def as_endpoint(not_an_endpoint, *, propagate=None, explicit_response_port=False):
-    raise MonarchUnsupported(
-        "as_endpoint is not supported by baton yet: mark the method with @endpoint"
-    )
+class _OnceReceiver(PortReceiver):
+    """The receiver of a once channel: one value, then recv() refuses."""
+
+    def recv(self):
+        if getattr(self, "_taken", False):
+            raise UsageError("this channel was opened with once=True: its one value was taken")
+        self._taken = True
+        return super().recv()
 
 
 class Accumulator:
@@ -145,12 +160,59 @@ class ChannelTransport:
 _JOBS = ("baton's jobs (baton.SshJob, SlurmJob, KubernetesJob, or baton-host agents with "
          "baton.attach)")
 attach = Unsupported("monarch.actor.attach", f"attach to a job's hosts with {_JOBS}")
-attach_to_workers = Unsupported("monarch.actor.attach_to_workers", f"use {_JOBS}")
-run_worker_loop_forever = Unsupported(
-    "monarch.actor.run_worker_loop_forever", "start baton-host (baton.agent_program()) on the host"
-)
-hosts_from_config = Unsupported("monarch.actor.hosts_from_config", f"use {_JOBS}")
 default_bootstrap_cmd = Unsupported("monarch.actor.default_bootstrap_cmd", f"use {_JOBS}")
+
+
+def _address(worker):
+    """"tcp://host:port" (or a Future of it) as baton's agents are named: "host:port"."""
+    if isinstance(worker, Future):
+        worker = worker.get()
+    text = str(worker)
+    scheme, sep, rest = text.partition("://")
+    if sep and scheme not in ("tcp", "metatls"):
+        raise UsageError(f"{text}: baton's agents serve TCP; give tcp://HOST:PORT (a worker "
+                         "started by run_worker_loop_forever(address='tcp://HOST:PORT'))")
+    return rest if sep else text
+
+
+def attach_to_workers(name=None, ca=None, workers=(), **ignored):
+    """The HostMesh {"hosts": N} of workers already running (run_worker_loop_forever, or
+    baton-host): workers are "tcp://host:port" addresses (or Futures of them). They must share
+    this program's credentials (BATON_CREDENTIALS, set before the program starts)."""
+    from .._mesh import attach as _attach
+
+    return _attach([_address(w) for w in workers])
+
+
+def run_worker_loop_forever(address, ca=None, **ignored):
+    """Serves this host as a worker for a controller, until it is stopped: it becomes baton's
+    host agent (baton-host) listening at `address` ("tcp://host:port"). baton's agents prove
+    their controller holds the job's secret: BATON_CREDENTIALS names the directory made by
+    baton-host --make-credentials, shared with the controller."""
+    import os
+
+    from .._job import agent_program
+
+    if not os.environ.get("BATON_CREDENTIALS"):
+        raise UsageError(
+            "run_worker_loop_forever: baton's workers only serve a controller with the job's "
+            "credentials; make them once (baton-host --make-credentials DIR), copy DIR to each "
+            "host, and set BATON_CREDENTIALS=DIR for the workers and the controller")
+    host, _, port = _address(address).rpartition(":")
+    agent = agent_program()
+    if agent is None:
+        raise UsageError("run_worker_loop_forever: no baton-host found (pip install baton)")
+    os.execv(agent, [agent, "--advertise", host, "--port", port])
+
+
+def hosts_from_config(name):
+    """Monarch's stand-in for hosts named in a configuration: two hosts, each a baton-host
+    agent started on this machine (baton.ProcessJob), ended with the program."""
+    from .._job import ProcessJob
+
+    return ProcessJob(hosts=2).hosts()
+
+
 debug_controller = Unsupported("monarch.actor.debug_controller", "baton has no debugger yet")
 Uid = Unsupported("monarch.actor.Uid", "actor ids are text in baton (current_actor_name())")
 
