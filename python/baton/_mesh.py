@@ -1,6 +1,7 @@
 """Hosts, procs and actors as meshes, with the verbs of the C++ API: call, call_one, choose,
 broadcast, stream; slicing by keyword."""
 
+import collections.abc
 import operator
 import os
 import re
@@ -10,7 +11,7 @@ from . import _baton
 from . import _per_rank, _reply, _runtime
 from ._actor import Actor, endpoints_of
 from ._errors import ActorError, UsageError
-from ._future import Deferred, Future, StreamItem, _python_advice, _seconds
+from ._future import Future, StreamItem, _python_advice, _seconds
 from ._pickle import dumps, dumps_call
 from ._point import Extent
 from ._value_mesh import ValueMesh, _decode, _decode_mesh, _plain_mesh, _point
@@ -61,6 +62,28 @@ def _selects(labels, sizes, kwargs):
         else:
             raise UsageError(f"slice {dim}= takes an int or a slice, not {type(sel).__name__}")
     return out
+
+
+class _Done(collections.abc.Coroutine):
+    """What a call that completed at once returns: a finished coroutine (for await and
+    asyncio.run, as Monarch's async methods give) with get() for synchronous code."""
+
+    def send(self, value):
+        raise StopIteration(None)
+
+    def throw(self, *exc):
+        raise exc[0] if len(exc) == 1 else exc[1]
+
+    def close(self):
+        pass
+
+    def __await__(self):
+        return iter(())
+
+    def get(self, timeout=None):
+        return None
+
+    result = get
 
 
 def _mesh_arg(args: tuple, kwargs: dict) -> bool:
@@ -366,25 +389,33 @@ class ProcMesh(_Mesh):
     def _view(self, core: Any) -> "ProcMesh":
         return ProcMesh(core)
 
+    def activate(self) -> Any:
+        """Monarch's tensor engine (a mesh as the device of torch calls) is not part of baton."""
+        raise UsageError(
+            "ProcMesh.activate() is Monarch's tensor engine, which baton does not implement: run "
+            "torch code inside actors, and move tensors with baton.collective or RDMABuffer"
+        )
+
     def logging_option(
         self, stream_to_client: bool = True, aggregate_window_sec: Optional[float] = None,
         level: Any = None,
-    ) -> "Future[None]":
+    ) -> "_Done":
         """How these procs' output reaches this program's terminal: stream_to_client=False
         keeps it from being printed here (it is still kept for failure reports);
         aggregate_window_sec sets how long the same line from several procs is waited for to
         print it once with their ranks (for every mesh: the runtime has one window; 0 prints
-        each line as it comes). A completed Future (await it or not)."""
+        each line as it comes). Done at once: what it returns is already complete (await it,
+        asyncio.run it, get() it, or drop it)."""
         if aggregate_window_sec is not None and not stream_to_client:
             raise UsageError("logging_option: aggregate_window_sec needs stream_to_client=True")
         if os.environ.get("BATON_PROC"):  # a worker's procs print at the controller
-            return Deferred(lambda timeout: None)
+            return _Done()
         rt = _runtime.runtime()
         for name in {p.rpartition(".")[0] for p in self._core.proc_names()}:
             rt.show_output(name, bool(stream_to_client))
         if aggregate_window_sec is not None:
             rt.set_output_window(int(float(aggregate_window_sec) * 1000))
-        return Deferred(lambda timeout: None)
+        return _Done()
 
     def __copy__(self):
         return self  # a handle: copies would name the same procs

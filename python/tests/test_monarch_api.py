@@ -217,8 +217,13 @@ LOGGING = """
         if sys.argv[1] == "options":
             loud = this_host().spawn_procs(per_host={"gpus": 2})
             quiet = this_host().spawn_procs(per_host={"gpus": 2})
-            quiet.logging_option(stream_to_client=False)
-            loud.logging_option(stream_to_client=True, aggregate_window_sec=0)
+            import asyncio
+            asyncio.run(quiet.logging_option(stream_to_client=False))  # Monarch's form
+            loud.logging_option(stream_to_client=True, aggregate_window_sec=0)  # not awaited
+            try:
+                loud.activate()
+            except Exception as e:
+                print("activate:", type(e).__name__, "tensor engine" in str(e))
             loud.spawn("t", Talker).say.call("from-loud").get()
             quiet.spawn("t", Talker).say.call("from-quiet").get()
             loud.stop().get()
@@ -241,6 +246,7 @@ def test_logging_options_and_config_keys_act_on_workers_output_and_stopping(tmp_
     assert done.returncode == 0, done.stderr
     assert "[procs0 0] from-loud" in done.stdout and "[procs0 1] from-loud" in done.stdout
     assert "from-quiet" not in done.stdout
+    assert "activate: UsageError True" in done.stdout
     done = run(["-m", "baton.monarch", str(script), "config"])
     assert done.returncode == 0, done.stderr
     assert "unseen" not in done.stdout and "stopped" in done.stdout
