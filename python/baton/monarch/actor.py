@@ -45,8 +45,10 @@ class PortReceiver:
     def __init__(self, receiver):
         self._receiver = receiver
 
-    def recv(self):
-        return Deferred(lambda timeout: self._receiver.recv(timeout))
+    def recv(self, timeout=None):
+        """A Future of the next value: get(timeout=), or await it; `timeout` here is the
+        default of its get()."""
+        return Deferred(lambda t: self._receiver.recv(timeout if t is None else t))
 
 
 class Channel:
@@ -67,11 +69,11 @@ class Channel:
 class _OnceReceiver(PortReceiver):
     """The receiver of a once channel: one value, then recv() refuses."""
 
-    def recv(self):
+    def recv(self, timeout=None):
         if getattr(self, "_taken", False):
             raise UsageError("this channel was opened with once=True: its one value was taken")
         self._taken = True
-        return super().recv()
+        return super().recv(timeout)
 
 
 class Accumulator:
