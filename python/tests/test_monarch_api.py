@@ -314,3 +314,33 @@ def test_config_parametrized_tests_run_once_per_setting(tmp_path):
                 str(tmp_path / "test_cfg.py")], cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "7 passed" in done.stdout
+
+
+HOOK_RACE = """
+    import os
+    import baton
+
+    class Quits(baton.Actor):
+        @baton.endpoint
+        def quit(self):
+            os._exit(0)
+
+    seen = []
+    baton.set_supervise(lambda failure: seen.append(failure) or True)
+    runtime = baton._runtime.runtime()
+    for i in range(10):
+        procs = baton.this_host().spawn_procs(per_host={"gpus": 4})
+        procs.spawn("q", Quits).quit.broadcast()  # their failures reach the hook meanwhile,
+        while len(seen) < 4 * (i + 1):  # while this thread, holding the GIL, takes the
+            runtime.show_output("none", True)  # runtime's lock again and again
+    print("survived", len(seen), flush=True)
+"""
+
+
+def test_the_controllers_hook_runs_while_the_main_thread_spawns(tmp_path):
+    # The runtime takes its hook under its lock; a Python hook copied there once waited for the
+    # GIL that the main thread, waiting for that lock to spawn, held: both waited for ever.
+    script = tmp_path / "race.py"
+    script.write_text(textwrap.dedent(HOOK_RACE))
+    done = run([str(script)])
+    assert done.returncode == 0 and "survived 40" in done.stdout, done.stderr

@@ -226,10 +226,18 @@ class PyRuntime {
   }
   void set_supervise(std::function<bool(const std::string&)> hook) {
     if (!rt_) throw UsageError("the runtime is closed");
-    rt_->set_supervise([hook = std::move(hook)](const MeshFailure& f) {
+    // Held through a pointer: the runtime copies its hook under its own lock, and copying a
+    // Python function takes the GIL, which a thread waiting for that lock may hold.
+    using Hook = std::function<bool(const std::string&)>;
+    const std::shared_ptr<Hook> held(new Hook(std::move(hook)), [](Hook* h) {
+      if (Py_IsInitialized() == 0) return;  // the interpreter is gone: nothing to release
+      const py::gil_scoped_acquire gil;
+      delete h;
+    });
+    rt_->set_supervise([held](const MeshFailure& f) {
       py::gil_scoped_acquire gil;
       try {
-        return hook(f.to_string());
+        return (*held)(f.to_string());
       } catch (const py::error_already_set& e) {
         std::fprintf(stderr, "baton: the controller's supervise hook raised: %s\n", e.what());
         return false;
