@@ -1,5 +1,6 @@
 // `baton-bench rtt`: controller call_one round trips to an actor in another process on this
-// host, beside a raw unix-socket ping-pong between two processes measured in the same run.
+// host, beside a raw unix-socket ping-pong between two processes measured in the same run; and
+// what each costs in CPU time (caller and callee, every thread), and what an idle proc burns.
 
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -7,7 +8,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
 #include <stdexcept>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "baton/baton.hpp"
@@ -21,8 +27,30 @@ using Clock = std::chrono::steady_clock;
 class Echo : public Actor {
  public:
   Bytes echo(const Bytes& b) { return b; }
-  static constexpr auto endpoints = baton::endpoints<&Echo::echo>();
+  int pid() { return static_cast<int>(::getpid()); }
+  static constexpr auto endpoints = baton::endpoints<&Echo::echo, &Echo::pid>();
 };
+
+/// CPU time a process has used so far, every thread of it, in nanoseconds (the scheduler's
+/// own accounting: /proc/PID/task/*/schedstat).
+double process_cpu_ns(pid_t pid) {
+  double ns = 0;
+  std::error_code ec;
+  for (const auto& task :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    std::ifstream in(task.path() / "schedstat");
+    double run = 0;
+    if (in >> run) ns += run;
+  }
+  return ns;
+}
+
+/// CPU time of the calling thread, in nanoseconds.
+double thread_cpu_ns() {
+  timespec t{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e9 + static_cast<double>(t.tv_nsec);
+}
 
 double percentile(std::vector<double> v, double p) {
   const auto k = static_cast<std::size_t>(p * static_cast<double>(v.size() - 1));
@@ -45,7 +73,8 @@ std::vector<double> time_calls(const ActorMesh<Echo>& echo, std::size_t bytes, i
 }
 
 // The baseline: 64-byte ping-pong over a unix socketpair between this process and a child.
-std::vector<double> socket_ping_pong(int n) {
+// `cpu_ns` gets the CPU time both sides used (this thread and the child).
+std::vector<double> socket_ping_pong(int n, double& cpu_ns) {
   int fds[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) throw std::runtime_error("socketpair");
   const pid_t pid = ::fork();
@@ -65,6 +94,8 @@ std::vector<double> socket_ping_pong(int n) {
   ::close(fds[1]);
   char buf[64] = {};
   std::vector<double> us;
+  const double mine0 = thread_cpu_ns();
+  const double child0 = process_cpu_ns(pid);
   for (int i = 0; i < n + n / 10; ++i) {
     const auto t0 = Clock::now();
     if (::write(fds[0], buf, sizeof(buf)) != static_cast<ssize_t>(sizeof(buf))) break;
@@ -77,6 +108,7 @@ std::vector<double> socket_ping_pong(int n) {
     const auto t1 = Clock::now();
     if (i >= n / 10) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
   }
+  cpu_ns = (thread_cpu_ns() - mine0) + (process_cpu_ns(pid) - child0);
   ::close(fds[0]);
   ::waitpid(pid, nullptr, 0);
   return us;
@@ -85,11 +117,22 @@ std::vector<double> socket_ping_pong(int n) {
 }  // namespace
 
 int run_rtt() {
-  const std::vector<double> socket = socket_ping_pong(20000);
+  constexpr int kCalls = 20000;
+  double socket_cpu_ns = 0;
+  const std::vector<double> socket = socket_ping_pong(kCalls, socket_cpu_ns);
   auto procs = this_host().spawn_procs({{"procs", 1}});
   auto echo = procs.spawn<Echo>("echo");
-  const std::vector<double> small = time_calls(echo, 64, 20000);
+  const auto callee = static_cast<pid_t>(echo.call_one(&Echo::pid).get());
+  const double cpu0 = process_cpu_ns(::getpid()) + process_cpu_ns(callee);
+  const std::vector<double> small = time_calls(echo, 64, kCalls);
+  const double cpu_ns = process_cpu_ns(::getpid()) + process_cpu_ns(callee) - cpu0;
   const std::vector<double> large = time_calls(echo, 1 << 20, 300);
+  // An idle proc: what its threads use in two seconds without a message.
+  const double idle0 = process_cpu_ns(callee);
+  const auto t0 = Clock::now();
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const double idle_ns = process_cpu_ns(callee) - idle0;
+  const double idle_wall_ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
   procs.stop().get();
   const double socket_p50 = percentile(socket, 0.5);
   const double p50 = percentile(small, 0.5);
@@ -98,6 +141,12 @@ int run_rtt() {
   print_figure("proc_rtt_1mib_p50", percentile(large, 0.5), "us");
   print_figure("socket_rtt_p50", socket_p50, "us");
   print_figure("proc_rtt_ratio", p50 / socket_p50, "x");
+  // Both sides, every thread, per round trip (the warm-up tenth included, as in the socket's).
+  const double calls = kCalls + kCalls / 10;
+  print_figure("cpu_per_call_us", cpu_ns / calls / 1e3, "us");
+  print_figure("socket_cpu_per_call_us", socket_cpu_ns / calls / 1e3, "us");
+  print_figure("cpu_per_call_ratio", cpu_ns / socket_cpu_ns, "x");
+  print_figure("idle_proc_cpu_pct", 100.0 * idle_ns / idle_wall_ns, "%");
   run_tls_rtt();
   return 0;
 }
