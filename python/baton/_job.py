@@ -213,14 +213,18 @@ class _Agents:
                 time.sleep(0.01)
         return self
 
+    @classmethod
+    def adopt(cls, pids, where):
+        """The agents `pids` started (by this run or an earlier one) in directory `where`,
+        which is theirs: close() removes it."""
+        agents = cls(0, {}, where)
+        agents.pids = list(pids)
+        agents._own = True
+        return agents
+
     def alive(self):
         """Whether every agent is still running."""
-        for pid in self.pids:
-            try:
-                os.kill(pid, 0)
-            except OSError:
-                return False
-        return bool(self.pids)
+        return bool(self.pids) and all(_running(pid) for pid in self.pids)
 
     def hosts(self, addresses=None):
         if not self.pids:

@@ -247,9 +247,7 @@ class ProcessJob(JobTrait):
         return os.path.join(self._dir, "credentials")
 
     def _alive(self):
-        agents = _job._Agents(0, {}, where=self._dir)
-        agents.pids = list(self._pids)
-        return agents.alive()
+        return _job._Agents.adopt(self._pids, self._dir).alive()
 
     def can_run(self, spec):
         # A later run: its runtime must take the agents' credentials, so it must not have
@@ -269,10 +267,7 @@ class ProcessJob(JobTrait):
         return JobState(meshes)
 
     def _kill(self):
-        agents = _job._Agents(0, {}, where=self._dir)
-        agents.pids = list(self._pids)
-        agents._own = True
-        agents.close()
+        _job._Agents.adopt(self._pids, self._dir).close()  # and its directory goes
         self._pids = []
         self.__dict__.pop("_hosts_cache", None)
 
