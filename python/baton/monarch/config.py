@@ -53,22 +53,27 @@ def runtime_options():
     return {_TIMEOUTS[k]: int(seconds(v) * 1000) for k, v in _settings.items() if k in _TIMEOUTS}
 
 
-def _apply(keys):
+def _report(keys):
+    """Says once per key that baton ignores it, or that a timeout comes too late."""
     from .. import _runtime
 
     for k in sorted(set(keys) - _KNOWN - _reported):
         _reported.add(k)
         print(f"baton.monarch: config key {k!r} is ignored by baton", file=sys.stderr)
     for k in keys:
-        if k in _TIMEOUTS:
-            if _runtime.running() and k not in _reported:
-                _reported.add(k)
-                print(f"baton.monarch: config key {k!r} takes effect in a runtime started "
-                      "after it is set; this program's has started", file=sys.stderr)
+        if k in _TIMEOUTS and _runtime.running() and k not in _reported:
+            _reported.add(k)
+            print(f"baton.monarch: config key {k!r} takes effect in a runtime started "
+                  "after it is set; this program's has started", file=sys.stderr)
+
+
+def _sync():
+    """The runtime's settings, made from the keys set now (the only place they come from)."""
+    from .. import _runtime
+
     _runtime.start_options.clear()
     _runtime.start_options.update(runtime_options())
-    if "enable_log_forwarding" in keys:
-        _runtime.show_all_output(bool(_settings.get("enable_log_forwarding", True)))
+    _runtime.show_all_output(bool(_settings.get("enable_log_forwarding", True)))
 
 
 def _check(keys):
@@ -81,7 +86,8 @@ def configure(**kwargs):
     """Sets Monarch configuration keys for this process."""
     _check(kwargs)
     _settings.update(kwargs)
-    _apply(kwargs)
+    _report(kwargs)
+    _sync()
 
 
 def get_global_config():
@@ -99,28 +105,20 @@ def configured(**overrides):
     _check(overrides)
     saved = dict(_settings)
     _settings.update(overrides)
-    _apply(overrides)
+    _report(overrides)
+    _sync()
     try:
         yield dict(_settings)
     finally:
         _settings.clear()
         _settings.update(saved)
-        _apply({k: v for k, v in overrides.items() if k in saved})
-        from .. import _runtime
-
-        _runtime.start_options.clear()
-        _runtime.start_options.update(runtime_options())
-        if "enable_log_forwarding" in overrides:
-            _runtime.show_all_output(bool(saved.get("enable_log_forwarding", True)))
+        _sync()
 
 
 def clear_runtime_config():
     """Forgets what configure() set (the runtime's settings back to baton's own)."""
-    from .. import _runtime
-
     _settings.clear()
-    _runtime.start_options.clear()
-    _runtime.show_all_output(True)
+    _sync()
 
 
 class Encoding:
