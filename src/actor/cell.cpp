@@ -1,5 +1,6 @@
 #include "actor/cell.hpp"
 #include "log/log.hpp"
+#include "net/io_thread.hpp"
 
 #include <cstdio>
 
@@ -194,6 +195,13 @@ void Cell::schedule_if_idle() {
   // so either we see the flag cleared or run() sees our message.
   if (!scheduled_.load() && !scheduled_.exchange(true)) {
     keepalive_ = shared_from_this();
+    // On the proc's I/O thread, in the handler that brought the message: run the actor there
+    // once the handler returns (run to completion: no hand-off to a worker, no wake-up).
+    net::IoThread* io = net::inline_io_thread();
+    if (io != nullptr && proc_->pool && io == proc_->io.get()) {
+      net::run_after_handler(*io, [this] { run(); });
+      return;
+    }
     proc_->executor->schedule(this);
   }
 }

@@ -2,6 +2,9 @@
 
 #include <chrono>
 
+#include "net/io_thread.hpp"
+#include "net/watchdog.hpp"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define BATON_CPU_RELAX() _mm_pause()
@@ -16,21 +19,28 @@ namespace {
 thread_local ThreadPool* t_pool = nullptr;
 thread_local std::size_t t_worker = 0;
 
-// How long an idle worker spins before it sleeps: long enough to catch the reply of a
-// request/reply exchange, short enough not to burn a core when the proc is idle.
+// How long an idle worker spins before it sleeps, where one may: long enough to catch the reply
+// of a request/reply exchange, short enough not to burn a core when the proc is idle.
 constexpr auto kSpin = std::chrono::microseconds(50);
-// How often a sleeping worker looks for a strand stuck in a busy worker's slot.
-constexpr auto kStuckCheck = std::chrono::milliseconds(2);
+// Spinning pays only where cores are plenty: one spinner per this many hardware threads, and
+// none below it (a spinner there takes the core the thread with the reply needs).
+constexpr unsigned kCoresPerSpinner = 8;
+// How long a strand may wait in a busy worker's slot before it goes to the shared queue.
+constexpr auto kStuckAfter = std::chrono::milliseconds(2);
 
 }  // namespace
 
 ThreadPool::ThreadPool(std::size_t threads) {
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  if (threads == 0) threads = cores;
   target_ = threads;
+  max_spinners_ = cores / kCoresPerSpinner;
   workers_.reserve(threads + kMaxSpare);
   for (std::size_t i = 0; i < threads + kMaxSpare; ++i) {
     workers_.push_back(std::make_unique<Worker>());
   }
+  watched_.assign(workers_.size(), ~std::uint64_t{0});
+  watchdog_ = std::make_unique<net::Watchdog>(kStuckAfter, [this] { return free_stuck_slots(); });
   std::lock_guard lock(mu_);
   for (std::size_t i = 0; i < threads; ++i) start_worker(i);
 }
@@ -44,6 +54,7 @@ ThreadPool::~ThreadPool() {
   // No worker starts once stopping_ is set, so the count read here is final.
   const std::size_t n = started_.load(std::memory_order_acquire);
   for (std::size_t i = 0; i < n; ++i) workers_[i]->thread.join();
+  watchdog_.reset();
 }
 
 void ThreadPool::start_worker(std::size_t index) {
@@ -52,7 +63,11 @@ void ThreadPool::start_worker(std::size_t index) {
 }
 
 ThreadPool::BlockingRegion::BlockingRegion() : pool_(t_pool) {
-  if (pool_ != nullptr) pool_->begin_blocking(t_worker);
+  if (pool_ != nullptr) {
+    pool_->begin_blocking(t_worker);
+  } else {
+    net::blocking_here();  // an actor run on an I/O thread: the event loop moves elsewhere
+  }
 }
 
 ThreadPool::BlockingRegion::~BlockingRegion() {
@@ -83,7 +98,10 @@ void ThreadPool::schedule(Runnable* r) {
   if (t_pool == this) {
     // Run the woken strand next on this worker; the one it displaces goes to the shared queue.
     r = workers_[t_worker]->next.exchange(r, std::memory_order_acq_rel);
-    if (r == nullptr) return;
+    if (r == nullptr) {
+      watchdog_->arm();  // in case this worker's strand runs long
+      return;
+    }
   }
   {
     std::lock_guard lock(mu_);
@@ -91,6 +109,35 @@ void ThreadPool::schedule(Runnable* r) {
     queued_.fetch_add(1, std::memory_order_release);
   }
   if (sleeping_.load(std::memory_order_acquire) > 0) cv_.notify_one();
+}
+
+bool ThreadPool::free_stuck_slots() {
+  bool full = false;
+  bool freed = false;
+  const std::size_t n = started_.load(std::memory_order_acquire);
+  for (std::size_t i = 0; i < n; ++i) {
+    Worker& w = *workers_[i];
+    if (w.next.load(std::memory_order_acquire) == nullptr) {
+      watched_[i] = ~std::uint64_t{0};
+      continue;
+    }
+    full = true;
+    const std::uint64_t runs = w.runs.load(std::memory_order_relaxed);
+    if (watched_[i] != runs) {
+      watched_[i] = runs;  // its owner moved on since the last look: give it a period
+      continue;
+    }
+    // Taken and queued under the lock, so a worker that finds the queue empty there and its
+    // slot empty (and stops) cannot miss it.
+    std::lock_guard lock(mu_);
+    if (Runnable* r = w.next.exchange(nullptr, std::memory_order_acq_rel)) {
+      queue_.push_back(r);
+      queued_.fetch_add(1, std::memory_order_release);
+      freed = true;
+    }
+  }
+  if (freed) cv_.notify_one();
+  return full;
 }
 
 Runnable* ThreadPool::steal(std::size_t index, std::vector<std::uint64_t>& seen) {
@@ -128,6 +175,22 @@ Runnable* ThreadPool::take(std::size_t index, std::vector<std::uint64_t>& seen) 
   return steal(index, seen);
 }
 
+bool ThreadPool::spin(std::size_t index, std::vector<std::uint64_t>& seen, Runnable*& found) {
+  if (spinners_.fetch_add(1, std::memory_order_acq_rel) >= max_spinners_) {
+    spinners_.fetch_sub(1, std::memory_order_acq_rel);
+    return false;
+  }
+  const auto until = std::chrono::steady_clock::now() + kSpin;
+  while (found == nullptr && std::chrono::steady_clock::now() < until) {
+    for (int i = 0; i < 64 && found == nullptr; ++i) {
+      BATON_CPU_RELAX();
+      found = take(index, seen);
+    }
+  }
+  spinners_.fetch_sub(1, std::memory_order_acq_rel);
+  return found != nullptr;
+}
+
 void ThreadPool::work(std::size_t index) {
   t_pool = this;
   t_worker = index;
@@ -137,41 +200,22 @@ void ThreadPool::work(std::size_t index) {
     self.runs.store(self.runs.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     r->run();
   };
-  bool spin = true;
   for (;;) {
     if (Runnable* r = take(index, seen)) {
       run(r);
-      spin = true;
       continue;
     }
     Runnable* found = nullptr;
-    if (spin) {
-      const auto until = std::chrono::steady_clock::now() + kSpin;
-      while (found == nullptr && std::chrono::steady_clock::now() < until) {
-        for (int i = 0; i < 64 && found == nullptr; ++i) {
-          BATON_CPU_RELAX();
-          found = take(index, seen);
-        }
-      }
-    }
-    if (found != nullptr) {
+    if (spin(index, seen, found)) {
       run(found);
-      spin = true;
       continue;
     }
     std::unique_lock lock(mu_);
+    if (stopping_ && queue_.empty() && self.next.load() == nullptr) return;
     sleeping_.fetch_add(1, std::memory_order_acq_rel);
-    // Shared work wakes us; a slot stuck behind a long handler is found by the periodic check.
-    const bool woken =
-        cv_.wait_for(lock, kStuckCheck, [&] { return stopping_ || !queue_.empty(); });
+    // Shared work wakes us; a strand stuck in a busy worker's slot comes here by the watchdog.
+    cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
     sleeping_.fetch_sub(1, std::memory_order_acq_rel);
-    spin = woken;
-    if (stopping_ && queue_.empty()) {
-      bool any = false;
-      for (std::size_t i = 0; i < started_.load(); ++i)
-        any = any || workers_[i]->next.load() != nullptr;
-      if (!any) return;
-    }
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include "actor/cell.hpp"
 #include "log/log.hpp"
+#include "net/io_thread.hpp"
 
 namespace baton {
 namespace detail {
@@ -464,6 +465,8 @@ Proc::~Proc() {
   stop();
   if (detail::Router* router = state_->node->router()) router->close_links(*state_);
   state_->stop_background();
+  // Actors run on the I/O thread too (run to completion): none may run once the pool is gone.
+  if (state_->io) net::stop_inline(*state_->io);
   state_->pool.reset();  // joins the workers
   state_->closed.store(true, std::memory_order_release);
   {

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <numeric>
 
@@ -20,6 +21,8 @@ namespace {
 
 using namespace std::chrono_literals;
 using ::testing::HasSubstr;
+
+std::atomic<bool> g_flag{false};  // in the worker process
 
 class Worker : public Actor {
  public:
@@ -36,9 +39,18 @@ class Worker : public Actor {
   std::string whoami() { return id().to_string(); }
   void bump() { ++hits_; }
   int hits() { return hits_; }
+  /// Holds its thread (a busy handler) until another actor of the proc sets the flag.
+  bool wait_for_flag() {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!g_flag.load() && std::chrono::steady_clock::now() < until) {
+    }
+    return g_flag.load();
+  }
+  void set_flag() { g_flag = true; }
   static constexpr auto endpoints =
       baton::endpoints<&Worker::add, &Worker::checksum, &Worker::fail, &Worker::hang,
-                       &Worker::whoami, &Worker::bump, &Worker::hits>();
+                       &Worker::whoami, &Worker::bump, &Worker::hits, &Worker::wait_for_flag,
+                       &Worker::set_flag>();
 
  private:
   int hits_ = 0;
@@ -69,6 +81,7 @@ class RemoteProc {
         const Address bound =
             proc.serve(Address::parse(tcp ? "tcp://127.0.0.1:0" : "unix://" + path_));
         proc.spawn<Worker>("worker");
+        proc.spawn<Worker>("other");
         const std::string text = bound.to_string() + "\n";
         if (::write(ready[1], text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
           ::_exit(3);
@@ -105,6 +118,21 @@ class RemoteProc {
   std::string address_;
   pid_t pid_ = -1;
 };
+
+// A message is handled on the I/O thread that read it when its actor is idle; one that runs long
+// there must not hold up the proc's other actors (the event loop moves to another thread).
+TEST(Remote, AHandlerThatRunsLongHoldsUpNoOtherActorOfItsProc) {
+  RemoteProc remote;
+  Proc local(ProcOptions{.name = "local", .threads = 2});
+  local.connect(ProcId{"remote"}, remote.address());
+  ActorRef<Worker> worker(ActorId::parse("remote/worker[0]"));
+  ActorRef<Worker> other(ActorId::parse("remote/other[0]"));
+  ASSERT_EQ(worker.call(&Worker::add, 1, 1).get(), 2);  // both constructed and linked
+  ASSERT_EQ(other.call(&Worker::add, 1, 1).get(), 2);
+  auto waiting = worker.call(&Worker::wait_for_flag);
+  other.call(&Worker::set_flag).get();
+  EXPECT_TRUE(waiting.get()) << "the busy handler never saw the other actor's message";
+}
 
 TEST(Remote, CallsResultsErrorsAndLargeArgumentsCrossProcesses) {
   RemoteProc remote;  // forked before this process has any thread

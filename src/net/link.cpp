@@ -19,23 +19,6 @@ namespace baton::net {
 using internal::StreamLink;
 
 namespace internal {
-thread_local bool t_io_thread = false;
-}  // namespace internal
-
-IoThread::IoThread() : impl_(std::make_unique<Impl>()) {
-  impl_->thread = std::thread([this] {
-    internal::t_io_thread = true;
-    impl_->ctx.run();
-  });
-}
-
-IoThread::~IoThread() {
-  impl_->guard.reset();
-  impl_->ctx.stop();
-  impl_->thread.join();
-}
-
-namespace internal {
 
 void prepare_socket(int fd) {
   ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC);

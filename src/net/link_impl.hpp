@@ -32,16 +32,47 @@
 
 #include "baton/net/link.hpp"
 #include "log/log.hpp"
+#include "net/watchdog.hpp"
 
 namespace baton::net {
 
 using Protocol = asio::generic::stream_protocol;
 using TlsStream = asio::ssl::stream<Protocol::socket>;
 
-struct IoThread::Impl {
+struct IoThread::Impl : std::enable_shared_from_this<IoThread::Impl> {
   asio::io_context ctx;
   asio::executor_work_guard<asio::io_context::executor_type> guard{ctx.get_executor()};
   std::thread thread;
+
+  // Run to completion (io_thread.cpp): work the loop thread's handlers woke, run on that
+  // thread after each handler. `after` is the loop thread's alone.
+  std::deque<std::function<void()>> after;
+  std::atomic<bool> inline_enabled{true};
+  // Odd while the loop thread runs such work; the watchdog takes the event loop over when it
+  // stays odd (the same work) for a period, or at once when that work says it will block.
+  std::atomic<std::uint64_t> work_serial{0};
+  std::atomic<bool> blocking{false};
+  std::uint64_t watched_serial = 0;  // the watchdog's
+  std::atomic<bool> driving{false};  // the watchdog runs the event loop
+  std::mutex drive_mu;
+  std::condition_variable drive_cv;
+  std::unique_ptr<Watchdog> watchdog;
+
+  // A guest: a thread waiting for a reply, which runs the event loop itself meanwhile while the
+  // loop thread is parked (drive_until). Under lead_mu.
+  std::mutex lead_mu;
+  std::condition_variable lead_cv;
+  std::atomic<bool> guest_wanted{false};  // the loop thread parks at its next turn
+  bool guest = false;                     // a guest waits for the loop, or runs it
+  bool leading = false;                   // a guest runs the loop
+  bool parked = false;                    // the loop thread waits for guests to be done
+  bool stopping = false;
+  std::uint64_t guest_turns = 0;
+
+  void loop(IoThread* self);
+  void park();
+  void run_after();
+  bool watch();
 };
 
 namespace internal {

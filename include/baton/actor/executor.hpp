@@ -16,6 +16,10 @@
 
 namespace baton {
 
+namespace net {
+class Watchdog;
+}  // namespace net
+
 class Runnable {
  public:
   /// Runs a bounded batch of work; the runnable reschedules itself if more is left.
@@ -33,9 +37,11 @@ class Executor {
 };
 
 /// A work-sharing thread pool. A strand woken by a worker runs next on that worker (a "next"
-/// slot, so request/reply chains stay on one core). Idle workers take from the shared queue,
-/// and steal a slot only when its owner has been busy with one strand for a while, so a long
-/// handler never holds up the strand it woke.
+/// slot, so request/reply chains stay on one core). Idle workers take from the shared queue;
+/// a watchdog, awake only while a slot is full, moves a slot's strand to the shared queue when
+/// its owner has been busy with one strand for a while, so a long handler never holds up the
+/// strand it woke. Idle workers sleep (no timer wakes them); on a machine with many cores one
+/// of them at a time spins briefly first, to catch the reply of a request/reply exchange.
 ///
 /// A handler that must block its thread (a Python actor's plain endpoint waiting on a call)
 /// says so with a BlockingRegion: while it waits, the pool starts a spare worker if fewer than
@@ -78,6 +84,9 @@ class ThreadPool final : public Executor {
   void work(std::size_t index);
   Runnable* take(std::size_t index, std::vector<std::uint64_t>& seen);
   Runnable* steal(std::size_t index, std::vector<std::uint64_t>& seen);
+  bool spin(std::size_t index, std::vector<std::uint64_t>& seen, Runnable*& found);
+  /// The watchdog's look: frees slots whose owner is still on the strand it ran a period ago.
+  bool free_stuck_slots();
 
   // Sized for every spare at construction, so the workers' loops never see it change.
   std::vector<std::unique_ptr<Worker>> workers_;
@@ -90,6 +99,10 @@ class ThreadPool final : public Executor {
   std::atomic<std::size_t> queued_{0};
   std::atomic<int> sleeping_{0};
   bool stopping_ = false;
+  std::size_t max_spinners_ = 0;  // 0 on a machine with few cores: nobody spins there
+  std::atomic<std::size_t> spinners_{0};
+  std::vector<std::uint64_t> watched_;  // the watchdog's: each slot's owner's runs, last look
+  std::unique_ptr<net::Watchdog> watchdog_;
 };
 
 /// Runs scheduled strands on the calling thread, one step at a time, in scheduling order.

@@ -66,6 +66,14 @@ void check_may_block(const char* what);
 /// Monarch), never for C++ actors. Their waits take a ThreadPool::BlockingRegion.
 bool& may_block_in_actor();
 
+class StateBase;
+
+/// How a thread outside actors and I/O threads waits for `s`: it runs the event loop of this
+/// process's links itself until `s` is ready or `deadline` (null: none) passes, so it reads its
+/// reply where it comes in, with no hand-off from the I/O thread. Returns false, having waited
+/// for nothing, where it cannot (another thread runs that loop so); the wait then sleeps.
+bool drive_until_ready(StateBase& s, const std::chrono::steady_clock::time_point* deadline);
+
 /// Shared state of a future, type-erased so replies can complete it from bytes.
 class StateBase {
  public:
@@ -77,6 +85,7 @@ class StateBase {
   }
   /// Blocks until ready; for the runtime (Future::wait() adds the F-2 check).
   void wait() const {
+    if (!ready() && drive_until_ready(const_cast<StateBase&>(*this), nullptr)) return;
     std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return ready_; });
   }
@@ -87,6 +96,11 @@ class StateBase {
   }
   template <class Rep, class Period>
   bool wait_for(std::chrono::duration<Rep, Period> d) const {
+    if (!ready() && d <= std::chrono::hours(1)) {
+      const auto deadline = std::chrono::steady_clock::now() +
+                            std::chrono::duration_cast<std::chrono::steady_clock::duration>(d);
+      if (drive_until_ready(const_cast<StateBase&>(*this), &deadline)) return ready();
+    }
     std::unique_lock lock(mu_);
     return cv_.wait_for(lock, d, [&] { return ready_; });
   }

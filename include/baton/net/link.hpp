@@ -104,6 +104,11 @@ struct LinkOptions {
 std::string new_job_secret();
 
 /// An event loop on a thread of its own; links and listeners run on it.
+///
+/// Work that a handler wakes (an actor a message arrived for, when that actor was idle) runs on
+/// this thread right after the handler, sparing a hand-off to another thread. If such work
+/// runs long (or blocks), a watchdog thread takes over the event loop meanwhile, so links keep
+/// reading and beating; an idle IoThread has no thread awake.
 class IoThread {
  public:
   IoThread();
@@ -115,7 +120,7 @@ class IoThread {
   Impl& impl() { return *impl_; }
 
  private:
-  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<Impl> impl_;  // shared with the thread, which may outlive this on its own
 };
 
 /// Link::send found the link full for longer than LinkOptions::send_timeout: the receiver is
