@@ -33,7 +33,6 @@ class CastMember : public Actor {
 }  // namespace
 
 int run_cast() {
-  double ratio64 = 0;
   for (std::size_t n : {4u, 16u, 64u}) {
     auto procs = this_host().spawn_procs({{"procs", n}});
     auto mesh = procs.spawn<CastMember>("pinger");
@@ -63,10 +62,11 @@ int run_cast() {
     const double unicast = median(unicast_ms);
     print_figure("cast_gather_p50_n" + std::to_string(n), cast, "ms");
     print_figure("unicast_gather_p50_n" + std::to_string(n), unicast, "ms");
-    if (n == 64) ratio64 = cast / unicast;
+    print_figure("cast_ratio_n" + std::to_string(n), cast / unicast, "x");
+    print_figure("cast_gather_per_member_us_n" + std::to_string(n),
+                 cast * 1e3 / static_cast<double>(n), "us");
     procs.stop().get();
   }
-  print_figure("cast_ratio_n64", ratio64, "x");
   return 0;
 }
 

@@ -65,7 +65,19 @@ Task<std::string> HostAgent::program(const HostSpawn& spec) {
 
 Task<HostProcs> HostAgent::spawn_procs(HostSpawn spec) {
   RuntimeState& st = RuntimeAccess::state(Runtime::get());
-  if (first_controller_.empty()) first_controller_ = spec.client.proc.name;
+  const std::string& controller = spec.client.proc.name;
+  if (once_ && first_controller_.empty()) first_controller_ = controller;
+  if (once_ && (controller != first_controller_ || first_gone_)) {
+    // Started for one controller (a job's launcher did): it ends with that one, and would take
+    // another's procs with it.
+    detail::log_warn("refused a spawn for controller {}: this agent serves {} alone (--once)",
+                     controller, first_controller_);
+    throw std::runtime_error("host " + id().proc.name + " was started for controller " +
+                             first_controller_ +
+                             " alone (baton-host --once, as a job starts its agents) and ends "
+                             "with it: start an agent of your own, or one without --once, "
+                             "which serves several controllers");
+  }
   auto fetched = program(spec);
   const std::string path = co_await std::move(fetched);
   LaunchSpec launch;
@@ -108,6 +120,7 @@ Task<int> HostAgent::stop_procs(std::uint64_t group, std::int64_t grace_ms) {
 void HostAgent::controller_lost(std::string peer) {
   if (once_ && peer == first_controller_) {
     // Its one controller is gone: stop everything in order and exit, as SIGTERM does.
+    first_gone_ = true;
     detail::log_warn("controller {} is gone: this agent (--once) stops its procs and exits", peer);
     ::kill(::getpid(), SIGTERM);
     return;

@@ -59,7 +59,9 @@ class HostAgent : public Actor {
  public:
   /// `serve_host`: the address its workers listen on, the one the agent advertises;
   /// `cache_dir`: where it keeps the programs controllers ship it, by hash; `once`: serve one
-  /// controller, and exit once it is gone (an agent a job's launcher started for it).
+  /// controller, refuse any other, and exit once it is gone (an agent a job's launcher started
+  /// for it). Without `once` it serves any controller holding the job's credentials, and a
+  /// controller that goes takes only its own procs with it.
   HostAgent(std::string serve_host, std::string cache_dir, bool once = false);
 
   /// Who this agent is: its proc's name and its host's name.
@@ -92,6 +94,7 @@ class HostAgent : public Actor {
   std::unique_ptr<FileCache> cache_;
   bool once_ = false;
   std::string first_controller_;  // the proc of the first controller that spawned here
+  bool first_gone_ = false;       // with once_: that controller went, this agent is ending
   std::uint64_t bytes_fetched_ = 0;
   std::uint64_t next_group_ = 1;
   std::map<std::uint64_t, Group> groups_;

@@ -38,6 +38,7 @@ using test::Member;
 using test::seen;
 using test::Seen;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(Hosts, AnAgentSaysWhoItIsAndWhereItServes) {
   Agent a(17071);
@@ -364,6 +365,22 @@ TEST_P(ControllerDeath, AnAgentStopsTheProcsOfAControllerThatDied) {
 INSTANTIATE_TEST_SUITE_P(Agents, ControllerDeath, ::testing::Bool(),
                          [](const auto& p) { return p.param ? "Once" : "Staying"; });
 
+// An agent a job started for its controller (--once) ends with that controller: it refuses
+// another, whose procs it would take with it, and goes on serving the first.
+TEST(Hosts, AnAgentForOneControllerRefusesAnother) {
+  Agent a(17090, "127.0.0.1", "", {"--once"});
+  ProcMesh mine = job::attach({a.address()}).spawn_procs({{"gpus", 1}});
+  auto members = mine.spawn<Member>("mine");
+  auto env = test::environment({"BATON_TEST_HOSTS_REFUSED="});
+  env.push_back("BATON_TEST_HOSTS_REFUSED=" + a.address());
+  const test::SelfRun other = test::run_self("refused-controller", env, STDOUT_FILENO);
+  EXPECT_THAT(other.text, HasSubstr("refused: "));
+  EXPECT_THAT(other.text, HasSubstr("alone (baton-host --once"));
+  EXPECT_THAT(other.text, Not(HasSubstr("served")));
+  EXPECT_EQ(members.call(&Member::twice, 4).get().values(), (std::vector<int>{8}));
+  mine.stop().get();
+}
+
 TEST(Hosts, TwoControllersShareOneAgent) {
   Agent a(17083);
   ProcMesh mine = job::attach({a.address()}).spawn_procs({{"gpus", 2}});
@@ -423,6 +440,18 @@ void run_second_controller(const char* agent) {
   procs.stop().get();
 }
 
+/// A second controller that a --once agent must refuse: prints what it was told.
+void run_refused_controller(const char* agent) {
+  try {
+    ProcMesh procs = job::attach({agent}).spawn_procs({{"gpus", 1}});
+    std::printf("served\n");
+    procs.stop().get();
+  } catch (const std::exception& e) {
+    std::printf("refused: %s\n", e.what());
+  }
+  std::fflush(stdout);
+}
+
 /// The controller that AnAgentStopsTheProcsOfAControllerThatDied kills.
 void run_doomed_controller(const char* agent) {
   ProcMesh procs = job::attach({agent}).spawn_procs({{"gpus", 2}});
@@ -445,6 +474,10 @@ int main(int argc, char** argv) {
   if (const char* agent = std::getenv("BATON_TEST_HOSTS_OUTLIVE")) {
     return baton::test::run_hosts_test(argc, argv,
                                        [agent] { baton::run_outliving_controller(agent); });
+  }
+  if (const char* agent = std::getenv("BATON_TEST_HOSTS_REFUSED")) {
+    return baton::test::run_hosts_test(argc, argv,
+                                       [agent] { baton::run_refused_controller(agent); });
   }
   if (const char* agent = std::getenv("BATON_TEST_HOSTS_SECOND")) {
     return baton::test::run_hosts_test(argc, argv,
