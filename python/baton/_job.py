@@ -93,7 +93,7 @@ class _Job:
 class SshJob(_Job):
     """Hosts reached with OpenSSH, with the user's own keys and configuration:
     SshJob(["node1", "node2"], user=..., port=..., identity_file=..., ssh_args=[...],
-    agent=..., remote_dir=".cache/baton", agent_port=7070). On each host the agent is copied in
+    agent=..., remote_dir=".cache/baton", agent_port=0). On each host the agent is copied in
     (unless the same bytes are there), the job's credentials go in over ssh's standard input,
     and an agent runs for this controller alone."""
 
@@ -106,7 +106,7 @@ class SshJob(_Job):
 
 class SlurmJob(_Job):
     """Nodes from Slurm: SlurmJob(nodes=2, partition=..., time="2:00:00", gpus_per_node=...,
-    srun_args=[...], agent=..., copy_agent=True, interface=..., agent_port=7070, wait=600).
+    srun_args=[...], agent=..., copy_agent=True, interface=..., agent_port=0, wait=600).
     hosts() runs srun, one agent on each node; the allocation is this controller's alone and is
     cancelled when the job is closed or the controller dies. Slurm's commands must be on PATH
     (and SLURM_CONF set where the cluster needs it)."""

@@ -305,6 +305,11 @@ std::optional<std::string> Runtime::exit_report(const std::string& proc_name) {
   auto it = state_->children.find(proc_name);
   if (it == state_->children.end()) return std::nullopt;
   auto stopping = it->second.stopping;
+  if (!it->second.host.empty()) {
+    // On another host: its report comes from its agent, over a link that the thread asking
+    // (an I/O thread, as a link closes) serves itself. Waiting here would only stall it.
+    return stopping->load() ? std::nullopt : it->second.report;
+  }
   state_->children_cv.wait_for(lock, state_->exit_wait, [&] {
     return stopping->load() || state_->children.at(proc_name).report.has_value();
   });

@@ -317,6 +317,38 @@ TEST(Hosts, AHostWhoseAgentDiesIsReportedAndNoCallHangs) {
   procs.stop().get();
 }
 
+// Hosts lost with several procs each: the controller learns of each proc's loss from its link
+// and of the host's from its agent's, in either order. Nothing of it may hold the controller's
+// I/O thread (a wait there for a report that only that thread can deliver stalled it 2 s per
+// proc, its heartbeats stopped, and the controller's own local procs took it for dead).
+TEST(Hosts, LosingHostsOfManyProcsLeavesTheLocalProcsServed) {
+  Agent a(17091);
+  Agent b(17092);
+  ProcMesh remote = job::attach({a.address(), b.address()}).spawn_procs({{"gpus", 3}});
+  auto stranded = remote.spawn<Member>("many-stranded");
+  ProcMesh local = this_host().spawn_procs({{"procs", 2}});
+  auto near = local.spawn<Member>("near");
+  ASSERT_EQ(near.call(&Member::twice, 1).get().values(), (std::vector<int>{2, 2}));
+  a.kill();
+  b.kill();
+  auto lost = [](Seen& s) {
+    std::size_t n = 0;
+    for (const auto& f : s.failures) n += f.to_string().find("many-stranded") != std::string::npos;
+    return n;
+  };
+  ASSERT_TRUE(seen().wait_for([&](Seen& s) { return lost(s) >= 6; }, std::chrono::seconds(120)))
+      << "not every member of the lost hosts was reported";
+  // Every loss was handled: had the controller stalled on them, its local procs' links would
+  // have gone silent past their deadline (5 s) meanwhile, and those procs would have ended.
+  EXPECT_EQ(near.call(&Member::twice, 2).get(std::chrono::seconds(30)).values(),
+            (std::vector<int>{4, 4}));
+  {
+    std::lock_guard lock(seen().mu);
+    EXPECT_FALSE(failure_named(seen(), "near")) << "a local proc was lost with the hosts";
+  }
+  local.stop().get();
+}
+
 class ControllerDeath : public ::testing::TestWithParam<bool> {};
 
 // Without --once the agent stays for the next controller; with it, it exits too.

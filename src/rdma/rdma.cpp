@@ -19,6 +19,8 @@ std::string_view to_string(RdmaBackend b) {
       return "gpu_ipc";
     case RdmaBackend::ucx:
       return "ucx";
+    case RdmaBackend::cma:
+      return "cma";
     case RdmaBackend::messages:
       break;
   }
@@ -40,6 +42,8 @@ RdmaBackend choose(const RdmaBuffer& b, const void* local, bool* local_device) {
       d.device && same_host && gpu::api().available() && gpu::api().vendor() == d.ipc.vendor;
   bool ucx_ok =
       !d.device && !*local_device && !d.ucx_worker.empty() && rdma_detail::Ucx::get() != nullptr;
+  bool cma_ok = !d.device && !*local_device && same_host && !same_process && d.address != 0 &&
+                !settings().cma_refused.load();
   switch (forced) {
     case RdmaBackend::automatic:
     case RdmaBackend::local:
@@ -65,9 +69,20 @@ RdmaBackend choose(const RdmaBuffer& b, const void* local, bool* local_device) {
             (why.empty() ? std::string() : " (here: " + why + ")") + "; use auto");
       }
       return RdmaBackend::ucx;
+    case RdmaBackend::cma:
+      if (!cma_ok) {
+        const std::string refused = settings().cma_refused_why();
+        throw RdmaError(
+            "the cma backend is forced (BATON_RDMA_BACKEND) but cannot serve this transfer: "
+            "it moves host memory between two procs of one host" +
+            (refused.empty() ? std::string() : ", and this kernel refuses it (" + refused + ")") +
+            "; use auto");
+      }
+      return RdmaBackend::cma;
   }
   if (same_process) return RdmaBackend::local;
   if (ipc_ok) return RdmaBackend::gpu_ipc;
+  if (cma_ok) return RdmaBackend::cma;
   if (ucx_ok) return RdmaBackend::ucx;
   return RdmaBackend::messages;
 }
@@ -111,6 +126,9 @@ Future<void> transfer(const RdmaBuffer& b, void* dst, const void* src, std::size
     case RdmaBackend::ucx:
       transfer_ucx(op, b, dst, src, size, offset, local_device);
       break;
+    case RdmaBackend::cma:
+      transfer_cma(op, b, dst, src, size, offset, local_device);
+      break;
     case RdmaBackend::messages:
       transfer_messages(op, b, dst, src, size, offset, local_device);
       break;
@@ -152,7 +170,15 @@ void set_rdma_timeout(std::chrono::milliseconds timeout) {
 
 RdmaStats rdma_stats() {
   auto& s = settings();
-  return {s.local.load(), s.gpu_ipc.load(), s.ucx.load(), s.messages.load(), s.chunks.load()};
+  RdmaStats out;
+  out.local = s.local.load();
+  out.gpu_ipc = s.gpu_ipc.load();
+  out.ucx = s.ucx.load();
+  out.messages = s.messages.load();
+  out.chunks = s.chunks.load();
+  out.cma = s.cma.load();
+  out.cma_refused = s.cma_refused_why();
+  return out;
 }
 
 RdmaBatch& RdmaBatch::read(const RdmaBuffer& buffer, void* dst, std::size_t size,

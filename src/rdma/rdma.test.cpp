@@ -184,6 +184,8 @@ TEST_P(RdmaBackends, ReadAndWriteAnotherProcsMemory) {
         return after.ucx - before.ucx;
       case RdmaBackend::messages:
         return after.messages - before.messages;
+      case RdmaBackend::cma:
+        return after.cma - before.cma;
       default:
         return std::uint64_t{0};
     }
@@ -191,7 +193,8 @@ TEST_P(RdmaBackends, ReadAndWriteAnotherProcsMemory) {
   EXPECT_EQ(used(c.expected), 3U);
   // Chunks: through messages, and through UCX where the owner's worker serves (its own heap
   // memory, which UCX does not map here); memory UCX allocated is copied straight.
-  const bool chunked = c.expected == RdmaBackend::messages || c.kind == Holder::user_memory;
+  const bool chunked = c.expected == RdmaBackend::messages ||
+                       (c.expected == RdmaBackend::ucx && c.kind == Holder::user_memory);
   EXPECT_EQ(after.chunks > before.chunks, chunked) << after.chunks - before.chunks;
   b.drop().get();
 }
@@ -231,16 +234,20 @@ TEST_P(RdmaBackends, ProcToProcAndBackToTheController) {
   m.drop().get();
 }
 
-INSTANTIATE_TEST_SUITE_P(Host, RdmaBackends,
-                         ::testing::Values(Case{"UcxUserMemory", Holder::user_memory,
-                                                RdmaBackend::automatic, kHostBackend},
-                                           Case{"UcxAllocatedMemory", Holder::ucx_memory,
-                                                RdmaBackend::automatic, kHostBackend},
-                                           Case{"MessagesUserMemory", Holder::user_memory,
-                                                RdmaBackend::messages, RdmaBackend::messages},
-                                           Case{"MessagesAllocatedMemory", Holder::ucx_memory,
-                                                RdmaBackend::messages, RdmaBackend::messages}),
-                         [](const auto& p) { return std::string(p.param.name); });
+// Between procs of one host, host memory goes by cross-memory attach unless another backend is
+// forced.
+INSTANTIATE_TEST_SUITE_P(
+    Host, RdmaBackends,
+    ::testing::Values(
+        Case{"CmaUserMemory", Holder::user_memory, RdmaBackend::automatic, RdmaBackend::cma},
+        Case{"CmaAllocatedMemory", Holder::ucx_memory, RdmaBackend::automatic, RdmaBackend::cma},
+        Case{"UcxUserMemory", Holder::user_memory, kHostBackend, kHostBackend},
+        Case{"UcxAllocatedMemory", Holder::ucx_memory, kHostBackend, kHostBackend},
+        Case{"MessagesUserMemory", Holder::user_memory, RdmaBackend::messages,
+             RdmaBackend::messages},
+        Case{"MessagesAllocatedMemory", Holder::ucx_memory, RdmaBackend::messages,
+             RdmaBackend::messages}),
+    [](const auto& p) { return std::string(p.param.name); });
 
 TEST_F(Rdma, SizesThatDoNotFitAreRefusedAtOnce) {
   RdmaBuffer b = holder(0).call_one(&Holder::expose, 1000, 1, Holder::user_memory).get();
@@ -284,6 +291,31 @@ TEST_F(Rdma, ABatchCompletesWhenAllHave) {
   bad.read(a, x.data(), n).read(b, y.data(), n + 1);
   EXPECT_THAT(error_of(bad.submit()), HasSubstr("does not fit"));
   a.drop().get();
+  b.drop().get();
+}
+
+// A kernel that forbids cross-memory attach (a ptrace restriction) is found out once: the
+// transfer goes another way, rdma_stats() says why, and later transfers do not try again.
+TEST_F(Rdma, RefusedCrossMemoryAttachFallsBackOnceAndSaysSo) {
+  constexpr std::size_t n = (std::size_t{5} << 20) + 7;
+  RdmaBuffer b = holder(0).call_one(&Holder::expose, n, 3, Holder::user_memory).get();
+  std::vector<std::byte> local(n);
+  ASSERT_EQ(rdma_backend(b, local.data()), RdmaBackend::cma);
+  settings_.refuse_cma();
+  const RdmaStats before = rdma_stats();
+  finish(b.read_into(local.data(), n));
+  EXPECT_EQ(checksum(local.data(), n), expected(n, 3));
+  const RdmaStats after = rdma_stats();
+  EXPECT_THAT(after.cma_refused, HasSubstr("process_vm_readv"));
+  EXPECT_THAT(after.cma_refused, HasSubstr("ptrace"));
+  EXPECT_EQ(after.ucx + after.messages, before.ucx + before.messages + 1);
+  EXPECT_EQ(rdma_backend(b, local.data()), kHostBackend);
+  fill(local.data(), n, 4);
+  finish(b.write_from(local.data(), n));
+  EXPECT_EQ(holder(0).call_one(&Holder::checksum_of_own).get(), expected(n, 4));
+  EXPECT_EQ(rdma_stats().cma, after.cma);  // not tried again
+  settings_.backend(RdmaBackend::cma);
+  EXPECT_THAT(error_of(b.read_into(local.data(), n)), HasSubstr("refuses it (process_vm_readv"));
   b.drop().get();
 }
 
@@ -347,7 +379,8 @@ TEST_F(RdmaOwner, AnOwnerStoppedMidTransferTimesOut) {
   auto procs = this_host().spawn_procs({{"gpus", 1}});
   auto h = procs.spawn<Holder>("stopped");
   const int pid = h.call_one(&Holder::pid).get();
-  for (RdmaBackend forced : {RdmaBackend::automatic, RdmaBackend::messages}) {
+  // The backends that move it in chunks (cross-memory attach copies it at once, alone).
+  for (RdmaBackend forced : {kHostBackend, RdmaBackend::messages}) {
     settings_.backend(forced);
     RdmaBuffer b = h.call_one(&Holder::expose, n, 1, Holder::user_memory).get();
     std::vector<std::byte> local(n, std::byte{0});

@@ -16,11 +16,12 @@ namespace baton::rdma_detail {
 RdmaBackend backend_from_env() {
   const char* v = std::getenv("BATON_RDMA_BACKEND");
   if (v == nullptr || *v == 0 || std::string_view(v) == "auto") return RdmaBackend::automatic;
-  for (RdmaBackend b : {RdmaBackend::gpu_ipc, RdmaBackend::ucx, RdmaBackend::messages}) {
+  for (RdmaBackend b :
+       {RdmaBackend::gpu_ipc, RdmaBackend::cma, RdmaBackend::ucx, RdmaBackend::messages}) {
     if (to_string(b) == v) return b;
   }
   throw RdmaError(std::string("BATON_RDMA_BACKEND='") + v +
-                  "' is not one of auto, ucx, gpu_ipc, messages");
+                  "' is not one of auto, cma, ucx, gpu_ipc, messages");
 }
 
 std::chrono::milliseconds timeout_from_env() {

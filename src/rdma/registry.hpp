@@ -34,7 +34,25 @@ struct Settings {
   /// How long a UCX read of one chunk may go unanswered before it moves through messages (see
   /// Pump::move_by_ucx); tests that stop an owner set it beyond their transfer timeout.
   std::atomic<std::int64_t> ucx_stall_ms{2000};
-  std::atomic<std::uint64_t> local{0}, gpu_ipc{0}, ucx{0}, messages{0}, chunks{0};
+  std::atomic<std::uint64_t> local{0}, gpu_ipc{0}, ucx{0}, messages{0}, chunks{0}, cma{0};
+  /// Set once the kernel refused cross-memory attach here (cma.cpp); tests set
+  /// cma_refuse_for_test to have every attempt refused as such a kernel would.
+  std::atomic<bool> cma_refused{false};
+  std::atomic<bool> cma_refuse_for_test{false};
+  void refuse_cma(std::string why) {
+    std::lock_guard lock(hook_mu_);
+    if (cma_refused.exchange(true)) return;
+    cma_refused_why_ = std::move(why);
+  }
+  void forget_cma_refusal() {
+    std::lock_guard lock(hook_mu_);
+    cma_refused = false;
+    cma_refused_why_.clear();
+  }
+  std::string cma_refused_why() {
+    std::lock_guard lock(hook_mu_);
+    return cma_refused_why_;
+  }
 
   /// Counts a chunk that landed, then runs the chunk hook, if any, before the transfer issues
   /// its next chunk: a test acts at a known point of a transfer instead of polling the count.
@@ -54,6 +72,7 @@ struct Settings {
  private:
   std::mutex hook_mu_;
   std::function<void()> chunk_hook_;
+  std::string cma_refused_why_;  // under hook_mu_
 };
 Settings& settings();
 

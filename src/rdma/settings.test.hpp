@@ -25,6 +25,10 @@ class ScopedRdmaSettings {
         ucx_stall_ms_(rdma_detail::settings().ucx_stall_ms.load()) {}
   ~ScopedRdmaSettings() {
     auto& s = rdma_detail::settings();
+    if (refused_cma_) {
+      s.cma_refuse_for_test = false;
+      s.forget_cma_refusal();
+    }
     if (hooked_) s.exchange_chunk_hook(std::move(hook_));
     s.ucx_stall_ms = ucx_stall_ms_;
     s.timeout_ms = timeout_ms_;
@@ -46,6 +50,13 @@ class ScopedRdmaSettings {
     rdma_detail::settings().ucx_stall_ms = t.count();
     return *this;
   }
+  /// Has this process's kernel refuse cross-memory attach, as one with a ptrace restriction
+  /// does (process_vm_readv fails with EPERM), until the guard ends.
+  ScopedRdmaSettings& refuse_cma() {
+    rdma_detail::settings().cma_refuse_for_test = true;
+    refused_cma_ = true;
+    return *this;
+  }
   /// Runs `hook` each time a chunk of a transfer lands here, before the transfer asks for its
   /// next chunk; one at a time, on an rdma thread.
   ScopedRdmaSettings& on_chunk(std::function<void()> hook) {
@@ -59,6 +70,7 @@ class ScopedRdmaSettings {
   std::int64_t timeout_ms_;
   std::int64_t ucx_stall_ms_;
   bool hooked_ = false;
+  bool refused_cma_ = false;
   std::function<void()> hook_;
 };
 

@@ -4,7 +4,8 @@
 // transfer and hands it to one of them, a file each:
 //   local.cpp         the owner's own process: a copy
 //   gpu_ipc.cpp       device memory of a proc on this host, through a GPU IPC mapping
-//   ucx_transfer.cpp  host memory through UCX, straight or in chunks through staging memory
+//   cma.cpp           host memory of a proc on this host, copied by the kernel (cross-memory
+//   attach) ucx_transfer.cpp  host memory through UCX, straight or in chunks through staging memory
 //   messages.cpp      anything else, in chunks through the owner's rdma actor
 
 #include <atomic>
@@ -228,6 +229,8 @@ void transfer_local(const TransferPtr& op, const RdmaBuffer& b, void* dst, const
                     std::size_t size, std::size_t offset, bool local_device);
 void transfer_gpu_ipc(const TransferPtr& op, const RdmaBuffer& b, void* dst, const void* src,
                       std::size_t size, std::size_t offset, bool local_device);
+void transfer_cma(const TransferPtr& op, const RdmaBuffer& b, void* dst, const void* src,
+                  std::size_t size, std::size_t offset, bool local_device);
 void transfer_ucx(const TransferPtr& op, const RdmaBuffer& b, void* dst, const void* src,
                   std::size_t size, std::size_t offset, bool local_device);
 void transfer_messages(const TransferPtr& op, const RdmaBuffer& b, void* dst, const void* src,

@@ -28,7 +28,9 @@ struct SlurmOptions {
   bool copy_agent = true;
   std::string interface;  // the agents advertise this interface's address; empty: the address
                           // of their route to this controller's host
-  std::uint16_t agent_port = 7070;  // each agent serves here
+  /// Each agent serves here; 0: a free port of each node, which the agent reports (two jobs,
+  /// or a job and the winding down of the last one, never contend for a port).
+  std::uint16_t agent_port = 0;
   /// How long hosts() waits for the nodes (queued, then starting). Past it, the job is
   /// cancelled and hosts() throws with Slurm's reason for the wait.
   std::chrono::seconds wait{600};

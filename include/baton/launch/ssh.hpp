@@ -22,7 +22,9 @@ struct SshOptions {
   /// Empty: baton-host beside this program, else the one on PATH.
   std::string agent;
   std::string remote_dir = ".cache/baton";  // on each host, relative to its home
-  std::uint16_t agent_port = 7070;          // each agent serves here
+  /// Each agent serves here; 0: a free port of each host, which the agent reports (two jobs,
+  /// or a job and the winding down of the last one, never contend for a port).
+  std::uint16_t agent_port = 0;
 };
 
 /// Hosts reached over SSH: on each, the job's baton-host is copied in (unless the same bytes are

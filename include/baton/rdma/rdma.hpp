@@ -40,7 +40,11 @@
 
 namespace baton {
 
-enum class RdmaBackend : std::uint8_t { automatic, local, gpu_ipc, ucx, messages };
+/// How a transfer moves: `local` (the owner's own process copies), `gpu_ipc` (device memory of a
+/// proc on this host, mapped), `cma` (host memory of a proc on this host, copied by the kernel
+/// between the two processes: cross-memory attach), `ucx` (one-sided, or staged through the
+/// owner's worker), `messages` (in chunks through the owner's rdma actor).
+enum class RdmaBackend : std::uint8_t { automatic, local, gpu_ipc, ucx, messages, cma };
 std::string_view to_string(RdmaBackend b);
 
 /// A transfer could not be done; the message says why and what to do.
@@ -148,6 +152,11 @@ class RdmaBatch {
 /// Transfers this process started, by the backend that did them (for tests and diagnostics).
 struct RdmaStats {
   std::uint64_t local = 0, gpu_ipc = 0, ucx = 0, messages = 0;
+  /// Transfers by cross-memory attach.
+  std::uint64_t cma = 0;
+  /// Empty while cross-memory attach works here; else why the kernel refused it (a ptrace
+  /// restriction such as Yama's kernel.yama.ptrace_scope), found once: other backends serve.
+  std::string cma_refused;
   /// Chunks of transfers moved in pieces: by the messages backend (4 MiB), and by UCX through
   /// staging memory (32 MiB) where the owner's worker must serve (memory UCX did not map here).
   std::uint64_t chunks = 0;
