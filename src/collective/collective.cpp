@@ -23,9 +23,10 @@
 #include <random>
 #include <thread>
 
-#include "baton/baton.hpp"
 #include "baton/collective/collective.hpp"
 #include "baton/gpu/gpu.hpp"
+#include "baton/host/runtime.hpp"
+#include "baton/mesh/mesh.hpp"
 #include "collective/nccl.hpp"
 #include "collective/reduce.hpp"
 #include "host/hosts.hpp"

@@ -19,7 +19,8 @@
 #include <utility>
 #include <vector>
 
-#include "baton/baton.hpp"
+#include "baton/host/runtime.hpp"
+#include "baton/mesh/mesh.hpp"
 #include "host/files.hpp"
 
 namespace baton {

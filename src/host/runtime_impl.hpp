@@ -3,7 +3,7 @@
 // Internal: what the files of the runtime share. Its parts live in files of their own:
 //   runtime.cpp   the Runtime object: making it (controller or worker), the controller's
 //                 supervise hook, destroying it
-//   job.cpp       the job's directory (and removing those of dead controllers), SIGINT/SIGTERM
+//   job_dir.cpp   the job's directory (and removing those of dead controllers), SIGINT/SIGTERM
 //   children.cpp  starting processes (the spawner thread), reaping them (the child watcher,
 //                 oom_kill counts), what a worker's death means to its mesh
 //   worker.cpp    a worker's side: bootstrap from the environment, serving its proc

@@ -21,6 +21,7 @@
 #include "host/hosts.hpp"
 #include "host/runtime_impl.hpp"
 #include "launch/command.hpp"
+#include "log/log.hpp"
 
 namespace baton::job {
 namespace {
@@ -140,8 +141,8 @@ struct SlurmJob::Allocation {
         over ? internal::Ran{0, {}, {}}
              : internal::run_command({"scancel", id.empty() ? "--name=" + name : id}, kSlurm);
     if (!internal::succeeded(r)) {
-      std::fprintf(stderr, "baton: scancel of Slurm job %s failed: %s\n",
-                   (id.empty() ? name : id).c_str(), internal::said(r).c_str());
+      detail::log_warn("scancel of Slurm job {} failed: {}", id.empty() ? name : id,
+                       internal::said(r));
     }
     std::unique_lock lock(mu);
     if (!changed.wait_for(lock, std::chrono::seconds(30), [&] { return ended; })) {

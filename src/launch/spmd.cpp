@@ -16,7 +16,8 @@
 #include <random>
 #include <thread>
 
-#include "baton/baton.hpp"
+#include "baton/host/runtime.hpp"
+#include "baton/mesh/mesh.hpp"
 #include "host/hosts.hpp"
 
 extern char** environ;

@@ -19,6 +19,7 @@
 #include "host/hosts.hpp"
 #include "host/runtime_impl.hpp"
 #include "launch/command.hpp"
+#include "log/log.hpp"
 
 namespace baton::job {
 
@@ -84,7 +85,7 @@ struct SshJob::Session {
     drain = std::thread([this, host, pending = std::move(pending)]() mutable {
       bool late = false;
       while (auto line = read_line(out, pending, std::nullopt, late)) {
-        std::fprintf(stderr, "[agent %s] %s\n", host.c_str(), line->c_str());
+        detail::log_warn("agent on {}: {}", host, *line);
       }
     });
   }

@@ -8,6 +8,7 @@
 #include <pybind11/stl.h>
 
 #include "actor/cell.hpp"
+#include "log/log.hpp"
 #include "python/py_actor.hpp"
 
 namespace baton::python {
@@ -191,7 +192,7 @@ void PyActor::on_stop() {
     const PlainEndpoint plain;  // it may wait for what it releases
     host().attr("cleanup")(instance_, py::none());
   } catch (const py::error_already_set& e) {
-    std::fprintf(stderr, "baton: %s.__cleanup__ raised: %s\n", id().to_string().c_str(), e.what());
+    detail::log_error("{}.__cleanup__ raised: {}", id().to_string(), e.what());
   }
 }
 
@@ -204,7 +205,7 @@ void PyActor::on_failure(const std::string& reason) {
     const PlainEndpoint plain;
     host().attr("cleanup")(instance_, reason);
   } catch (const py::error_already_set& e) {
-    std::fprintf(stderr, "baton: %s.__cleanup__ raised: %s\n", id().to_string().c_str(), e.what());
+    detail::log_error("{}.__cleanup__ raised: {}", id().to_string(), e.what());
   }
 }
 
@@ -214,8 +215,7 @@ bool PyActor::supervise(const MeshFailure& failure) {
     const FreshContext fresh;
     return host().attr("supervise")(instance_, failure.to_string()).cast<bool>();
   } catch (const py::error_already_set& e) {
-    std::fprintf(stderr, "baton: %s.__supervise__ raised: %s\n", id().to_string().c_str(),
-                 e.what());
+    detail::log_error("{}.__supervise__ raised: {}", id().to_string(), e.what());
     return false;
   }
 }

@@ -16,7 +16,10 @@
 #include <optional>
 #include <thread>
 
+#include "baton/launch/job.hpp"
+#include "baton/rdma/rdma.hpp"
 #include "host/runtime_impl.hpp"
+#include "log/log.hpp"
 #include "python/bindings.hpp"
 
 namespace baton::python {
@@ -239,7 +242,7 @@ class PyRuntime {
       try {
         return (*held)(f.to_string());
       } catch (const py::error_already_set& e) {
-        std::fprintf(stderr, "baton: the controller's supervise hook raised: %s\n", e.what());
+        detail::log_error("the controller's supervise hook raised: {}", e.what());
         return false;
       }
     });

@@ -11,7 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "baton/baton.hpp"
+#include "baton/host/runtime.hpp"
+#include "baton/mesh/mesh.hpp"
 
 namespace baton::python {
 
