@@ -26,7 +26,7 @@ thread_local IoThread::Impl* t_guest = nullptr;    // leading this loop as a gue
 
 // How long the loop thread, parked for guests, waits after the last guest's turn before it takes
 // its loop back (a caller making call after call keeps it parked, with no wake-up per call).
-constexpr auto kTakeBack = std::chrono::milliseconds(1);
+constexpr auto kTakeBack = std::chrono::milliseconds(5);
 
 }  // namespace
 
