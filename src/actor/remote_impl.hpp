@@ -74,6 +74,8 @@ class RemoteRouter final : public Router {
                  const std::shared_ptr<net::Link>& link, bool accepted);
   std::optional<std::string> failure_of(const std::string& proc);
   void mark_failed(const std::string& proc, const std::string& report);
+  /// Whether `link` is still the route to `peer` (its on_closed has not run yet).
+  bool routes_to(const std::string& peer, const std::shared_ptr<net::Link>& link);
   std::optional<std::string> probe(const std::string& peer);
 
   // Links to procs in other processes, by peer name.

@@ -129,6 +129,12 @@ void RemoteRouter::link_closed(const std::string& peer, const std::shared_ptr<ne
   }
 }
 
+bool RemoteRouter::routes_to(const std::string& peer, const std::shared_ptr<net::Link>& link) {
+  std::lock_guard lock(routes_mu);
+  auto it = routes.find(peer);
+  return it != routes.end() && it->second.link == link;
+}
+
 std::optional<std::string> RemoteRouter::probe(const std::string& peer) {
   std::function<std::optional<std::string>(const std::string&)> p;
   {
@@ -236,6 +242,9 @@ bool RemoteRouter::route_call(const ActorId& target, const EndpointInfo& endpoin
   auto reason = UndeliverableError::Reason::link_lost;
   try {
     if (!link->send(std::move(env))) {
+      // The link closed a moment ago, and its handler is about to say why: a reply port still
+      // pending on its route is failed there with that reason (a refused secret, say).
+      if (reply_to && routes_to(target.proc.name, link)) return true;
       why = "the link to proc " + target.proc.name + " is closed; " + target.to_string() +
             " cannot be reached";
     }
