@@ -19,10 +19,6 @@ Watchdog::~Watchdog() {
   }
 }
 
-bool Watchdog::on_watchdog_thread() const {
-  return thread_.get_id() == std::this_thread::get_id();
-}
-
 void Watchdog::arm_slow() {
   std::call_once(started_, [this] {
     thread_ =
@@ -39,9 +35,8 @@ void Watchdog::poke() {
   {
     std::lock_guard lock(state_->mu);
     state_->poked = true;
-    state_->armed.store(true, std::memory_order_seq_cst);
   }
-  arm_slow();
+  arm_slow();  // sets the flag and wakes it
 }
 
 void Watchdog::run(const std::shared_ptr<State>& state, std::chrono::microseconds period,

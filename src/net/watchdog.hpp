@@ -32,8 +32,6 @@ class Watchdog {
   }
   /// Runs a look now instead of at the end of the period.
   void poke();
-  /// Whether the calling thread is the watchdog's.
-  bool on_watchdog_thread() const;
 
  private:
   struct State {
