@@ -1,13 +1,21 @@
 // `baton-bench rtt`: controller call_one round trips to an actor in another process on this
-// host, beside a raw unix-socket ping-pong between two processes measured in the same run; and
-// what each costs in CPU time (caller and callee, every thread), and what an idle proc burns.
+// host (over shared memory, and again over the unix socket alone), beside a raw unix-socket
+// ping-pong and a raw futex ping-pong between two processes measured in the same run; one-way
+// sends per second; what each costs in CPU time (caller and callee, every thread), and what an
+// idle proc burns.
 
+#include <linux/futex.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <climits>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -28,8 +36,25 @@ class Echo : public Actor {
  public:
   Bytes echo(const Bytes& b) { return b; }
   int pid() { return static_cast<int>(::getpid()); }
-  static constexpr auto endpoints = baton::endpoints<&Echo::echo, &Echo::pid>();
+  void hit(int n) { hits_ += n; }
+  long hits() { return hits_; }
+  static constexpr auto endpoints =
+      baton::endpoints<&Echo::echo, &Echo::pid, &Echo::hit, &Echo::hits>();
+
+ private:
+  long hits_ = 0;
 };
+
+/// The links of process `pid` that run over shared memory (its mappings of memfds named
+/// baton-link).
+int shm_links(pid_t pid) {
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  int n = 0;
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find("/memfd:baton-link") != std::string::npos) ++n;
+  }
+  return n;
+}
 
 /// CPU time a process has used so far, every thread of it, in nanoseconds (the scheduler's
 /// own accounting: /proc/PID/task/*/schedstat).
@@ -114,12 +139,62 @@ std::vector<double> socket_ping_pong(int n, double& cpu_ns) {
   return us;
 }
 
+long futex(std::atomic<std::uint32_t>* word, int op, std::uint32_t value) {
+  return ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), op, value, nullptr, nullptr,
+                   0);
+}
+
+// The floor for shared memory: a ping-pong between this process and a child through two words
+// of shared memory, each side sleeping in the kernel (FUTEX_WAIT) until the other wakes it.
+std::vector<double> futex_ping_pong(int n) {
+  void* mem = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) throw std::runtime_error("mmap");
+  auto* ping = new (mem) std::atomic<std::uint32_t>(0);
+  auto* pong = new (static_cast<char*>(mem) + 128) std::atomic<std::uint32_t>(0);
+  const int total = n + n / 10;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    for (std::uint32_t i = 1; i <= static_cast<std::uint32_t>(total); ++i) {
+      while (ping->load() < i) futex(ping, FUTEX_WAIT, i - 1);
+      pong->store(i);
+      futex(pong, FUTEX_WAKE, INT_MAX);
+    }
+    ::_exit(0);
+  }
+  std::vector<double> us;
+  for (std::uint32_t i = 1; i <= static_cast<std::uint32_t>(total); ++i) {
+    const auto t0 = Clock::now();
+    ping->store(i);
+    futex(ping, FUTEX_WAKE, INT_MAX);
+    while (pong->load() < i) futex(pong, FUTEX_WAIT, i - 1);
+    const auto t1 = Clock::now();
+    if (static_cast<int>(i) > n / 10) {
+      us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    }
+  }
+  ::waitpid(pid, nullptr, 0);
+  ::munmap(mem, 4096);
+  return us;
+}
+
+/// One-way sends per second from the controller to `echo`, in order, until the last is handled.
+double one_way_per_second(const ActorMesh<Echo>& echo, int n) {
+  const long before = echo.call_one(&Echo::hits).get();
+  const auto t0 = Clock::now();
+  for (int i = 0; i < n; ++i) echo.broadcast(&Echo::hit, 1);
+  const long after = echo.call_one(&Echo::hits).get();  // behind every send (per-sender FIFO)
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (after - before != n) throw std::runtime_error("one-way sends went missing");
+  return n / s;
+}
+
 }  // namespace
 
 int run_rtt() {
   constexpr int kCalls = 20000;
   double socket_cpu_ns = 0;
   const std::vector<double> socket = socket_ping_pong(kCalls, socket_cpu_ns);
+  const std::vector<double> futexes = futex_ping_pong(kCalls);
   auto procs = this_host().spawn_procs({{"procs", 1}});
   auto echo = procs.spawn<Echo>("echo");
   const auto callee = static_cast<pid_t>(echo.call_one(&Echo::pid).get());
@@ -127,6 +202,8 @@ int run_rtt() {
   const std::vector<double> small = time_calls(echo, 64, kCalls);
   const double cpu_ns = process_cpu_ns(::getpid()) + process_cpu_ns(callee) - cpu0;
   const std::vector<double> large = time_calls(echo, 1 << 20, 300);
+  const int links_shm = shm_links(callee);
+  const double throughput = one_way_per_second(echo, 200000);
   // An idle proc: what its threads use in two seconds without a message.
   const double idle0 = process_cpu_ns(callee);
   const auto t0 = Clock::now();
@@ -134,8 +211,28 @@ int run_rtt() {
   const double idle_ns = process_cpu_ns(callee) - idle0;
   const double idle_wall_ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
   procs.stop().get();
+  // The same over the unix socket alone: a proc whose links do not offer shared memory.
+  ::setenv("BATON_SHM", "0", 1);
+  auto unix_procs = this_host().spawn_procs({{"procs", 1}});
+  ::unsetenv("BATON_SHM");
+  auto unix_echo = unix_procs.spawn<Echo>("echo");
+  const auto unix_callee = static_cast<pid_t>(unix_echo.call_one(&Echo::pid).get());
+  const std::vector<double> unix_small = time_calls(unix_echo, 64, kCalls / 2);
+  const int unix_links_shm = shm_links(unix_callee);
+  const double unix_throughput = one_way_per_second(unix_echo, 100000);
+  unix_procs.stop().get();
   const double socket_p50 = percentile(socket, 0.5);
+  const double futex_p50 = percentile(futexes, 0.5);
   const double p50 = percentile(small, 0.5);
+  const double unix_p50 = percentile(unix_small, 0.5);
+  print_figure("proc_shm_links", links_shm, "links");
+  print_figure("proc_shm_links_unix_run", unix_links_shm, "links");
+  print_figure("futex_rtt_p50", futex_p50, "us");
+  print_figure("proc_rtt_shm_p50", p50, "us");
+  print_figure("proc_rtt_shm_futex_ratio", p50 / futex_p50, "x");
+  print_figure("proc_rtt_unix_p50", unix_p50, "us");
+  print_figure("proc_throughput_shm", throughput, "msg/s");
+  print_figure("proc_throughput_unix", unix_throughput, "msg/s");
   print_figure("proc_rtt_p50", p50, "us");
   print_figure("proc_rtt_p99", percentile(small, 0.99), "us");
   print_figure("proc_rtt_1mib_p50", percentile(large, 0.5), "us");

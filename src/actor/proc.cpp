@@ -368,45 +368,11 @@ void report_failure_to(const ActorId& owner, SupervisionEvent event, ProcState& 
 }
 
 void ProcState::post_background(std::function<void()> f) {
-  std::unique_lock lock(background_mu_);
-  if (background_stopping_) {
-    lock.unlock();
-    f();  // the proc is going: nobody else will run it
-    return;
-  }
-  background_.push_back(std::move(f));
-  if (!background_thread_.joinable()) {
-    background_thread_ = std::thread([this] {
-      std::unique_lock l(background_mu_);
-      for (;;) {
-        background_cv_.wait(l, [&] { return background_stopping_ || !background_.empty(); });
-        if (background_.empty()) return;
-        auto work = std::move(background_);
-        background_.clear();
-        l.unlock();
-        for (auto& w : work) w();
-        l.lock();
-      }
-    });
-  }
-  background_cv_.notify_one();
+  if (!background_.post(f)) f();  // the proc is going: nobody else will run it
 }
 
 void ProcState::stop_background() {
-  std::thread t;
-  {
-    std::lock_guard lock(background_mu_);
-    background_stopping_ = true;
-    t = std::move(background_thread_);
-  }
-  background_cv_.notify_one();
-  if (!t.joinable()) return;
-  if (t.get_id() == std::this_thread::get_id()) {
-    // Its own work dropped the last reference: it ends right after, touching nothing more.
-    t.detach();
-    return;
-  }
-  t.join();
+  background_.stop();
 }
 
 void ProcState::cell_finished() {
@@ -520,10 +486,7 @@ void Proc::stop() {
     m->sender = &state_->client;
     c->enqueue(m);
   }
-  if (auto* manual = dynamic_cast<ManualExecutor*>(state_->executor)) {
-    manual->run_until_idle();
-    return;
-  }
+  if (state_->executor->run_here_until_idle()) return;
   std::unique_lock lock(state_->mu);
   state_->idle_cv.wait(lock, [&] { return state_->live == 0; });
 }

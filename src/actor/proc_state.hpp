@@ -19,6 +19,7 @@
 #include "actor/node.hpp"
 #include "baton/actor/proc.hpp"
 #include "baton/net/link.hpp"
+#include "net/work_queue.hpp"
 
 namespace baton::detail {
 
@@ -69,16 +70,12 @@ class ProcState : public std::enable_shared_from_this<ProcState> {
 
  private:
   Extensions extensions_;
-  std::mutex background_mu_;
-  std::condition_variable background_cv_;
-  std::vector<std::function<void()>> background_;
-  std::thread background_thread_;
+  net::SerialQueue background_;
   std::unordered_map<ActorId, Ended> ended_;  // under mu
   std::deque<ActorId> ended_order_;           // oldest first
   // Members of meshes stopped whole and forgotten (forget_ended), the last kEndedKept: a message
   // that still comes for one was sent to an actor stopped on purpose.
   std::deque<ActorId> stopped_forgotten_;  // under mu
-  bool background_stopping_ = false;
 
  public:
   /// Runs `f` on this proc's background thread (started on first use, joined when the proc

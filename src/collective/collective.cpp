@@ -30,6 +30,7 @@
 #include "collective/nccl.hpp"
 #include "collective/reduce.hpp"
 #include "host/hosts.hpp"
+#include "net/work_queue.hpp"
 
 namespace baton::collective {
 namespace {
@@ -128,46 +129,20 @@ struct Communicator::Impl {
   std::unique_ptr<nccl::DeviceComm> device_comm;  // made by the first collective on a device
   std::uint32_t next_tag = 0;
 
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<std::function<void()>> queue;
-  bool stopping = false;
-  std::string broken;  // why the group can be used no more
-  std::thread thread;
+  std::string broken;  // why the group can be used no more (the queue's thread's)
+  // This rank's operations, in order, on a thread of their own.
+  net::SerialQueue queue;
 
-  ~Impl() {
-    {
-      std::lock_guard lock(mu);
-      stopping = true;
-    }
-    cv.notify_all();
-    if (!thread.joinable()) return;
-    if (thread.get_id() == std::this_thread::get_id()) {
-      thread.detach();  // its last job held the last reference: the thread ends after it
-    } else {
-      thread.join();
-    }
-  }
+  ~Impl() { queue.stop(); }
 
-  void run() {
-    // Gloo writes to its peers' sockets from this thread and from the device thread it starts
-    // here (which inherits this mask): a write to a rank that died must fail with EPIPE, not
-    // kill this process with SIGPIPE.
+  /// The queue's first job: Gloo writes to its peers' sockets from the queue's thread and from
+  /// the device thread it starts there (which inherits this mask): a write to a rank that died
+  /// must fail with EPIPE, not kill this process with SIGPIPE.
+  static void block_sigpipe() {
     sigset_t pipe;
     sigemptyset(&pipe);
     sigaddset(&pipe, SIGPIPE);
     ::pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
-    for (;;) {
-      std::function<void()> job;
-      {
-        std::unique_lock lock(mu);
-        cv.wait(lock, [&] { return stopping || !queue.empty(); });
-        if (queue.empty()) return;
-        job = std::move(queue.front());
-        queue.pop_front();
-      }
-      job();
-    }
   }
 
   std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(group.timeout_ms); }
@@ -175,8 +150,7 @@ struct Communicator::Impl {
   /// Runs `op` (named `what`) on this rank's thread, in order; a failure breaks the group.
   Future<void> submit(const std::string& what, std::function<void()> op) {
     Promise<void> done;
-    std::lock_guard lock(mu);
-    queue.push_back([this, what, op = std::move(op), done] {
+    queue.post([this, what, op = std::move(op), done] {
       if (!broken.empty()) {
         done.set_exception(std::make_exception_ptr(std::runtime_error(broken)));
         return;
@@ -192,7 +166,6 @@ struct Communicator::Impl {
         done.set_exception(std::make_exception_ptr(std::runtime_error(broken)));
       }
     });
-    cv.notify_all();
     return done.get_future();
   }
 
@@ -305,11 +278,10 @@ Future<void> Communicator::join(const Group& group, Actor& self) {
   impl->rank = rank;
   impl->proc = &self.proc();
   (void)self.proc().spawn<Peer>(peer_name(group.key, static_cast<std::size_t>(rank)));
-  impl->thread = std::thread([raw = impl.get()] { raw->run(); });
+  impl->queue.post(&Impl::block_sigpipe);
   Promise<void> joined;
   {
-    std::lock_guard lock(impl->mu);
-    impl->queue.push_back([impl, joined] {
+    impl->queue.post([impl, joined] {
       try {
         gloo::transport::tcp::attr attr;
         attr.hostname = impl->group.hosts[static_cast<std::size_t>(impl->rank)];
@@ -329,7 +301,6 @@ Future<void> Communicator::join(const Group& group, Actor& self) {
       }
     });
   }
-  impl->cv.notify_all();
   impl_ = std::move(impl);
   return joined.get_future();
 }

@@ -202,6 +202,7 @@ void Runtime::stop_on_signal(int sig) {
 
 void Runtime::kill_on_signal(int sig) {
   detail::log_warn("{} again: killing the job's processes", signal_name(sig));
+  state_->killing.store(true);
   state_->watcher->signal_all(SIGKILL);
   state_->remove_job_dir();
   std::fflush(stdout);

@@ -55,46 +55,16 @@ Future<void> all_of(const std::vector<Future<void>>& parts) {
   return all_of(states);
 }
 
-StopWorker::StopWorker() : thread_([this] { run(); }) {}
-
-StopWorker::~StopWorker() {
-  {
-    std::lock_guard lock(mu_);
-    quit_ = true;
-  }
-  cv_.notify_all();
-  thread_.join();
-}
-
-void StopWorker::post(std::function<void()> job) {
-  {
-    std::lock_guard lock(mu_);
-    jobs_.push_back(std::move(job));
-  }
-  cv_.notify_all();
-}
-
-void StopWorker::run() {
-  std::unique_lock lock(mu_);
-  for (;;) {
-    cv_.wait(lock, [&] { return quit_ || !jobs_.empty(); });
-    if (jobs_.empty()) return;  // quit, with nothing left to run
-    auto job = std::move(jobs_.front());
-    jobs_.pop_front();
-    lock.unlock();
-    job();
-    job = nullptr;  // what it held (its group) goes here, not under the lock
-    lock.lock();
-  }
-}
-
 Future<void> LocalProcGroup::stop(std::chrono::milliseconds grace) {
   std::unique_lock lock(mu_);
   if (phase_ == Phase::idle && !stops_.on_this_thread()) {
     phase_ = Phase::queued;
     stopping->store(true);
     lock.unlock();
-    stops_.post([self = shared_from_this(), grace] { self->run_queued(grace); });
+    auto self = shared_from_this();
+    if (!stops_.post([self, grace] { self->run_queued(grace); })) {
+      self->run_queued(grace);  // the runtime is going: its stop worker takes no more
+    }
     return done_.get_future();
   }
   // On the stop thread itself (a continuation of another stop's future), a stop not yet begun

@@ -145,6 +145,7 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
 }
 
 void Runtime::unhandled(const MeshFailure& event) {
+  if (state_->killing.load()) return;  // the job's processes die on purpose: the program ends
   std::function<bool(const MeshFailure&)> handler;
   {
     std::lock_guard lock(state_->mu);

@@ -34,6 +34,7 @@
 
 #include "actor/node.hpp"
 #include "baton/host/runtime.hpp"
+#include "net/work_queue.hpp"
 
 namespace baton {
 namespace internal {
@@ -218,52 +219,14 @@ class ChildWatcher {
   std::thread thread_;
 };
 
-/// Runs jobs at given times, on one thread started by the first job: deadlines that nothing
-/// else would wake up for (a worker that never links).
-class Timers {
- public:
-  Timers() = default;
-  /// Joins the thread; jobs not yet due are dropped.
-  ~Timers();
-  Timers(const Timers&) = delete;
-  Timers& operator=(const Timers&) = delete;
+/// Runs jobs at given times (deadlines that nothing else would wake up for: a worker that never
+/// links), on one thread started by the first job; a job must not block.
+using Timers = net::TimerQueue;
 
-  /// Runs `job` on the timers' thread at `when`; it must not block.
-  void at(std::chrono::steady_clock::time_point when, std::function<void()> job);
-
- private:
-  void run();
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::multimap<std::chrono::steady_clock::time_point, std::function<void()>> jobs_;
-  bool quit_ = false;
-  std::thread thread_;
-};
-
-/// Runs the orderly stops of proc groups on a thread that lives as long as the runtime, so
-/// that stop() returns its future at once. Stops run one after another.
-class StopWorker {
- public:
-  StopWorker();
-  /// Runs what is still queued, then joins the thread.
-  ~StopWorker();
-  StopWorker(const StopWorker&) = delete;
-  StopWorker& operator=(const StopWorker&) = delete;
-
-  void post(std::function<void()> job);
-  /// Whether the calling thread is the worker's (a continuation of a stop's future runs there).
-  bool on_this_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
-
- private:
-  void run();
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> jobs_;
-  bool quit_ = false;
-  std::thread thread_;
-};
+/// Runs the orderly stops of proc groups one after another, on a thread that lives as long as
+/// the runtime, so that stop() returns its future at once; what is still queued runs before the
+/// runtime goes. (on_this_thread(): a continuation of a stop's future runs there.)
+using StopWorker = net::SerialQueue;
 
 /// Worker processes started by one spawn_procs call.
 class LocalProcGroup final : public detail::ProcGroup,
@@ -384,6 +347,9 @@ struct Runtime::State {
   std::string credentials_from;  // where the controller's secret came from, for its errors
   std::chrono::milliseconds stop_grace{5000};
   std::chrono::milliseconds exit_wait{2000};
+  /// The program ends on a second signal: it kills the job's processes, whose loss is then no
+  /// failure to report (nor a reason to end with another status).
+  std::atomic<bool> killing{false};
   net::LinkOptions link;
   std::size_t mailbox_limit = 10000;
   std::mutex mu;

@@ -45,45 +45,6 @@ void close_port(const std::weak_ptr<detail::ProcState>& proc, std::uint64_t n) {
 
 }  // namespace
 
-Timers::~Timers() {
-  {
-    std::lock_guard lock(mu_);
-    quit_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
-
-void Timers::at(std::chrono::steady_clock::time_point when, std::function<void()> job) {
-  {
-    std::lock_guard lock(mu_);
-    jobs_.emplace(when, std::move(job));
-    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
-  }
-  cv_.notify_all();
-}
-
-void Timers::run() {
-  std::unique_lock lock(mu_);
-  while (!quit_) {
-    if (jobs_.empty()) {
-      cv_.wait(lock);
-      continue;
-    }
-    const auto next = jobs_.begin()->first;
-    if (std::chrono::steady_clock::now() < next) {
-      cv_.wait_until(lock, next);
-      continue;
-    }
-    auto job = std::move(jobs_.begin()->second);
-    jobs_.erase(jobs_.begin());
-    lock.unlock();
-    job();
-    job = nullptr;  // what it held goes here, not under the lock
-    lock.lock();
-  }
-}
-
 /// One spawn_procs_async call until every worker it started has linked (the mesh is ready), or
 /// it failed: a worker exited, one did not link in time, or the group was stopped first. The
 /// runtime's `starting` table owns it until then; what completes it holds it weakly.

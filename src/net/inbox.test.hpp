@@ -113,6 +113,7 @@ class RawClient {
     return out;
   }
   void shutdown_writes() { ::shutdown(fd_, SHUT_WR); }
+  int fd() const { return fd_; }
   /// True once the server has closed the connection (reads end of stream or a reset).
   bool closed_by_server() {
     pollfd p{fd_, POLLIN, 0};

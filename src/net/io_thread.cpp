@@ -133,6 +133,10 @@ IoThread* inline_io_thread() {
   return t_inline;
 }
 
+bool internal::work_waits_after_handler() {
+  return t_inline != nullptr && !t_inline->impl().after.empty();
+}
+
 void run_after_handler(IoThread& io, std::function<void()> f) {
   io.impl().after.push_back(std::move(f));
 }

@@ -129,7 +129,10 @@ void StreamLink::open(std::uint64_t epoch) {
     return;
   }
   if (tls_ctx_) return secure(epoch);
-  if (redial_) write_next(epoch);  // the hello set_dialler queued
+  if (redial_) {
+    if (offer_shm() && closed()) return;
+    write_next(epoch);  // the hello set_dialler queued (or what follows the offer)
+  }
   read_prefix(epoch);
 }
 
@@ -242,6 +245,13 @@ bool StreamLink::closed() const {
   return closed_;
 }
 
+std::string StreamLink::transport() const {
+  std::lock_guard lock(mu_);
+  if (shm_ && shm_->writing && shm_->reading) return "shm";
+  if (tls_ctx_) return "tls";
+  return unix_ ? "unix" : "tcp";
+}
+
 std::uint64_t StreamLink::connections() const {
   std::lock_guard lock(mu_);
   return connections_;
@@ -294,7 +304,10 @@ void StreamLink::authenticated(std::uint64_t epoch) {
     if (!direct) start_writer_locked();
   }
   last_recv_ = Clock::now();
-  if (direct) write_next(epoch);  // the hello set_dialler queued, then what was sent since
+  if (direct) {
+    if (offer_shm() && closed()) return;
+    write_next(epoch);  // the hello set_dialler queued, then what was sent since
+  }
   read_prefix(epoch);
 }
 
@@ -312,6 +325,10 @@ void StreamLink::shutdown(const std::string& reason, bool tell_peer) {
     unsent.swap(out_);
     out_bytes_ = 0;
     ctl_.clear();
+    if (shm_) {  // the pending reads' and writes' handlers hold this link
+      shm_->read_handler = nullptr;
+      shm_->write_handler = nullptr;
+    }
     room_came_locked();  // a closed link has room: nobody waits on it any more
   }
   room_.notify_all();

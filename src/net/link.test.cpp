@@ -38,12 +38,22 @@ std::string unix_path(const std::string& tag) {
   return "/tmp/baton-test-" + tag + "-" + std::to_string(::getpid()) + ".sock";
 }
 
+/// Each test runs over every transport: "unix" (the socket carries the frames), "shm" (a unix
+/// link whose frames go through shared memory) and "tcp".
 class LinkTest : public ::testing::TestWithParam<std::string> {
  protected:
   Address address() {
-    return Address::parse(GetParam() == "unix" ? "unix://" + unix_path("link")
-                                               : "tcp://127.0.0.1:0");
+    return Address::parse(GetParam() == "tcp" ? "tcp://127.0.0.1:0"
+                                              : "unix://" + unix_path("link"));
   }
+  /// Options for the dialler, which chooses shared memory or not.
+  LinkOptions options() {
+    LinkOptions o;
+    o.shared_memory = GetParam() == "shm";
+    return o;
+  }
+  /// The transport a link of this test's kind ends up on.
+  std::string expected_transport() { return GetParam(); }
   IoThread io;
 };
 
@@ -58,7 +68,7 @@ TEST_P(LinkTest, EnvelopesWithLargePartsArriveInOrderBothWays) {
     });
   });
   Inbox client_in;
-  auto client = Link::connect(io, listener->address(), client_in.handler());
+  auto client = Link::connect(io, listener->address(), client_in.handler(), options());
   constexpr std::uint64_t kCount = 300;
   for (std::uint64_t i = 0; i < kCount; ++i) {
     ASSERT_TRUE(client->send(make(i, i % 50 == 0 ? (1 << 20) : kOutOfBandThreshold + i)));
@@ -74,6 +84,8 @@ TEST_P(LinkTest, EnvelopesWithLargePartsArriveInOrderBothWays) {
     ASSERT_EQ(bytes, make(i, i % 50 == 0 ? (1 << 20) : kOutOfBandThreshold + i).body.parts[0]);
   }
   EXPECT_TRUE(client_in.closed.empty());
+  EXPECT_EQ(client->transport(), expected_transport());
+  EXPECT_EQ(server_side->transport(), expected_transport());
 }
 
 /// A receiver that reads its first envelope, then nothing more until resumed.
@@ -102,7 +114,7 @@ TEST_P(LinkTest, AReceiverThatStopsReadingMakesItsSenderWaitThenFailClearly) {
   StalledReceiver server(io, address());
   Inbox& server_in = server.in;
   auto& listener = server.listener;
-  LinkOptions options;
+  LinkOptions options = this->options();
   options.max_queued_bytes = std::size_t{64} * 1024;
   options.send_timeout = 100ms;
   Inbox client_in;
@@ -133,7 +145,7 @@ TEST_P(LinkTest, AReceiverThatStopsReadingMakesItsSenderWaitThenFailClearly) {
 
 TEST_P(LinkTest, ASenderThatMustNotWaitHearsWhenThereIsRoomAgain) {
   StalledReceiver server(io, address());
-  LinkOptions options;
+  LinkOptions options = this->options();
   options.max_queued_bytes = std::size_t{64} * 1024;
   Inbox client_in;
   auto client = Link::connect(io, server.listener->address(), client_in.handler(), options);
@@ -157,7 +169,7 @@ TEST_P(LinkTest, PeerCloseIsReportedWithAReason) {
   auto listener = Listener::listen(
       io, address(), [&](const std::shared_ptr<Link>&) { return server_in.handler(); });
   Inbox client_in;
-  auto client = Link::connect(io, listener->address(), client_in.handler());
+  auto client = Link::connect(io, listener->address(), client_in.handler(), options());
   client->close("done here");
   EXPECT_EQ(client_in.wait_closed(), "done here");
   EXPECT_EQ(server_in.wait_closed(), "peer closed the link");
@@ -165,7 +177,7 @@ TEST_P(LinkTest, PeerCloseIsReportedWithAReason) {
   EXPECT_FALSE(client->send(make(0, 1)));
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, LinkTest, ::testing::Values("unix", "tcp"));
+INSTANTIATE_TEST_SUITE_P(Transports, LinkTest, ::testing::Values("unix", "shm", "tcp"));
 
 using testing::RawClient;
 

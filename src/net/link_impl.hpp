@@ -6,6 +6,7 @@
 //   link_reader.cpp  the frame reader: prefix, header, parts; control frames and sessions
 //   link_writer.cpp  the frame writer: one frame at a time, control frames between them
 //   link_repair.cpp  heartbeats, and repairing a broken connection (redial, or wait)
+//   link_shm.cpp     shared memory: the rings that replace the socket's bytes on one host
 //   listener.cpp     the listener: accepting, authenticating and adopting connections
 //   tls.cpp          the job's certificates and the TLS context
 
@@ -32,6 +33,7 @@
 
 #include "baton/net/link.hpp"
 #include "log/log.hpp"
+#include "net/shm_ring.hpp"
 #include "net/watchdog.hpp"
 
 namespace baton::net {
@@ -79,6 +81,11 @@ namespace internal {
 
 extern thread_local bool t_io_thread;  // this thread runs an IoThread's event loop
 
+/// In a handler on an I/O thread's loop thread, which has woken work to run after it (see
+/// run_after_handler): what the handler reads next should wait for another turn of the loop,
+/// or a blocking piece of that work would hold it up.
+bool work_waits_after_handler();
+
 Protocol::endpoint to_endpoint(asio::io_context& ctx, const Address& a);
 /// Readies a link's socket: no process this one starts inherits it (Asio opens sockets without
 /// SOCK_CLOEXEC), and on TCP each frame goes out when written (TCP_NODELAY: a link writes whole
@@ -90,6 +97,11 @@ constexpr std::string_view kControl = "baton.link";
 constexpr std::string_view kHello = "hello";  // body: session, next seq expected from the peer
 constexpr std::string_view kAck = "ack";      // body: next seq expected from the peer
 constexpr std::string_view kBye = "bye";      // the peer closes the link on purpose
+// Shared memory (link_shm.cpp): the dialler offers a memfd (the fd follows the frame, with
+// one byte, as SCM_RIGHTS) and writes to its ring from then on; the listener answers, as the
+// last frame on the socket, that it reads and writes the rings from then on.
+constexpr std::string_view kShmOffer = "shm";
+constexpr std::string_view kShmTaken = "shm-taken";
 
 Frame control_frame(std::string_view kind, std::uint64_t a, std::uint64_t b = 0);
 
@@ -130,6 +142,7 @@ class StreamLink final : public Link {
   bool closed() const override;
   std::string describe() const override { return description_; }
   std::uint64_t connections() const override;
+  std::string transport() const override;
   void secure(std::uint64_t epoch);
   void tls_handshake(TlsStream& stream, bool client, std::uint64_t epoch,
                      std::function<void(const std::string&)> done);
@@ -171,6 +184,9 @@ class StreamLink final : public Link {
 
   template <class Buffers, class Handler>
   void async_read_all(const Buffers& buffers, Handler&& handler) {
+    if (shm_ && shm_->reading) {
+      return shm_read(asio::mutable_buffer(buffers), std::forward<Handler>(handler));
+    }
     if (tls_) {
       asio::async_read(*tls_, buffers, std::forward<Handler>(handler));
     } else {
@@ -179,6 +195,7 @@ class StreamLink final : public Link {
   }
   template <class Buffers, class Handler>
   void async_write_all(const Buffers& buffers, Handler&& handler) {
+    if (shm_ && shm_->writing) return shm_write(buffers, std::forward<Handler>(handler));
     if (tls_) {
       asio::async_write(*tls_, buffers, std::forward<Handler>(handler));
     } else {
@@ -208,6 +225,39 @@ class StreamLink final : public Link {
   void retry_or_give_up(std::uint64_t epoch, const std::string& why);
   void wait_for_peer(std::uint64_t epoch);
   static std::string eof_reason(const asio::error_code& ec);
+
+  // --- shared memory (link_shm.cpp) -----------------------------------------------------------
+  using IoHandler = std::function<void(asio::error_code, std::size_t)>;
+  struct Shm {
+    shm::Region region;
+    shm::RingEnd in;               // the peer's frames (strand)
+    shm::RingEnd out;              // ours (the writer: strand, or a sender under mu_)
+    bool reading = false;          // frames come from `in` (set under mu_ on the strand)
+    bool writing = false;          // frames go to `out` (set under mu_ on the strand)
+    bool peer_gone = false;        // the socket ended: the peer closed or died (strand)
+    bool owe_doorbell = false;     // a wake-up waits for `writing` (strand)
+    std::size_t switch_after = 0;  // control frames to write on the socket before `writing`
+    int depth = 0;                 // handlers called inline, nested (strand)
+    asio::mutable_buffer read_buffer;
+    std::size_t read_done = 0;
+    IoHandler read_handler;
+    std::vector<asio::const_buffer> write_buffers;
+    std::size_t write_index = 0, write_offset = 0, write_total = 0;
+    IoHandler write_handler;
+  };
+  bool offer_shm();
+  void take_shm(std::uint64_t epoch);
+  void shm_taken(std::uint64_t epoch);
+  void watch_shm(std::uint64_t epoch);
+  void shm_read(asio::mutable_buffer buffer, IoHandler handler);
+  void shm_write(const std::vector<asio::const_buffer>& buffers, IoHandler handler);
+  void serve_read();
+  void serve_write();
+  void complete(IoHandler handler, asio::error_code ec, std::size_t n);
+  void doorbell();
+  void ring_broke(const std::string& why);
+  void writes_switched_locked();
+  std::size_t shm_write_now(const Frame& frame);
 
   // --- opening (link.cpp) -------------------------------------------------------------------
   void open(std::uint64_t epoch);
@@ -268,6 +318,7 @@ class StreamLink final : public Link {
   bool writing_ = false;
   bool connected_ = true;
   bool closed_ = false;
+  std::unique_ptr<Shm> shm_;  // set once the link uses shared memory (under mu_)
 };
 
 }  // namespace internal

@@ -129,6 +129,10 @@ void StreamLink::on_control(std::uint64_t epoch, const std::string& kind) {
     trim(a);
   } else if (kind == kBye) {
     return shutdown("peer closed the link");
+  } else if (kind == kShmOffer) {
+    return take_shm(epoch);
+  } else if (kind == kShmTaken) {
+    return shm_taken(epoch);
   } else if (kind == kHello) {
     if (a == 0) return shutdown("a hello with no session");
     if (redial_) {

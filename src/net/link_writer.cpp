@@ -111,29 +111,33 @@ void StreamLink::write_next(std::uint64_t epoch) {
   add(frame->header.data(), frame->header.size());
   for (const Bytes& p : frame->parts) add(p.data(), p.size());
   in_flight_ = true;
-  async_write_all(buffers_, asio::bind_executor(strand_, [self = shared(), control, epoch](
-                                                             asio::error_code ec, std::size_t) {
-                    if (epoch != self->epoch_) return;
-                    self->in_flight_ = false;
-                    if (ec) return self->broken(epoch, ec);
-                    if (self->close_after_write_)
-                      return self->shutdown(*self->close_after_write_, true);
-                    {
-                      std::lock_guard lock(self->mu_);
-                      if (control) {
-                        self->ctl_.pop_front();
-                      } else {
-                        ++self->written_;
-                        self->front_sent_ = 0;
-                        self->drop_written_locked();
-                      }
-                    }
-                    self->write_next(epoch);
-                  }));
+  async_write_all(
+      buffers_, asio::bind_executor(strand_, [self = shared(), control, epoch](asio::error_code ec,
+                                                                               std::size_t) {
+        if (epoch != self->epoch_) return;
+        self->in_flight_ = false;
+        if (ec) return self->broken(epoch, ec);
+        if (self->close_after_write_) return self->shutdown(*self->close_after_write_, true);
+        {
+          std::lock_guard lock(self->mu_);
+          if (control) {
+            self->ctl_.pop_front();
+            if (self->shm_ && self->shm_->switch_after > 0 && --self->shm_->switch_after == 0) {
+              self->writes_switched_locked();
+            }
+          } else {
+            ++self->written_;
+            self->front_sent_ = 0;
+            self->drop_written_locked();
+          }
+        }
+        self->write_next(epoch);
+      }));
 }
 
 /// One non-blocking gather write of a whole frame; returns the bytes the socket took.
 std::size_t StreamLink::write_now(const Frame& frame) {
+  if (shm_ && shm_->writing) return shm_write_now(frame);
   if (tls_ || tls_ctx_) return 0;  // TLS records are written by the asynchronous path
   std::vector<iovec> iov;
   iov.reserve(1 + frame.parts.size());

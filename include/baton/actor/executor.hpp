@@ -34,6 +34,10 @@ class Executor {
   virtual ~Executor() = default;
   /// Makes `r` eligible to run; `r` must stay alive until it has run.
   virtual void schedule(Runnable* r) = 0;
+  /// For a caller that waits for scheduled work to be done (a proc stopping): an executor whose
+  /// work runs only when driven runs it all now, on the calling thread, and returns true; one
+  /// with threads of its own returns false, and the caller waits for them.
+  virtual bool run_here_until_idle() { return false; }
 };
 
 /// A work-sharing thread pool. A strand woken by a worker runs next on that worker (a "next"
@@ -113,6 +117,10 @@ class ManualExecutor final : public Executor {
   bool run_one();
   /// Runs until nothing is scheduled; returns the number of batches run.
   std::size_t run_until_idle();
+  bool run_here_until_idle() override {
+    run_until_idle();
+    return true;
+  }
   std::size_t pending() const;
 
  private:

@@ -1,7 +1,7 @@
 #pragma once
 
-// Framed links between procs over unix-domain sockets or TCP (Asio underneath, kept out of
-// this header so only src/net compiles it).
+// Framed links between procs over unix-domain sockets (with shared memory) or TCP (Asio
+// underneath, kept out of this header so only src/net compiles it).
 //
 // A link carries Envelopes as frames (see wire/envelope.hpp): the header is read first and
 // checked against the limits before any part is allocated, and parts are read straight into
@@ -62,6 +62,9 @@ struct TlsOptions {
 /// owner only), and returns TlsOptions naming them.
 TlsOptions make_job_certificates(const std::string& dir, int days = 30);
 
+/// False when the environment says BATON_SHM=0 (see LinkOptions::shared_memory).
+bool shared_memory_by_default();
+
 /// How a link watches and repairs its connection; every field has a working default.
 struct LinkOptions {
   DecodeLimits limits;
@@ -86,6 +89,11 @@ struct LinkOptions {
   /// a peer that fails it, skips it or replays an old answer is refused, with a logged reason,
   /// before any frame is read. Empty: connections are not authenticated.
   std::string secret;
+  /// Links between procs of one host (unix addresses) carry their frames through shared memory:
+  /// the dialler maps two rings in a memfd and hands it over the authenticated socket, which
+  /// then only wakes a side that sleeps and tells when the peer's process ends. Off: frames go
+  /// through the socket. The default is on unless the environment says BATON_SHM=0.
+  bool shared_memory = shared_memory_by_default();
   /// TLS on TCP connections (after the secret's handshake, before any frame); off when empty.
   /// A peer whose certificate does not chain to ca_file is refused.
   TlsOptions tls;
@@ -166,6 +174,9 @@ class Link : public std::enable_shared_from_this<Link> {
   virtual bool closed() const = 0;
   /// "unix:///path <- peer" or "tcp://1.2.3.4:5 -> 6.7.8.9:10", for logs.
   virtual std::string describe() const = 0;
+  /// What carries the frames: "shm" (shared memory, once both ends switched to it), "unix",
+  /// "tcp" or "tls".
+  virtual std::string transport() const = 0;
   /// Connections this link has had (1 until a broken one was repaired).
   virtual std::uint64_t connections() const = 0;
 };

@@ -1,0 +1,273 @@
+// Shared memory under a link between procs of one host: the frames that would go through the
+// unix socket go through two rings in a memfd (shm_ring.hpp) instead, with the same framing,
+// sequence numbers, limits and backpressure; the socket stays, to wake a side that sleeps (one
+// byte, a doorbell) and to tell when the peer's process ends (its end of stream).
+//
+// The switch, at a frame boundary in each direction:
+//   dialler:  hello, offer, then one byte carrying the memfd (SCM_RIGHTS), all on the socket
+//             as the first things written; every later frame goes to its ring.
+//   listener: reads the offer, then the byte and the fd; maps the region and reads the
+//             dialler's ring from then on; writes "taken" as its last frame on the socket, and
+//             its frames to its ring after it.
+//   dialler:  reads the socket until "taken", and its ring after it.
+// Doorbells go on the socket only once both directions are past the switch, so they never land
+// in the middle of a frame.
+
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "net/link_impl.hpp"
+
+namespace baton::net {
+
+bool shared_memory_by_default() {
+  const char* v = std::getenv("BATON_SHM");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
+namespace internal {
+
+/// The dialler, on the strand, before it writes anything else: offers shared memory. False if
+/// it could not (the link goes on over the socket, or closed with the reason).
+bool StreamLink::offer_shm() {
+  if (!unix_ || !options_.shared_memory || shm_) return false;
+  auto s = std::make_unique<Shm>();
+  try {
+    s->region = shm::Region::create();
+  } catch (const std::exception& e) {
+    log_line(options_, detail::LogLevel::debug,
+             "link " + description_ + ": no shared memory (" + e.what() + "); using the socket");
+    return false;
+  }
+  const shm::RegionLayout l = shm::layout(s->region.base, s->region.capacity);
+  s->out = shm::RingEnd(l.control[0], l.data[0], s->region.capacity);
+  s->in = shm::RingEnd(l.control[1], l.data[1], s->region.capacity);
+  s->writing = true;
+  std::string error;
+  {
+    std::lock_guard lock(mu_);
+    // The hello set_dialler queued, and the offer, written now as one.
+    std::string bytes = ctl_.front().flatten();
+    ctl_.pop_front();
+    bytes += control_frame(kShmOffer, 1).flatten();
+    const int fd = socket_.native_handle();
+    std::size_t sent = 0;
+    while (sent < bytes.size() && error.empty()) {
+      const ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+      if (n > 0) {
+        sent += static_cast<std::size_t>(n);
+      } else if (n < 0 && errno != EINTR && errno != EAGAIN) {
+        error = std::strerror(errno);
+      }
+    }
+    if (error.empty()) {
+      error = shm::send_fd(fd, s->region.fd, static_cast<int>(options_.dead_after.count()));
+    }
+    if (error.empty()) {
+      s->region.close_fd();  // the peer has its own now; the mapping keeps the memory
+      shm_ = std::move(s);
+    }
+  }
+  if (!error.empty()) {
+    shutdown("cannot offer shared memory to " + description_ + ": " + error);
+  }
+  return true;
+}
+
+/// The listener, on the strand, after the offer: takes the fd that follows it, maps the
+/// region, and switches.
+void StreamLink::take_shm(std::uint64_t epoch) {
+  if (redial_ || shm_ || !unix_) return shutdown("an unexpected shared-memory offer");
+  std::string error;
+  const int fd = shm::receive_fd(lowest().native_handle(), error);
+  if (fd < 0 && error.empty()) {
+    lowest().async_wait(Protocol::socket::wait_read,
+                        asio::bind_executor(strand_, [self = shared(), epoch](asio::error_code ec) {
+                          if (epoch != self->epoch_ || self->closed()) return;
+                          if (ec) return self->broken(epoch, ec);
+                          self->take_shm(epoch);
+                        }));
+    return;
+  }
+  if (fd < 0) return shutdown(error);
+  auto s = std::make_unique<Shm>();
+  error = shm::Region::map(fd, s->region);
+  if (!error.empty()) return shutdown("cannot use the shared memory the peer offered: " + error);
+  const shm::RegionLayout l = shm::layout(s->region.base, s->region.capacity);
+  s->in = shm::RingEnd(l.control[0], l.data[0], s->region.capacity);
+  s->out = shm::RingEnd(l.control[1], l.data[1], s->region.capacity);
+  s->reading = true;
+  {
+    std::lock_guard lock(mu_);
+    shm_ = std::move(s);
+    ctl_.push_back(control_frame(kShmTaken, 1));
+    shm_->switch_after = ctl_.size();
+    start_writer_locked();
+  }
+  watch_shm(epoch);
+  read_prefix(epoch);
+}
+
+/// The dialler, on the strand: the listener's frames come from its ring from now on.
+void StreamLink::shm_taken(std::uint64_t epoch) {
+  if (!shm_ || shm_->reading) return shutdown("an unexpected shared-memory answer");
+  {
+    std::lock_guard lock(mu_);  // transport() reads it
+    shm_->reading = true;
+  }
+  watch_shm(epoch);
+  read_prefix(epoch);
+}
+
+/// The listener's writer, after the control frame that ends the socket's stream (strand).
+void StreamLink::writes_switched_locked() {
+  shm_->writing = true;
+  if (shm_->owe_doorbell) {
+    shm_->owe_doorbell = false;
+    doorbell();
+  }
+}
+
+/// Waits for the socket: a doorbell (drained), or its end (the peer is gone).
+void StreamLink::watch_shm(std::uint64_t epoch) {
+  lowest().async_wait(Protocol::socket::wait_read,
+                      asio::bind_executor(strand_, [self = shared(), epoch](asio::error_code ec) {
+                        if (epoch != self->epoch_ || self->closed()) return;
+                        Shm& s = *self->shm_;
+                        if (ec) {
+                          s.peer_gone = true;
+                        } else {
+                          char drain[256];
+                          for (;;) {
+                            const ssize_t n = ::recv(self->lowest().native_handle(), drain,
+                                                     sizeof drain, MSG_DONTWAIT);
+                            if (n > 0) continue;
+                            if (n < 0 && errno == EINTR) continue;
+                            if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+                              s.peer_gone = true;
+                            break;
+                          }
+                        }
+                        self->serve_read();
+                        if (self->closed()) return;
+                        self->serve_write();
+                        if (!s.peer_gone && !self->closed()) self->watch_shm(epoch);
+                      }));
+}
+
+void StreamLink::doorbell() {
+  if (!shm_->writing) {
+    shm_->owe_doorbell = true;  // the socket still carries our frames
+    return;
+  }
+  const char byte = 'd';
+  // A full socket already holds a doorbell the peer has yet to drain.
+  (void)::send(lowest().native_handle(), &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+void StreamLink::ring_broke(const std::string& why) {
+  const std::string reason = "the peer broke the shared-memory ring: " + why;
+  log_line(options_, detail::LogLevel::warn, "link " + description_ + " closed: " + reason);
+  shutdown(reason);
+}
+
+/// Calls a read's or write's handler: inline while few are nested (a stream of frames already
+/// in the ring is read without a trip through the event loop), posted beyond that, and posted
+/// when a frame delivered woke work that runs after this handler: that work may block, and the
+/// next frame may be what it waits for (the watchdog's loop reads it then).
+void StreamLink::complete(IoHandler handler, asio::error_code ec, std::size_t n) {
+  Shm& s = *shm_;
+  if (s.depth < 16 && !work_waits_after_handler()) {
+    ++s.depth;
+    handler(ec, n);
+    --s.depth;
+    return;
+  }
+  asio::post(strand_, [handler = std::move(handler), ec, n] { handler(ec, n); });
+}
+
+void StreamLink::shm_read(asio::mutable_buffer buffer, IoHandler handler) {
+  Shm& s = *shm_;
+  s.read_buffer = buffer;
+  s.read_done = 0;
+  s.read_handler = std::move(handler);
+  serve_read();
+}
+
+void StreamLink::serve_read() {
+  Shm& s = *shm_;
+  if (!s.read_handler) return;
+  auto* at = static_cast<std::byte*>(s.read_buffer.data());
+  for (;;) {
+    const std::size_t n = s.in.read(at + s.read_done, s.read_buffer.size() - s.read_done);
+    s.read_done += n;
+    if (n > 0 && s.in.writer_wants_waking()) doorbell();
+    if (s.read_done == s.read_buffer.size()) {
+      last_recv_ = Clock::now();  // a large frame's bytes count as hearing from the peer
+      return complete(std::exchange(s.read_handler, nullptr), {}, s.read_done);
+    }
+    if (!s.in.corrupt().empty()) return ring_broke(s.in.corrupt());
+    if (n > 0) last_recv_ = Clock::now();
+    if (s.peer_gone) return complete(std::exchange(s.read_handler, nullptr), asio::error::eof, 0);
+    if (n == 0 && s.in.sleep_if_empty()) return;  // the doorbell brings us back
+  }
+}
+
+void StreamLink::shm_write(const std::vector<asio::const_buffer>& buffers, IoHandler handler) {
+  Shm& s = *shm_;
+  s.write_buffers = buffers;
+  s.write_index = 0;
+  s.write_offset = 0;
+  s.write_total = 0;
+  s.write_handler = std::move(handler);
+  serve_write();
+}
+
+void StreamLink::serve_write() {
+  Shm& s = *shm_;
+  if (!s.write_handler) return;
+  for (;;) {
+    bool wrote = false;
+    while (s.write_index < s.write_buffers.size()) {
+      const asio::const_buffer& b = s.write_buffers[s.write_index];
+      const std::size_t n = s.out.write(static_cast<const std::byte*>(b.data()) + s.write_offset,
+                                        b.size() - s.write_offset);
+      s.write_offset += n;
+      s.write_total += n;
+      wrote = wrote || n > 0;
+      if (s.write_offset < b.size()) break;
+      ++s.write_index;
+      s.write_offset = 0;
+    }
+    if (wrote && s.out.reader_wants_waking()) doorbell();
+    if (s.write_index == s.write_buffers.size()) {
+      return complete(std::exchange(s.write_handler, nullptr), {}, s.write_total);
+    }
+    if (!s.out.corrupt().empty()) return ring_broke(s.out.corrupt());
+    if (s.peer_gone) {
+      return complete(std::exchange(s.write_handler, nullptr), asio::error::broken_pipe, 0);
+    }
+    if (!wrote && s.out.wait_if_full()) return;  // the doorbell brings us back
+  }
+}
+
+/// A sender's direct write (under mu_, no writer running): as much of the frame as fits.
+std::size_t StreamLink::shm_write_now(const Frame& frame) {
+  Shm& s = *shm_;
+  std::size_t total = s.out.write(frame.header.data(), frame.header.size());
+  if (total == frame.header.size()) {
+    for (const Bytes& p : frame.parts) {
+      const std::size_t n = s.out.write(p.data(), p.size());
+      total += n;
+      if (n < p.size()) break;
+    }
+  }
+  if (total > 0 && s.out.reader_wants_waking()) doorbell();
+  return total;
+}
+
+}  // namespace internal
+}  // namespace baton::net

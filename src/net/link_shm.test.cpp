@@ -1,0 +1,219 @@
+// Shared-memory links against hostile and dying peers: a raw client does the offer by hand
+// (hello, offer, the memfd as SCM_RIGHTS) and then writes into the ring whatever it likes, or
+// is SIGKILLed in the middle of a frame. The ordinary traffic over shared memory (order, large
+// parts, backpressure, a close) runs in link.test.cpp, over every transport.
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+
+#include "baton/net/link.hpp"
+#include "net/inbox.test.hpp"
+#include "net/shm_ring.hpp"
+
+namespace baton::net {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::Inbox;
+using testing::kDeadline;
+using testing::make;
+using testing::RawClient;
+
+std::string control(const std::string& kind, std::uint64_t a, std::uint64_t b = 0) {
+  Envelope env;
+  env.sender = ActorId{ProcId{"link"}, "link", 0};
+  env.dest = PortId{env.sender, 0};
+  env.headers.emplace_back("baton.link", kind);
+  env.body = encode(a, b);
+  return encode_frame(env).flatten();
+}
+
+std::string frame(std::uint64_t seq, std::size_t part) {
+  Envelope env = make(seq, part);
+  env.seq = seq;
+  return encode_frame(env).flatten();
+}
+
+/// A dialler written by hand: it offers shared memory as a real one does, then writes into its
+/// ring (the one the listener reads) whatever the test says.
+struct RawShmClient {
+  explicit RawShmClient(const std::string& path)
+      : raw(path), region(shm::Region::create(std::size_t{64} << 10)) {
+    const shm::RegionLayout l = shm::layout(region.base, region.capacity);
+    control_to_listener = l.control[0];
+    out = shm::RingEnd(l.control[0], l.data[0], region.capacity);
+    raw.write(control("hello", 7) + control("shm", 1));
+    const std::string error = shm::send_fd(raw.fd(), region.fd, 1000);
+    if (!error.empty()) throw std::runtime_error(error);
+  }
+  void write(const std::string& bytes) {
+    std::size_t done = 0;
+    while (done < bytes.size()) {
+      const std::size_t n = out.write(bytes.data() + done, bytes.size() - done);
+      if (n == 0) throw std::runtime_error("the ring stayed full");
+      done += n;
+    }
+    ring();
+  }
+  void ring() { raw.write("d"); }
+
+  RawClient raw;
+  shm::Region region;
+  shm::RingControl* control_to_listener = nullptr;
+  shm::RingEnd out;
+};
+
+struct ShmHostile : ::testing::Test {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::unique_ptr<Inbox>> inboxes;
+  std::vector<std::shared_ptr<Link>> links;
+  IoThread io;
+  std::string path = "/tmp/baton-test-shm-" + std::to_string(::getpid()) + ".sock";
+  std::unique_ptr<Listener> listener = Listener::listen(
+      io, Address::parse("unix://" + path), [this](const std::shared_ptr<Link>& link) {
+        std::lock_guard lock(mu);
+        inboxes.push_back(std::make_unique<Inbox>());
+        links.push_back(link);
+        cv.notify_all();
+        // Echoes: a hand-made client never reads its ring, a real one hears back.
+        return inboxes.back()->handler([weak = std::weak_ptr<Link>(link)](Envelope& env) {
+          if (auto l = weak.lock()) l->send(env);
+        });
+      });
+  Inbox healthy_in;
+  std::shared_ptr<Link> healthy =
+      Link::connect(io, Address::parse("unix://" + path), healthy_in.handler());
+
+  Inbox& accepted(std::size_t i) {
+    std::unique_lock lock(mu);
+    if (!cv.wait_for(lock, kDeadline, [&] { return inboxes.size() > i; })) {
+      throw std::runtime_error("no accepted link");
+    }
+    return *inboxes[i];
+  }
+  /// The healthy link, over shared memory, still carries frames both ways.
+  void expect_healthy(std::size_t expected) {
+    ASSERT_TRUE(healthy->send(make(expected, 10)));
+    ASSERT_TRUE(accepted(0).wait_envelopes(expected + 1));
+    ASSERT_TRUE(healthy_in.wait_envelopes(expected + 1));  // the echo: both ends switched
+    EXPECT_EQ(healthy->transport(), "shm");
+    std::lock_guard lock(mu);
+    EXPECT_EQ(links[0]->transport(), "shm");
+  }
+};
+
+TEST_F(ShmHostile, GarbageInTheRingClosesThatLinkAndLeavesTheOthersWorking) {
+  expect_healthy(0);
+  std::mt19937 rng(11);
+  for (int round = 0; round < 10; ++round) {
+    RawShmClient raw(path);
+    Inbox& victim = accepted(static_cast<std::size_t>(round) + 1);
+    std::string garbage(64 + rng() % 512, '\0');
+    for (char& c : garbage) c = static_cast<char>(rng());
+    garbage.replace(0, 5, std::string("\x20\x00\x00\x00X", 5));  // a 32-byte header, bad magic
+    raw.write(frame(0, 100) + garbage);
+    EXPECT_THAT(victim.wait_closed(), HasSubstr("magic")) << "round " << round;
+    std::lock_guard lock(victim.mu);
+    EXPECT_EQ(victim.envelopes.size(), 1u);  // the good frame before the garbage arrived
+  }
+  expect_healthy(1);
+}
+
+TEST_F(ShmHostile, AnImpossibleWritePositionClosesThatLinkWithTheReason) {
+  expect_healthy(0);
+  std::size_t next = 1;
+  for (const std::uint64_t head : {std::uint64_t{1} << 40, std::uint64_t{64} << 10 | 1}) {
+    RawShmClient raw(path);
+    Inbox& victim = accepted(next++);
+    raw.write(frame(0, 10));
+    ASSERT_TRUE(victim.wait_envelopes(1));
+    raw.control_to_listener->head.store(raw.out.position() + head);
+    raw.ring();
+    EXPECT_THAT(victim.wait_closed(), HasSubstr("broke the shared-memory ring"));
+  }
+  expect_healthy(1);
+}
+
+TEST_F(ShmHostile, APeerKilledInTheMiddleOfAFrameIsReportedAndNothingHangs) {
+  expect_healthy(0);
+  auto raw = std::make_unique<RawShmClient>(path);
+  Inbox& victim = accepted(1);
+  const std::string whole = frame(0, 1000);
+  const std::string cut = frame(1, 20000).substr(0, 9000);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // The child holds the socket and the ring now: one frame, most of another, and it dies.
+    raw->write(whole + cut);
+    ::raise(SIGKILL);
+    std::_Exit(1);
+  }
+  raw.reset();  // the parent's copies of the socket and the memfd: only the child holds them
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ(WTERMSIG(status), SIGKILL);
+  EXPECT_EQ(victim.wait_closed(), "peer closed the link");
+  {
+    std::lock_guard lock(victim.mu);
+    ASSERT_EQ(victim.envelopes.size(), 1u);
+    EXPECT_EQ(victim.envelopes[0].seq, 0u);
+  }
+  expect_healthy(1);
+}
+
+TEST_F(ShmHostile, AnOfferWithoutItsMemfdIsRefused) {
+  expect_healthy(0);
+  RawClient raw(path);
+  Inbox& victim = accepted(1);
+  raw.write(control("hello", 9) + control("shm", 1) + "m");  // the byte, but no descriptor
+  EXPECT_THAT(victim.wait_closed(), HasSubstr("sent no single memfd"));
+  expect_healthy(1);
+}
+
+TEST(ShmRing, BytesGoRoundTheRingInOrderAndItsPositionsAreChecked) {
+  shm::Region region = shm::Region::create(4096);
+  const shm::RegionLayout l = shm::layout(region.base, region.capacity);
+  shm::RingEnd writer(l.control[0], l.data[0], region.capacity);
+  shm::RingEnd reader(l.control[0], l.data[0], region.capacity);
+  std::string sent;
+  std::string got;
+  std::mt19937 rng(3);
+  while (got.size() < 100000) {
+    std::string chunk(rng() % 3000, '\0');
+    for (char& c : chunk) c = static_cast<char>('a' + rng() % 26);
+    const std::size_t n = writer.write(chunk.data(), chunk.size());
+    sent.append(chunk, 0, n);
+    std::string buf(rng() % 5000, '\0');
+    buf.resize(reader.read(buf.data(), buf.size()));
+    got += buf;
+    ASSERT_EQ(got, sent.substr(0, got.size()));
+  }
+  EXPECT_FALSE(reader.sleep_if_empty() && reader.readable() != 0);
+  // A writer that says it is further ahead than the ring holds is found out.
+  l.control[0]->head.store(reader.position() + region.capacity + 1);
+  EXPECT_EQ(reader.readable(), 0u);
+  EXPECT_THAT(reader.corrupt(), HasSubstr("impossible"));
+}
+
+TEST(ShmRing, ARegionThatIsNotOursIsRefused) {
+  const int fd = ::memfd_create("not-baton", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(shm::region_size(4096))), 0);
+  shm::Region out;
+  EXPECT_THAT(shm::Region::map(fd, out), HasSubstr("not a baton link region"));
+}
+
+}  // namespace
+}  // namespace baton::net
