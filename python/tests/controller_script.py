@@ -24,18 +24,21 @@ if __name__ == "__main__":
     print("ready", flush=True)
     # Not flushed (standard output is a pipe): the runtime flushes it as it ends the program.
     print("buffered at the end")
-    sys.stderr.write("waiting\n")
-    if len(sys.argv) > 1 and sys.argv[1] == "refuse":
+    mode = sys.argv[1] if len(sys.argv) > 1 else ""
+    if mode == "refuse":
         procs.spawn("refusers", Refuses, "refused at construction")  # no hook: the program stops
-    if len(sys.argv) > 1 and sys.argv[1] == "raise":
+    if mode == "raise":
         counters.slice(gpus=1).fail.call_one("uncaught in the controller").get(timeout=30)
-    if len(sys.argv) > 1 and sys.argv[1] == "stubborn":
+    # "waiting" is said inside each try: a Ctrl-C right after it unwinds through that try.
+    if mode == "stubborn":
         try:
+            sys.stderr.write("waiting\n")
             threading.Event().wait()
         except KeyboardInterrupt:
             print("caught", flush=True)  # and goes on waiting: a second Ctrl-C kills at once
         threading.Event().wait()
     try:
+        sys.stderr.write("waiting\n")
         threading.Event().wait()  # until the test's signal
     finally:
         print("finally ran", flush=True)  # Ctrl-C is a KeyboardInterrupt: the program unwinds
