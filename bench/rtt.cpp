@@ -16,6 +16,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -202,6 +203,20 @@ int run_rtt() {
   const std::vector<double> small = time_calls(echo, 64, kCalls);
   const double cpu_ns = process_cpu_ns(::getpid()) + process_cpu_ns(callee) - cpu0;
   const std::vector<double> large = time_calls(echo, 1 << 20, 300);
+  // 256 MiB there and back, beside one memcpy of 256 MiB into memory already touched.
+  constexpr std::size_t kHuge = std::size_t{256} << 20;
+  const std::vector<double> huge = time_calls(echo, kHuge, 10);
+  double memcpy_us = 1e300;
+  {
+    std::vector<char> from(kHuge, 'x');
+    std::vector<char> to(kHuge, 'y');
+    for (int i = 0; i < 5; ++i) {
+      const auto t0 = Clock::now();
+      std::memcpy(to.data(), from.data(), kHuge);
+      memcpy_us =
+          std::min(memcpy_us, std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    }
+  }
   const int links_shm = shm_links(callee);
   const double throughput = one_way_per_second(echo, 200000);
   // An idle proc: what its threads use in two seconds without a message.
@@ -236,6 +251,9 @@ int run_rtt() {
   print_figure("proc_rtt_p50", p50, "us");
   print_figure("proc_rtt_p99", percentile(small, 0.99), "us");
   print_figure("proc_rtt_1mib_p50", percentile(large, 0.5), "us");
+  print_figure("proc_rtt_256mib_p50", percentile(huge, 0.5), "us");
+  print_figure("memcpy_256mib", memcpy_us, "us");
+  print_figure("proc_rtt_256mib_ratio", percentile(huge, 0.5) / memcpy_us, "x");
   print_figure("socket_rtt_p50", socket_p50, "us");
   print_figure("proc_rtt_ratio", p50 / socket_p50, "x");
   // Both sides, every thread, per round trip (the warm-up tenth included, as in the socket's).

@@ -74,11 +74,11 @@ struct RawShmClient {
 };
 
 struct ShmHostile : ::testing::Test {
+  IoThread io;  // first in, last out: the links below go before their event loop
   std::mutex mu;
   std::condition_variable cv;
   std::vector<std::unique_ptr<Inbox>> inboxes;
   std::vector<std::shared_ptr<Link>> links;
-  IoThread io;
   std::string path = "/tmp/baton-test-shm-" + std::to_string(::getpid()) + ".sock";
   std::unique_ptr<Listener> listener = Listener::listen(
       io, Address::parse("unix://" + path), [this](const std::shared_ptr<Link>& link) {

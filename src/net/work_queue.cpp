@@ -9,16 +9,18 @@ SerialQueue::~SerialQueue() {
 }
 
 bool SerialQueue::post(std::function<void()> job) {
+  // Once the lock is let go, the job may run and let go of this queue: only `state` is used.
+  const std::shared_ptr<State> state = state_;
   {
-    std::lock_guard lock(state_->mu);
-    if (state_->stopping) return false;
-    state_->jobs.push_back(std::move(job));
+    std::lock_guard lock(state->mu);
+    if (state->stopping) return false;
+    state->jobs.push_back(std::move(job));
     if (!thread_.joinable()) {
-      thread_ = std::thread([state = state_] { run(state); });
-      state_->id = thread_.get_id();
+      thread_ = std::thread([state] { run(state); });
+      state->id = thread_.get_id();
     }
   }
-  state_->cv.notify_one();
+  state->cv.notify_one();
   return true;
 }
 
