@@ -3,6 +3,7 @@
 // is SIGKILLed in the middle of a frame. The ordinary traffic over shared memory (order, large
 // parts, backpressure, a close) runs in link.test.cpp, over every transport.
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -182,6 +183,25 @@ TEST_F(ShmHostile, AnOfferWithoutItsMemfdIsRefused) {
   expect_healthy(1);
 }
 
+TEST_F(ShmHostile, AnOfferOfAMemfdThatCouldShrinkIsRefused) {
+  expect_healthy(0);
+  RawClient raw(path);
+  Inbox& victim = accepted(1);
+  // A region that looks right but whose size is not sealed: its peer could shrink it later,
+  // and a read past the end of the file would kill the listener with SIGBUS.
+  shm::Region sealed = shm::Region::create(4096);
+  const int fd = ::memfd_create("baton-link", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(sealed.size)), 0);
+  ASSERT_EQ(::pwrite(fd, sealed.base, sizeof(shm::RegionHeader), 0),
+            static_cast<ssize_t>(sizeof(shm::RegionHeader)));
+  raw.write(control("hello", 9) + control("shm", 1));
+  ASSERT_EQ(shm::send_fd(raw.fd(), fd, 1000), "");
+  ::close(fd);
+  EXPECT_THAT(victim.wait_closed(), HasSubstr("not sealed"));
+  expect_healthy(1);
+}
+
 TEST(ShmRing, BytesGoRoundTheRingInOrderAndItsPositionsAreChecked) {
   shm::Region region = shm::Region::create(4096);
   const shm::RegionLayout l = shm::layout(region.base, region.capacity);
@@ -208,9 +228,10 @@ TEST(ShmRing, BytesGoRoundTheRingInOrderAndItsPositionsAreChecked) {
 }
 
 TEST(ShmRing, ARegionThatIsNotOursIsRefused) {
-  const int fd = ::memfd_create("not-baton", MFD_CLOEXEC);
+  const int fd = ::memfd_create("not-baton", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(shm::region_size(4096))), 0);
+  ASSERT_EQ(::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), 0);
   shm::Region out;
   EXPECT_THAT(shm::Region::map(fd, out), HasSubstr("not a baton link region"));
 }

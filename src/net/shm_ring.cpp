@@ -19,6 +19,7 @@ namespace {
 
 constexpr std::size_t kHeaderBytes = 64;
 constexpr std::size_t kControlBytes = sizeof(RingControl);
+constexpr int kSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
 
 std::size_t round_up(std::size_t n, std::size_t to) {
   return (n + to - 1) / to * to;
@@ -158,10 +159,15 @@ Region Region::create(std::size_t capacity) {
   Region r;
   r.capacity = capacity;
   r.size = region_size(capacity);
-  r.fd = ::memfd_create("baton-link", MFD_CLOEXEC);
+  r.fd = ::memfd_create("baton-link", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (r.fd < 0) throw std::system_error(errno, std::generic_category(), "memfd_create");
   if (::ftruncate(r.fd, static_cast<off_t>(r.size)) != 0) {
     throw std::system_error(errno, std::generic_category(), "ftruncate of the link's memfd");
+  }
+  // Its size is fixed for good: neither side can shrink it under the other's mapping (a
+  // process that touches a page past the end of a file it mapped gets SIGBUS).
+  if (::fcntl(r.fd, F_ADD_SEALS, kSeals) != 0) {
+    throw std::system_error(errno, std::generic_category(), "sealing the link's memfd");
   }
   r.base = ::mmap(nullptr, r.size, PROT_READ | PROT_WRITE, MAP_SHARED, r.fd, 0);
   if (r.base == MAP_FAILED) {
@@ -178,6 +184,11 @@ Region Region::create(std::size_t capacity) {
 std::string Region::map(int fd, Region& out) {
   Region r;
   r.fd = fd;
+  // Mapped only if its size is sealed: a peer that shrank it later would crash us (SIGBUS).
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & kSeals) != kSeals) {
+    return "the offered memfd's size is not sealed (F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_SEAL)";
+  }
   struct stat st {};
   if (::fstat(fd, &st) != 0) return errno_text("fstat of the offered memfd");
   const auto size = static_cast<std::size_t>(st.st_size);
