@@ -367,7 +367,7 @@ void report_failure_to(const ActorId& owner, SupervisionEvent event, ProcState& 
   from.report_unhandled(event);
 }
 
-void ProcState::post_background(std::function<void()> f) {
+void ProcState::post_background(const std::function<void()>& f) {
   if (!background_.post(f)) f();  // the proc is going: nobody else will run it
 }
 

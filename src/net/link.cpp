@@ -186,6 +186,7 @@ void StreamLink::connect_first(std::uint64_t epoch) {
 }
 
 bool StreamLink::send(Envelope env) {
+  slabs_for(env);
   std::unique_lock lock(mu_);
   if (closed_) return false;
   if (out_bytes_ > options_.max_queued_bytes && !t_io_thread) {

@@ -244,11 +244,19 @@ class StreamLink final : public Link {
     std::vector<asio::const_buffer> write_buffers;
     std::size_t write_index = 0, write_offset = 0, write_total = 0;
     IoHandler write_handler;
+    std::deque<int> fds;                   // the memfds of slabs the peer sent, in order (strand)
+    std::optional<std::size_t> slab_part;  // a part waits for its memfd (strand)
+    std::uint64_t slab_epoch = 0;
+    Shm() = default;
+    Shm(const Shm&) = delete;
+    Shm& operator=(const Shm&) = delete;
+    ~Shm();
   };
   bool offer_shm();
   void take_shm(std::uint64_t epoch);
   void shm_taken(std::uint64_t epoch);
   void watch_shm(std::uint64_t epoch);
+  void on_socket(std::uint64_t epoch, const asio::error_code& ec);
   void shm_read(asio::mutable_buffer buffer, IoHandler handler);
   void shm_write(const std::vector<asio::const_buffer>& buffers, IoHandler handler);
   void serve_read();
@@ -258,6 +266,9 @@ class StreamLink final : public Link {
   void ring_broke(const std::string& why);
   void writes_switched_locked();
   std::size_t shm_write_now(const Frame& frame);
+  void read_slab(std::uint64_t epoch, std::size_t i);
+  bool send_slabs(Frame& frame);
+  void slabs_for(Envelope& env);
 
   // --- opening (link.cpp) -------------------------------------------------------------------
   void open(std::uint64_t epoch);

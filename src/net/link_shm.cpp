@@ -14,12 +14,14 @@
 // in the middle of a frame.
 
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
 #include "net/link_impl.hpp"
+#include "net/slab.hpp"
 
 namespace baton::net {
 
@@ -29,6 +31,77 @@ bool shared_memory_by_default() {
 }
 
 namespace internal {
+
+namespace {
+// Memfds the peer may send ahead of the frames that use them.
+constexpr std::size_t kMaxPendingSlabs = 4096;
+}  // namespace
+
+StreamLink::Shm::~Shm() {
+  for (const int fd : fds) ::close(fd);
+}
+
+/// A sender's thread, before the envelope is queued: its large parts become slabs there (the
+/// copy, if any, costs the sender, not the I/O thread), if the link runs over shared memory.
+void StreamLink::slabs_for(Envelope& env) {
+  bool large = false;
+  for (const Bytes& p : env.body.parts) large = large || shm::travels_as_slab(p.size());
+  if (!large) return;
+  {
+    std::lock_guard lock(mu_);
+    if (!shm_ || !shm_->writing) return;
+  }
+  for (Bytes& p : env.body.parts) {
+    if (!shm::travels_as_slab(p.size())) continue;
+    try {
+      p = shm::to_slab(p);
+    } catch (const std::exception&) {
+      return;  // tried again on the I/O thread, which closes the link if it fails there too
+    }
+  }
+}
+
+/// The writer (strand), before a data frame goes to the ring: sends the memfd of each of its
+/// large parts, in order, making a slab of any that is not one yet. False: the link closed.
+bool StreamLink::send_slabs(Frame& frame) {
+  for (Bytes& p : frame.parts) {
+    if (!shm::travels_as_slab(p.size())) continue;
+    std::string error;
+    try {
+      p = shm::to_slab(p);
+      error = shm::send_fd(lowest().native_handle(), shm::slab_fd(p),
+                           static_cast<int>(options_.dead_after.count()), 's');
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    if (!error.empty()) {
+      shutdown("cannot pass a part of " + std::to_string(p.size()) +
+               " bytes to the peer: " + error);
+      return false;
+    }
+  }
+  return true;
+}
+
+/// The reader (strand): part `i` of the frame being read is a slab; its memfd came on the
+/// socket (or waits for the watcher to bring it).
+void StreamLink::read_slab(std::uint64_t epoch, std::size_t i) {
+  Shm& s = *shm_;
+  if (s.fds.empty()) {
+    if (s.peer_gone) return broken(epoch, asio::error::eof);
+    s.slab_part = i;
+    s.slab_epoch = epoch;
+    return;
+  }
+  const int fd = s.fds.front();
+  s.fds.pop_front();
+  Bytes part;
+  const std::string error = shm::map_slab(fd, static_cast<std::size_t>(part_lengths_[i]), part);
+  if (!error.empty()) return ring_broke(error);
+  last_recv_ = Clock::now();
+  incoming_.body.parts.push_back(std::move(part));
+  read_part(epoch, i + 1);
+}
 
 /// The dialler, on the strand, before it writes anything else: offers shared memory. False if
 /// it could not (the link goes on over the socket, or closed with the reason).
@@ -136,26 +209,32 @@ void StreamLink::watch_shm(std::uint64_t epoch) {
   lowest().async_wait(Protocol::socket::wait_read,
                       asio::bind_executor(strand_, [self = shared(), epoch](asio::error_code ec) {
                         if (epoch != self->epoch_ || self->closed()) return;
-                        Shm& s = *self->shm_;
-                        if (ec) {
-                          s.peer_gone = true;
-                        } else {
-                          char drain[256];
-                          for (;;) {
-                            const ssize_t n = ::recv(self->lowest().native_handle(), drain,
-                                                     sizeof drain, MSG_DONTWAIT);
-                            if (n > 0) continue;
-                            if (n < 0 && errno == EINTR) continue;
-                            if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
-                              s.peer_gone = true;
-                            break;
-                          }
-                        }
-                        self->serve_read();
-                        if (self->closed()) return;
-                        self->serve_write();
-                        if (!s.peer_gone && !self->closed()) self->watch_shm(epoch);
+                        self->on_socket(epoch, ec);
                       }));
+}
+
+/// The socket woke the watcher (strand): doorbells, slabs' memfds, or the peer's end.
+void StreamLink::on_socket(std::uint64_t epoch, const asio::error_code& ec) {
+  Shm& s = *shm_;
+  if (ec) {
+    s.peer_gone = true;
+  } else {
+    const shm::Drained d = shm::drain(lowest().native_handle(), s.fds);
+    if (!d.error.empty()) return ring_broke(d.error);
+    if (s.fds.size() > kMaxPendingSlabs) {
+      return ring_broke("the peer sent more memfds than its frames use");
+    }
+    s.peer_gone = s.peer_gone || d.eof;
+  }
+  if (s.slab_part && (!s.fds.empty() || s.peer_gone)) {
+    const std::size_t i = *std::exchange(s.slab_part, std::nullopt);
+    read_slab(s.slab_epoch, i);
+    if (closed()) return;
+  }
+  serve_read();
+  if (closed()) return;
+  serve_write();
+  if (!s.peer_gone && !closed()) watch_shm(epoch);
 }
 
 void StreamLink::doorbell() {

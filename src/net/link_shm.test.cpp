@@ -12,6 +12,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -20,6 +23,7 @@
 #include "baton/net/link.hpp"
 #include "net/inbox.test.hpp"
 #include "net/shm_ring.hpp"
+#include "net/slab.hpp"
 
 namespace baton::net {
 namespace {
@@ -200,6 +204,77 @@ TEST_F(ShmHostile, AnOfferOfAMemfdThatCouldShrinkIsRefused) {
   ::close(fd);
   EXPECT_THAT(victim.wait_closed(), HasSubstr("not sealed"));
   expect_healthy(1);
+}
+
+/// Mappings of slabs in this process (memfds named baton-bytes), and descriptors of them.
+std::size_t slabs_here() {
+  std::size_t n = 0;
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find("/memfd:baton-bytes") != std::string::npos) ++n;
+  }
+  std::error_code ec;
+  for (const auto& fd : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    std::error_code rec;
+    if (std::filesystem::read_symlink(fd.path(), rec).string().find("memfd:baton-bytes") !=
+        std::string::npos) {
+      ++n;
+    }
+  }
+  return n;
+}
+
+TEST(ShmSlabs, A256MiBPartGoesThereAndBackInPlaceAndNothingIsLeftAfter) {
+  IoThread io;
+  const std::string path = "/tmp/baton-test-slab-" + std::to_string(::getpid()) + ".sock";
+  Inbox server_in;
+  auto listener = Listener::listen(
+      io, Address::parse("unix://" + path), [&](const std::shared_ptr<Link>& link) {
+        return server_in.handler([weak = std::weak_ptr<Link>(link)](Envelope& env) {
+          if (auto l = weak.lock()) l->send(env);  // the same bytes back
+        });
+      });
+  Inbox client_in;
+  auto client = Link::connect(io, listener->address(), client_in.handler());
+  std::vector<std::byte> pattern(std::size_t{256} << 20);
+  for (std::size_t i = 0; i < pattern.size(); ++i) {
+    pattern[i] = static_cast<std::byte>((i * 7 + i / 4096) % 251);
+  }
+  const Bytes sent = Bytes::adopt(std::move(pattern));
+  Envelope env = make(0);
+  env.body = encode(42, sent);
+  ASSERT_TRUE(client->send(env));
+  ASSERT_TRUE(client_in.wait_envelopes(1));
+  {
+    std::lock_guard lock(client_in.mu);
+    const auto [n, back] = decode<std::tuple<int, Bytes>>(client_in.envelopes[0].body);
+    EXPECT_EQ(n, 42);
+    ASSERT_EQ(back.size(), sent.size());
+    EXPECT_EQ(std::memcmp(back.data(), sent.data(), sent.size()), 0);
+    EXPECT_GE(shm::slab_fd(back), 0) << "the part was copied, not passed as a slab";
+  }
+  EXPECT_EQ(client->transport(), "shm");
+  // Once both ends are closed and what they delivered is dropped, no slab is left.
+  client->close_and_wait("done");
+  EXPECT_EQ(server_in.wait_closed(), "peer closed the link");
+  {
+    std::scoped_lock lock(client_in.mu, server_in.mu);
+    client_in.envelopes.clear();
+    server_in.envelopes.clear();
+  }
+  EXPECT_EQ(slabs_here(), 0u);
+}
+
+TEST(ShmSlabs, ASlabThatCouldChangeIsRefused) {
+  const int fd = ::memfd_create("baton-bytes", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, 1 << 20), 0);
+  ASSERT_EQ(::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);  // writes still allowed
+  Bytes out;
+  EXPECT_THAT(shm::map_slab(fd, 1 << 20, out), HasSubstr("not sealed against change"));
+  Bytes copy = shm::to_slab(Bytes::copy(std::string(1 << 20, 'z')));
+  const int dup = ::dup(shm::slab_fd(copy));
+  EXPECT_THAT(shm::map_slab(dup, 2 << 20, out), HasSubstr("a slab of 1048576 bytes"));
 }
 
 TEST(ShmRing, BytesGoRoundTheRingInOrderAndItsPositionsAreChecked) {

@@ -8,6 +8,7 @@
 #include <climits>
 
 #include "net/link_impl.hpp"
+#include "net/slab.hpp"
 
 namespace baton::net::internal {
 
@@ -99,6 +100,9 @@ void StreamLink::write_next(std::uint64_t epoch) {
       return;
     }
   }
+  // Over shared memory a large part goes as a slab: its memfd on the socket, not its bytes.
+  const bool slabs = !control && shm_ && shm_->writing;
+  if (slabs && !send_slabs(*frame)) return;  // closed, with the reason
   buffers_.clear();
   auto add = [&](const void* data, std::size_t size) {
     if (skip >= size) {
@@ -109,7 +113,9 @@ void StreamLink::write_next(std::uint64_t epoch) {
     skip = 0;
   };
   add(frame->header.data(), frame->header.size());
-  for (const Bytes& p : frame->parts) add(p.data(), p.size());
+  for (const Bytes& p : frame->parts) {
+    if (!slabs || !shm::travels_as_slab(p.size())) add(p.data(), p.size());
+  }
   in_flight_ = true;
   async_write_all(
       buffers_, asio::bind_executor(strand_, [self = shared(), control, epoch](asio::error_code ec,
@@ -137,7 +143,12 @@ void StreamLink::write_next(std::uint64_t epoch) {
 
 /// One non-blocking gather write of a whole frame; returns the bytes the socket took.
 std::size_t StreamLink::write_now(const Frame& frame) {
-  if (shm_ && shm_->writing) return shm_write_now(frame);
+  if (shm_ && shm_->writing) {
+    for (const Bytes& p : frame.parts) {
+      if (shm::travels_as_slab(p.size())) return 0;  // its slab goes the asynchronous way
+    }
+    return shm_write_now(frame);
+  }
   if (tls_ || tls_ctx_) return 0;  // TLS records are written by the asynchronous path
   std::vector<iovec> iov;
   iov.reserve(1 + frame.parts.size());

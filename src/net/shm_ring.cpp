@@ -221,8 +221,8 @@ std::string Region::map(int fd, Region& out) {
 
 // --- passing the descriptor ------------------------------------------------------------------
 
-std::string send_fd(int sock, int fd, int timeout_ms) {
-  char byte = 'm';
+std::string send_fd(int sock, int fd, int timeout_ms, char tag) {
+  char byte = tag;
   iovec iov{&byte, 1};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
   msghdr msg{};
@@ -288,6 +288,40 @@ int receive_fd(int sock, std::string& error) {
     return -1;
   }
   return fd;
+}
+
+Drained drain(int sock, std::deque<int>& fds) {
+  Drained d;
+  for (;;) {
+    char bytes[256];
+    iovec iov{bytes, sizeof bytes};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 8)] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    const ssize_t n = ::recvmsg(sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return d;
+    if (n <= 0) {
+      d.eof = true;
+      return d;
+    }
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (std::size_t i = 0; i < count; ++i) {
+        int fd = -1;
+        std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+        fds.push_back(fd);
+      }
+    }
+    if ((msg.msg_flags & MSG_CTRUNC) != 0) {
+      d.error = "the peer sent more descriptors in one message than a slab takes";
+      return d;
+    }
+  }
 }
 
 }  // namespace baton::net::shm

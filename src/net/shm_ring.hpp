@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <string>
 
 namespace baton::net::shm {
@@ -114,9 +115,17 @@ struct Region {
   void close_fd();
 };
 
-/// Sends `fd` with one byte over the unix socket `sock` (SCM_RIGHTS), waiting up to
+/// Sends `fd` with one byte (`tag`) over the unix socket `sock` (SCM_RIGHTS), waiting up to
 /// `timeout_ms` for room; "" or the error.
-std::string send_fd(int sock, int fd, int timeout_ms);
+std::string send_fd(int sock, int fd, int timeout_ms, char tag = 'm');
+
+/// Reads what waits on a shared-memory link's socket now: doorbells (dropped) and descriptors
+/// (appended to `fds`, in the order sent). `eof`: the peer's end closed (or reset).
+struct Drained {
+  bool eof = false;
+  std::string error;  // a message that could not be taken whole (too many descriptors)
+};
+Drained drain(int sock, std::deque<int>& fds);
 /// Receives the byte and the descriptor send_fd() sent, if they are there now: the fd, -1 if
 /// nothing has arrived yet (`error` empty), or -1 with `error` set.
 int receive_fd(int sock, std::string& error);

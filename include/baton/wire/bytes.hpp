@@ -37,6 +37,9 @@ class Bytes {
   /// A view of [offset, offset + len) sharing this buffer's storage; throws if out of range.
   Bytes slice(std::size_t offset, std::size_t len) const;
 
+  /// What keeps the bytes alive (a transport looks in it for memory it can pass on as it is).
+  const std::shared_ptr<const void>& owner() const { return owner_; }
+
   friend bool operator==(const Bytes& a, const Bytes& b);
 
  private:

@@ -1,0 +1,109 @@
+#include "net/slab.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <system_error>
+
+namespace baton::net::shm {
+
+namespace {
+
+// Nobody can change a slab once sealed: not its size (a mapping past the end would fault), not
+// its bytes (a reader reads them in place, after its checks).
+constexpr int kSlabSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL;
+
+// Slabs whose memfd is kept open so they can be sent on without a copy. Beyond this many a
+// received slab keeps only its mapping (a process has about a thousand descriptors), and sending
+// it on copies it.
+constexpr int kHeldFds = 256;
+std::atomic<int> held_fds{0};
+
+/// Unmaps a slab and closes its memfd (if held) when the last Bytes of it goes; also how a
+/// slab is told from other memory (std::get_deleter).
+struct SlabRelease {
+  int fd = -1;
+  std::size_t size = 0;
+  void operator()(const void* p) const {
+    ::munmap(const_cast<void*>(p), size);
+    if (fd >= 0) {
+      ::close(fd);
+      held_fds.fetch_sub(1);
+    }
+  }
+};
+
+/// Maps `fd` read-only as a Bytes that owns the mapping (and the fd, when it may be held).
+Bytes wrap(int fd, std::size_t size) {
+  void* at = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  if (at == MAP_FAILED) {
+    const int e = errno;
+    ::close(fd);
+    throw std::system_error(e, std::generic_category(), "mmap of a slab");
+  }
+  SlabRelease release{fd, size};
+  if (held_fds.fetch_add(1) >= kHeldFds) {
+    held_fds.fetch_sub(1);
+    ::close(fd);
+    release.fd = -1;
+  }
+  std::shared_ptr<const void> owner(at, release);
+  return Bytes::view(std::move(owner), static_cast<const std::byte*>(at), size);
+}
+
+}  // namespace
+
+int slab_fd(const Bytes& b) {
+  const auto* release = std::get_deleter<SlabRelease>(b.owner());
+  if (release == nullptr || release->fd < 0) return -1;
+  if (b.data() != b.owner().get() || b.size() != release->size) return -1;  // a slice of one
+  return release->fd;
+}
+
+Bytes to_slab(const Bytes& b) {
+  if (slab_fd(b) >= 0) return b;
+  const int fd = ::memfd_create("baton-bytes", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) throw std::system_error(errno, std::generic_category(), "memfd_create of a slab");
+  auto fail = [fd](const char* what) {
+    const int e = errno;
+    ::close(fd);
+    return std::system_error(e, std::generic_category(), what);
+  };
+  if (::ftruncate(fd, static_cast<off_t>(b.size())) != 0) throw fail("ftruncate of a slab");
+  void* at = ::mmap(nullptr, b.size(), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  if (at == MAP_FAILED) throw fail("mmap of a new slab");
+  std::memcpy(at, b.data(), b.size());
+  ::munmap(at, b.size());  // a writable mapping would stop the write seal
+  if (::fcntl(fd, F_ADD_SEALS, kSlabSeals) != 0) throw fail("sealing a slab");
+  return wrap(fd, b.size());
+}
+
+std::string map_slab(int fd, std::size_t size, Bytes& out) {
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  struct stat st {};
+  std::string error;
+  if (seals < 0 || (seals & kSlabSeals) != kSlabSeals) {
+    error = "a slab not sealed against change (F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_WRITE)";
+  } else if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != size) {
+    error =
+        "a slab of " + std::to_string(st.st_size) + " bytes for a part of " + std::to_string(size);
+  }
+  if (!error.empty()) {
+    ::close(fd);
+    return error;
+  }
+  try {
+    out = wrap(fd, size);
+  } catch (const std::system_error& e) {
+    return e.what();
+  }
+  return {};
+}
+
+}  // namespace baton::net::shm
