@@ -75,11 +75,15 @@ Bytes to_slab(const Bytes& b) {
     ::close(fd);
     return std::system_error(e, std::generic_category(), what);
   };
-  if (::ftruncate(fd, static_cast<off_t>(b.size())) != 0) throw fail("ftruncate of a slab");
-  void* at = ::mmap(nullptr, b.size(), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-  if (at == MAP_FAILED) throw fail("mmap of a new slab");
-  std::memcpy(at, b.data(), b.size());
-  ::munmap(at, b.size());  // a writable mapping would stop the write seal
+  // Written, not mapped: the kernel fills whole pages without zeroing them first, and no page
+  // table is made and torn down (a writable mapping would also stop the write seal).
+  std::size_t done = 0;
+  while (done < b.size()) {
+    const ssize_t n = ::pwrite(fd, b.data() + done, b.size() - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw fail("writing a slab");
+    done += static_cast<std::size_t>(n);
+  }
   if (::fcntl(fd, F_ADD_SEALS, kSlabSeals) != 0) throw fail("sealing a slab");
   return wrap(fd, b.size());
 }

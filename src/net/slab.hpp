@@ -1,7 +1,8 @@
 #pragma once
 
 // Internal: large parts between procs of one host, passed as memory rather than copied through
-// a ring. On a shared-memory link every part of kSlabBytes or more travels as a slab: a memfd
+// a ring. On a shared-memory link every part of kSlabBytes (8 MiB) or more travels as a slab
+// (below that, two copies through the ring cost less than making a memfd): a memfd
 // sealed against any change (size and contents), whose descriptor goes over the link's socket
 // while the frame goes through the ring without that part's bytes. The receiver maps it
 // read-only and reads it in place; a slab it sends on (an echo, a forward) goes as the same
@@ -14,7 +15,7 @@
 
 namespace baton::net::shm {
 
-constexpr std::size_t kSlabBytes = std::size_t{1} << 20;
+constexpr std::size_t kSlabBytes = std::size_t{8} << 20;
 
 /// Whether a part of `size` bytes travels as a slab on a shared-memory link.
 inline bool travels_as_slab(std::size_t size) {
