@@ -107,7 +107,7 @@ void StreamLink::read_slab(std::uint64_t epoch, std::size_t i) {
 /// it could not (the link goes on over the socket, or closed with the reason).
 bool StreamLink::offer_shm() {
   if (!unix_ || !options_.shared_memory || shm_) return false;
-  auto s = std::make_unique<Shm>();
+  auto s = std::make_unique<Shm>(strand_);
   try {
     s->region = shm::Region::create();
   } catch (const std::exception& e) {
@@ -166,7 +166,7 @@ void StreamLink::take_shm(std::uint64_t epoch) {
     return;
   }
   if (fd < 0) return shutdown(error);
-  auto s = std::make_unique<Shm>();
+  auto s = std::make_unique<Shm>(strand_);
   error = shm::Region::map(fd, s->region);
   if (!error.empty()) return shutdown("cannot use the shared memory the peer offered: " + error);
   const shm::RegionLayout l = shm::layout(s->region.base, s->region.capacity);
@@ -272,13 +272,40 @@ void StreamLink::shm_read(asio::mutable_buffer buffer, IoHandler handler) {
   Shm& s = *shm_;
   s.read_buffer = buffer;
   s.read_done = 0;
+  s.read_pending = true;
   s.read_handler = std::move(handler);
   serve_read();
 }
 
+/// Ends the read (or write) in progress: its handler runs now, or, if it waits, its wait ends.
+void StreamLink::finish(bool read, asio::error_code ec, std::size_t n) {
+  Shm& s = *shm_;
+  bool& pending = read ? s.read_pending : s.write_pending;
+  IoHandler& handler = read ? s.read_handler : s.write_handler;
+  pending = false;
+  if (handler) return complete(std::exchange(handler, nullptr), ec, n);
+  (read ? s.read_ec : s.write_ec) = ec;
+  (read ? s.read_n : s.write_n) = n;
+  (read ? s.read_wait : s.write_wait).cancel();
+}
+
+/// The read (or write) in progress waits for the peer: its handler goes to a wait that finish()
+/// (or shutdown()) ends.
+void StreamLink::park(bool read) {
+  Shm& s = *shm_;
+  IoHandler& handler = read ? s.read_handler : s.write_handler;
+  if (!handler) return;  // waits already
+  asio::steady_timer& wait = read ? s.read_wait : s.write_wait;
+  wait.expires_at(asio::steady_timer::time_point::max());
+  wait.async_wait([this, read, h = std::exchange(handler, nullptr)](asio::error_code) mutable {
+    Shm& sh = *shm_;  // `h` holds this link
+    complete(std::move(h), read ? sh.read_ec : sh.write_ec, read ? sh.read_n : sh.write_n);
+  });
+}
+
 void StreamLink::serve_read() {
   Shm& s = *shm_;
-  if (!s.read_handler) return;
+  if (!s.read_pending) return;
   auto* at = static_cast<std::byte*>(s.read_buffer.data());
   for (;;) {
     const std::size_t n = s.in.read(at + s.read_done, s.read_buffer.size() - s.read_done);
@@ -286,12 +313,12 @@ void StreamLink::serve_read() {
     if (n > 0 && s.in.writer_wants_waking()) doorbell();
     if (s.read_done == s.read_buffer.size()) {
       last_recv_ = Clock::now();  // a large frame's bytes count as hearing from the peer
-      return complete(std::exchange(s.read_handler, nullptr), {}, s.read_done);
+      return finish(true, {}, s.read_done);
     }
     if (!s.in.corrupt().empty()) return ring_broke(s.in.corrupt());
     if (n > 0) last_recv_ = Clock::now();
-    if (s.peer_gone) return complete(std::exchange(s.read_handler, nullptr), asio::error::eof, 0);
-    if (n == 0 && s.in.sleep_if_empty()) return;  // the doorbell brings us back
+    if (s.peer_gone) return finish(true, asio::error::eof, 0);
+    if (n == 0 && s.in.sleep_if_empty()) return park(true);  // the doorbell brings us back
   }
 }
 
@@ -301,13 +328,14 @@ void StreamLink::shm_write(const std::vector<asio::const_buffer>& buffers, IoHan
   s.write_index = 0;
   s.write_offset = 0;
   s.write_total = 0;
+  s.write_pending = true;
   s.write_handler = std::move(handler);
   serve_write();
 }
 
 void StreamLink::serve_write() {
   Shm& s = *shm_;
-  if (!s.write_handler) return;
+  if (!s.write_pending) return;
   for (;;) {
     bool wrote = false;
     while (s.write_index < s.write_buffers.size()) {
@@ -322,14 +350,10 @@ void StreamLink::serve_write() {
       s.write_offset = 0;
     }
     if (wrote && s.out.reader_wants_waking()) doorbell();
-    if (s.write_index == s.write_buffers.size()) {
-      return complete(std::exchange(s.write_handler, nullptr), {}, s.write_total);
-    }
+    if (s.write_index == s.write_buffers.size()) return finish(false, {}, s.write_total);
     if (!s.out.corrupt().empty()) return ring_broke(s.out.corrupt());
-    if (s.peer_gone) {
-      return complete(std::exchange(s.write_handler, nullptr), asio::error::broken_pipe, 0);
-    }
-    if (!wrote && s.out.wait_if_full()) return;  // the doorbell brings us back
+    if (s.peer_gone) return finish(false, asio::error::broken_pipe, 0);
+    if (!wrote && s.out.wait_if_full()) return park(false);  // the doorbell brings us back
   }
 }
 
