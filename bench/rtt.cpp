@@ -248,6 +248,7 @@ int run_rtt() {
   print_figure("proc_rtt_unix_p50", unix_p50, "us");
   print_figure("proc_throughput_shm", throughput, "msg/s");
   print_figure("proc_throughput_unix", unix_throughput, "msg/s");
+  print_figure("proc_throughput_shm_ratio", throughput / unix_throughput, "x");
   print_figure("proc_rtt_p50", p50, "us");
   print_figure("proc_rtt_p99", percentile(small, 0.99), "us");
   print_figure("proc_rtt_1mib_p50", percentile(large, 0.5), "us");

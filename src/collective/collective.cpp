@@ -130,10 +130,9 @@ struct Communicator::Impl {
   std::uint32_t next_tag = 0;
 
   std::string broken;  // why the group can be used no more (the queue's thread's)
-  // This rank's operations, in order, on a thread of their own.
+  // This rank's operations, in order, on a thread of their own. The last member: it goes
+  // first, running what is queued while the rest is still there.
   net::SerialQueue queue;
-
-  ~Impl() { queue.stop(); }
 
   /// The queue's first job: Gloo writes to its peers' sockets from the queue's thread and from
   /// the device thread it starts there (which inherits this mask): a write to a rank that died

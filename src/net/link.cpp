@@ -326,13 +326,9 @@ void StreamLink::shutdown(const std::string& reason, bool tell_peer) {
     unsent.swap(out_);
     out_bytes_ = 0;
     ctl_.clear();
-    if (shm_) {  // a read's or write's handler holds this link: it is dropped, or its wait ends
-      shm_->read_handler = nullptr;
-      shm_->write_handler = nullptr;
-      shm_->read_pending = shm_->write_pending = false;
-      shm_->read_ec = shm_->write_ec = asio::error::operation_aborted;
-      shm_->read_wait.cancel();
-      shm_->write_wait.cancel();
+    if (shm_) {  // a read's or write's handler holds this link
+      shm_->read_op.abort();
+      shm_->write_op.abort();
     }
     room_came_locked();  // a closed link has room: nobody waits on it any more
   }

@@ -241,25 +241,28 @@ class StreamLink final : public Link {
     // A read or write in progress. One that must wait for the peer hands its handler (which
     // holds the link) to a timer's wait that only a cancel ends: an event loop that goes frees
     // it with its other operations, and no cycle keeps the link alive.
+    struct Op {
+      explicit Op(const asio::strand<asio::io_context::executor_type>& strand) : wait(strand) {}
+      bool pending = false;
+      IoHandler handler;  // until it waits
+      asio::steady_timer wait;
+      asio::error_code ec;  // what a waiting handler gets
+      std::size_t n = 0;
+      /// The link closes: the handler is dropped, or its wait ends (with operation_aborted).
+      void abort();
+    };
+    Op read_op, write_op;
     asio::mutable_buffer read_buffer;
     std::size_t read_done = 0;
-    bool read_pending = false;
-    IoHandler read_handler;  // until it waits
-    asio::steady_timer read_wait;
-    asio::error_code read_ec;  // what a waiting read's handler gets
-    std::size_t read_n = 0;
     std::vector<asio::const_buffer> write_buffers;
     std::size_t write_index = 0, write_offset = 0, write_total = 0;
-    bool write_pending = false;
-    IoHandler write_handler;
-    asio::steady_timer write_wait;
-    asio::error_code write_ec;
-    std::size_t write_n = 0;
     std::deque<int> fds;                   // the memfds of slabs the peer sent, in order (strand)
     std::optional<std::size_t> slab_part;  // a part waits for its memfd (strand)
     std::uint64_t slab_epoch = 0;
     explicit Shm(const asio::strand<asio::io_context::executor_type>& strand)
-        : read_wait(strand), write_wait(strand) {}
+        : read_op(strand), write_op(strand) {}
+    /// Maps the two rings of `region`: the dialler writes the first, the listener the second.
+    void attach_rings(bool dialler);
     Shm(const Shm&) = delete;
     Shm& operator=(const Shm&) = delete;
     ~Shm();
@@ -274,8 +277,8 @@ class StreamLink final : public Link {
   void serve_read();
   void serve_write();
   void complete(IoHandler handler, asio::error_code ec, std::size_t n);
-  void finish(bool read, asio::error_code ec, std::size_t n);
-  void park(bool read);
+  void finish(Shm::Op& op, asio::error_code ec, std::size_t n);
+  void park(Shm::Op& op);
   void doorbell();
   void ring_broke(const std::string& why);
   void writes_switched_locked();

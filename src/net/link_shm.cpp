@@ -41,6 +41,20 @@ StreamLink::Shm::~Shm() {
   for (const int fd : fds) ::close(fd);
 }
 
+void StreamLink::Shm::attach_rings(bool dialler) {
+  const shm::RegionLayout l = shm::layout(region.base, region.capacity);
+  const int mine = dialler ? 0 : 1;
+  out = shm::RingEnd(l.control[mine], l.data[mine], region.capacity);
+  in = shm::RingEnd(l.control[1 - mine], l.data[1 - mine], region.capacity);
+}
+
+void StreamLink::Shm::Op::abort() {
+  handler = nullptr;
+  pending = false;
+  ec = asio::error::operation_aborted;
+  wait.cancel();
+}
+
 /// A sender's thread, before the envelope is queued: its large parts become slabs there (the
 /// copy, if any, costs the sender, not the I/O thread), if the link runs over shared memory.
 void StreamLink::slabs_for(Envelope& env) {
@@ -115,9 +129,7 @@ bool StreamLink::offer_shm() {
              "link " + description_ + ": no shared memory (" + e.what() + "); using the socket");
     return false;
   }
-  const shm::RegionLayout l = shm::layout(s->region.base, s->region.capacity);
-  s->out = shm::RingEnd(l.control[0], l.data[0], s->region.capacity);
-  s->in = shm::RingEnd(l.control[1], l.data[1], s->region.capacity);
+  s->attach_rings(true);
   s->writing = true;
   std::string error;
   {
@@ -127,18 +139,9 @@ bool StreamLink::offer_shm() {
     ctl_.pop_front();
     bytes += control_frame(kShmOffer, 1).flatten();
     const int fd = socket_.native_handle();
-    std::size_t sent = 0;
-    while (sent < bytes.size() && error.empty()) {
-      const ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
-      if (n > 0) {
-        sent += static_cast<std::size_t>(n);
-      } else if (n < 0 && errno != EINTR && errno != EAGAIN) {
-        error = std::strerror(errno);
-      }
-    }
-    if (error.empty()) {
-      error = shm::send_fd(fd, s->region.fd, static_cast<int>(options_.dead_after.count()));
-    }
+    const int timeout_ms = static_cast<int>(options_.dead_after.count());
+    error = shm::send_all(fd, bytes, timeout_ms);
+    if (error.empty()) error = shm::send_fd(fd, s->region.fd, timeout_ms);
     if (error.empty()) {
       s->region.close_fd();  // the peer has its own now; the mapping keeps the memory
       shm_ = std::move(s);
@@ -169,9 +172,7 @@ void StreamLink::take_shm(std::uint64_t epoch) {
   auto s = std::make_unique<Shm>(strand_);
   error = shm::Region::map(fd, s->region);
   if (!error.empty()) return shutdown("cannot use the shared memory the peer offered: " + error);
-  const shm::RegionLayout l = shm::layout(s->region.base, s->region.capacity);
-  s->in = shm::RingEnd(l.control[0], l.data[0], s->region.capacity);
-  s->out = shm::RingEnd(l.control[1], l.data[1], s->region.capacity);
+  s->attach_rings(false);
   s->reading = true;
   {
     std::lock_guard lock(mu_);
@@ -272,40 +273,33 @@ void StreamLink::shm_read(asio::mutable_buffer buffer, IoHandler handler) {
   Shm& s = *shm_;
   s.read_buffer = buffer;
   s.read_done = 0;
-  s.read_pending = true;
-  s.read_handler = std::move(handler);
+  s.read_op.pending = true;
+  s.read_op.handler = std::move(handler);
   serve_read();
 }
 
-/// Ends the read (or write) in progress: its handler runs now, or, if it waits, its wait ends.
-void StreamLink::finish(bool read, asio::error_code ec, std::size_t n) {
-  Shm& s = *shm_;
-  bool& pending = read ? s.read_pending : s.write_pending;
-  IoHandler& handler = read ? s.read_handler : s.write_handler;
-  pending = false;
-  if (handler) return complete(std::exchange(handler, nullptr), ec, n);
-  (read ? s.read_ec : s.write_ec) = ec;
-  (read ? s.read_n : s.write_n) = n;
-  (read ? s.read_wait : s.write_wait).cancel();
+/// Ends the read or write in progress: its handler runs now, or, if it waits, its wait ends.
+void StreamLink::finish(Shm::Op& op, asio::error_code ec, std::size_t n) {
+  op.pending = false;
+  if (op.handler) return complete(std::exchange(op.handler, nullptr), ec, n);
+  op.ec = ec;
+  op.n = n;
+  op.wait.cancel();
 }
 
-/// The read (or write) in progress waits for the peer: its handler goes to a wait that finish()
-/// (or shutdown()) ends.
-void StreamLink::park(bool read) {
-  Shm& s = *shm_;
-  IoHandler& handler = read ? s.read_handler : s.write_handler;
-  if (!handler) return;  // waits already
-  asio::steady_timer& wait = read ? s.read_wait : s.write_wait;
-  wait.expires_at(asio::steady_timer::time_point::max());
-  wait.async_wait([this, read, h = std::exchange(handler, nullptr)](asio::error_code) mutable {
-    Shm& sh = *shm_;  // `h` holds this link
-    complete(std::move(h), read ? sh.read_ec : sh.write_ec, read ? sh.read_n : sh.write_n);
+/// The read or write in progress waits for the peer: its handler goes to a wait that finish()
+/// (or the link's close) ends.
+void StreamLink::park(Shm::Op& op) {
+  if (!op.handler) return;  // waits already
+  op.wait.expires_at(asio::steady_timer::time_point::max());
+  op.wait.async_wait([this, &op, h = std::exchange(op.handler, nullptr)](asio::error_code) mutable {
+    complete(std::move(h), op.ec, op.n);  // `h` holds this link, and so `op`
   });
 }
 
 void StreamLink::serve_read() {
   Shm& s = *shm_;
-  if (!s.read_pending) return;
+  if (!s.read_op.pending) return;
   auto* at = static_cast<std::byte*>(s.read_buffer.data());
   for (;;) {
     const std::size_t n = s.in.read(at + s.read_done, s.read_buffer.size() - s.read_done);
@@ -313,12 +307,12 @@ void StreamLink::serve_read() {
     if (n > 0 && s.in.writer_wants_waking()) doorbell();
     if (s.read_done == s.read_buffer.size()) {
       last_recv_ = Clock::now();  // a large frame's bytes count as hearing from the peer
-      return finish(true, {}, s.read_done);
+      return finish(s.read_op, {}, s.read_done);
     }
     if (!s.in.corrupt().empty()) return ring_broke(s.in.corrupt());
     if (n > 0) last_recv_ = Clock::now();
-    if (s.peer_gone) return finish(true, asio::error::eof, 0);
-    if (n == 0 && s.in.sleep_if_empty()) return park(true);  // the doorbell brings us back
+    if (s.peer_gone) return finish(s.read_op, asio::error::eof, 0);
+    if (n == 0 && s.in.sleep_if_empty()) return park(s.read_op);  // the doorbell brings us back
   }
 }
 
@@ -328,14 +322,14 @@ void StreamLink::shm_write(const std::vector<asio::const_buffer>& buffers, IoHan
   s.write_index = 0;
   s.write_offset = 0;
   s.write_total = 0;
-  s.write_pending = true;
-  s.write_handler = std::move(handler);
+  s.write_op.pending = true;
+  s.write_op.handler = std::move(handler);
   serve_write();
 }
 
 void StreamLink::serve_write() {
   Shm& s = *shm_;
-  if (!s.write_pending) return;
+  if (!s.write_op.pending) return;
   for (;;) {
     bool wrote = false;
     while (s.write_index < s.write_buffers.size()) {
@@ -350,10 +344,10 @@ void StreamLink::serve_write() {
       s.write_offset = 0;
     }
     if (wrote && s.out.reader_wants_waking()) doorbell();
-    if (s.write_index == s.write_buffers.size()) return finish(false, {}, s.write_total);
+    if (s.write_index == s.write_buffers.size()) return finish(s.write_op, {}, s.write_total);
     if (!s.out.corrupt().empty()) return ring_broke(s.out.corrupt());
-    if (s.peer_gone) return finish(false, asio::error::broken_pipe, 0);
-    if (!wrote && s.out.wait_if_full()) return park(false);  // the doorbell brings us back
+    if (s.peer_gone) return finish(s.write_op, asio::error::broken_pipe, 0);
+    if (!wrote && s.out.wait_if_full()) return park(s.write_op);  // the doorbell brings us back
   }
 }
 

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 namespace baton::net::shm {
 
@@ -221,6 +222,34 @@ std::string Region::map(int fd, Region& out) {
 
 // --- passing the descriptor ------------------------------------------------------------------
 
+namespace {
+
+/// After a send that took nothing: true to try again (interrupted, or room came within
+/// `timeout_ms`); false with errno saying why not (ETIMEDOUT when no room came).
+bool wait_for_room(int sock, int timeout_ms) {
+  if (errno == EINTR) return true;
+  if (errno != EAGAIN && errno != EWOULDBLOCK) return false;
+  pollfd p{sock, POLLOUT, 0};
+  if (::poll(&p, 1, timeout_ms) > 0) return true;
+  errno = ETIMEDOUT;
+  return false;
+}
+
+/// Appends the descriptors a received message carried to `fds`.
+void collect_fds(msghdr& msg, std::vector<int>& fds) {
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (std::size_t i = 0; i < count; ++i) {
+      int fd = -1;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+      fds.push_back(fd);
+    }
+  }
+}
+
+}  // namespace
+
 std::string send_fd(int sock, int fd, int timeout_ms, char tag) {
   char byte = tag;
   iovec iov{&byte, 1};
@@ -237,11 +266,20 @@ std::string send_fd(int sock, int fd, int timeout_ms, char tag) {
   std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
   for (;;) {
     if (::sendmsg(sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) == 1) return {};
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) return errno_text("sending the memfd");
-    pollfd p{sock, POLLOUT, 0};
-    if (::poll(&p, 1, timeout_ms) <= 0) return "no room to send the memfd";
+    if (!wait_for_room(sock, timeout_ms)) return errno_text("sending a memfd");
   }
+}
+
+std::string send_all(int sock, std::string_view bytes, int timeout_ms) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::send(sock, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) {
+      bytes.remove_prefix(static_cast<std::size_t>(n));
+    } else if (!wait_for_room(sock, timeout_ms)) {
+      return errno_text("sending the offer");
+    }
+  }
+  return {};
 }
 
 int receive_fd(int sock, std::string& error) {
@@ -266,28 +304,14 @@ int receive_fd(int sock, std::string& error) {
     error = "the peer closed the connection before it sent the memfd it offered";
     return -1;
   }
-  int fd = -1;
-  int extra = 0;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (std::size_t i = 0; i < count; ++i) {
-      int got = -1;
-      std::memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof got);
-      if (fd < 0) {
-        fd = got;
-      } else {
-        ::close(got);  // more than offered: not ours to keep
-        ++extra;
-      }
-    }
-  }
-  if (byte != 'm' || fd < 0 || extra != 0 || (msg.msg_flags & MSG_CTRUNC) != 0) {
-    if (fd >= 0) ::close(fd);
+  std::vector<int> fds;
+  collect_fds(msg, fds);
+  if (byte != 'm' || fds.size() != 1 || (msg.msg_flags & MSG_CTRUNC) != 0) {
+    for (const int fd : fds) ::close(fd);
     error = "the peer offered a shared-memory link but sent no single memfd after it";
     return -1;
   }
-  return fd;
+  return fds.front();
 }
 
 Drained drain(int sock, std::deque<int>& fds) {
@@ -308,15 +332,9 @@ Drained drain(int sock, std::deque<int>& fds) {
       d.eof = true;
       return d;
     }
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-      const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (std::size_t i = 0; i < count; ++i) {
-        int fd = -1;
-        std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-        fds.push_back(fd);
-      }
-    }
+    std::vector<int> got;
+    collect_fds(msg, got);
+    fds.insert(fds.end(), got.begin(), got.end());
     if ((msg.msg_flags & MSG_CTRUNC) != 0) {
       d.error = "the peer sent more descriptors in one message than a slab takes";
       return d;

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <deque>
 #include <string>
+#include <string_view>
 
 namespace baton::net::shm {
 
@@ -115,6 +116,9 @@ struct Region {
   void close_fd();
 };
 
+/// Sends all of `bytes` over `sock`, waiting up to `timeout_ms` at a time for room; "" or the
+/// error.
+std::string send_all(int sock, std::string_view bytes, int timeout_ms);
 /// Sends `fd` with one byte (`tag`) over the unix socket `sock` (SCM_RIGHTS), waiting up to
 /// `timeout_ms` for room; "" or the error.
 std::string send_fd(int sock, int fd, int timeout_ms, char tag = 'm');
