@@ -70,7 +70,7 @@ class ProcState : public std::enable_shared_from_this<ProcState> {
 
  private:
   Extensions extensions_;
-  net::SerialQueue background_;
+  net::JobQueue background_;
   std::unordered_map<ActorId, Ended> ended_;  // under mu
   std::deque<ActorId> ended_order_;           // oldest first
   // Members of meshes stopped whole and forgotten (forget_ended), the last kEndedKept: a message

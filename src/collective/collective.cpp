@@ -132,7 +132,7 @@ struct Communicator::Impl {
   std::string broken;  // why the group can be used no more (the queue's thread's)
   // This rank's operations, in order, on a thread of their own. The last member: it goes
   // first, running what is queued while the rest is still there.
-  net::SerialQueue queue;
+  net::JobQueue queue;
 
   /// The queue's first job: Gloo writes to its peers' sockets from the queue's thread and from
   /// the device thread it starts there (which inherits this mask): a write to a rank that died

@@ -21,7 +21,8 @@ bool remove_tree(const std::string& path) {
   return ::nftw(
              path.c_str(),
              [](const char* p, const struct stat*, int flag, struct FTW*) {
-               return (flag == FTW_DP ? ::rmdir(p) : ::unlink(p)) == 0 ? 0 : -1;
+               const int rc = flag == FTW_DP ? ::rmdir(p) : ::unlink(p);
+               return rc == 0 || errno == ENOENT ? 0 : -1;  // gone already is as good
              },
              kOpenDirs, FTW_DEPTH | FTW_PHYS) == 0;
 }

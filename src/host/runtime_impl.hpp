@@ -226,7 +226,7 @@ using Timers = net::TimerQueue;
 /// Runs the orderly stops of proc groups one after another, on a thread that lives as long as
 /// the runtime, so that stop() returns its future at once; what is still queued runs before the
 /// runtime goes. (on_this_thread(): a continuation of a stop's future runs there.)
-using StopWorker = net::SerialQueue;
+using StopWorker = net::JobQueue;
 
 /// Worker processes started by one spawn_procs call.
 class LocalProcGroup final : public detail::ProcGroup,
@@ -403,8 +403,12 @@ struct Runtime::State {
   /// Removes the job's directory (its sockets, CA and key), if this process made it.
   /// An agent's credentials that came on its standard input: removed with the job directory.
   std::filesystem::path received_credentials;
+  /// Held while the job's directory is removed: a stop and a kill racing to remove it (a
+  /// second signal) end the process only once one of them has removed all of it.
+  std::mutex dir_mu;
 
   void remove_job_dir() {
+    std::lock_guard lock(dir_mu);
     if (!received_credentials.empty()) (void)internal::remove_tree(received_credentials);
     if (own_dir) (void)internal::remove_tree(dir);
   }

@@ -1,73 +1,91 @@
 #pragma once
 
-// Internal: the two small threads the runtime's layers need beside their event loops and pools,
-// written once. A SerialQueue runs jobs one after another on a thread of its own (started by the
-// first job); a TimerQueue runs jobs at given times. Neither wakes while it has nothing due.
+// Internal: the small threads the runtime's layers need beside their event loops and pools,
+// written once. A JobQueue runs jobs on threads of its own (started as jobs come), one after
+// another with one thread; a TimerQueue runs jobs at given times. Neither wakes while it has
+// nothing due, and either may be let go of by one of its own jobs.
 
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace baton::net {
 
-class SerialQueue {
+class JobQueue {
  public:
-  SerialQueue() = default;
+  /// Up to `threads` threads (at least one); with one, each job runs after the one before it.
+  explicit JobQueue(std::size_t threads = 1);
   /// stop().
-  ~SerialQueue();
-  SerialQueue(const SerialQueue&) = delete;
-  SerialQueue& operator=(const SerialQueue&) = delete;
+  ~JobQueue();
+  JobQueue(const JobQueue&) = delete;
+  JobQueue& operator=(const JobQueue&) = delete;
 
-  /// Queues `job` to run after those queued before it. False, with `job` not queued, once
+  /// Queues `job` to start after those queued before it. False, with `job` not queued, once
   /// stop() began: the caller runs it or drops it.
   bool post(std::function<void()> job);
-  /// Runs what is queued, then ends the thread and returns; called from a job (the queue's
-  /// last owner let go there), it returns at once and the thread ends after that job.
+  /// Runs what is queued, then ends the threads and returns; called from a job (the queue's
+  /// last owner let go there), it waits for the other threads, and that job's thread ends
+  /// after the job.
   void stop();
-  /// Whether the calling thread is the queue's.
+  /// Whether the calling thread is one of the queue's.
   bool on_this_thread() const;
 
  private:
-  // Shared with the thread, which outlives the queue when a job let go of it.
+  // Shared with the threads, which outlive the queue when a job let go of it.
   struct State {
     std::mutex mu;
     std::condition_variable cv;
     std::deque<std::function<void()>> jobs;
+    std::size_t idle = 0;  // threads waiting for a job
     bool stopping = false;
-    std::thread::id id;
+    std::vector<std::thread::id> ids;
   };
   static void run(const std::shared_ptr<State>& state);
 
+  const std::size_t max_threads_;
   std::shared_ptr<State> state_ = std::make_shared<State>();
-  std::thread thread_;  // under state_->mu
+  std::vector<std::thread> threads_;  // under state_->mu
 };
 
 class TimerQueue {
  public:
   using Clock = std::chrono::steady_clock;
+  /// What cancel() takes: the job's time and the order it was given in.
+  using Key = std::pair<Clock::time_point, std::uint64_t>;
   TimerQueue() = default;
-  /// Ends the thread; jobs not yet due are dropped.
+  /// Ends the thread (after the job it runs, if one let go of the queue); jobs not yet due are
+  /// dropped.
   ~TimerQueue();
   TimerQueue(const TimerQueue&) = delete;
   TimerQueue& operator=(const TimerQueue&) = delete;
 
   /// Runs `job` on the queue's thread at `when` (jobs due together run in the order given); it
   /// must not block.
-  void at(Clock::time_point when, std::function<void()> job);
+  Key at(Clock::time_point when, std::function<void()> job);
+  /// Drops the job of `key` unless it ran or runs already.
+  void cancel(const Key& key);
 
  private:
-  void run();
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::map<Key, std::function<void()>> jobs;
+    std::uint64_t last = 0;
+    bool quit = false;
+  };
+  static void run(const std::shared_ptr<State>& state);
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::multimap<Clock::time_point, std::function<void()>> jobs_;
-  bool quit_ = false;
-  std::thread thread_;
+  std::shared_ptr<State> state_ = std::make_shared<State>();
+  std::thread thread_;  // under state_->mu
 };
 
 }  // namespace baton::net

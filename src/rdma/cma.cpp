@@ -19,9 +19,11 @@
 namespace baton::rdma_detail {
 namespace {
 
-/// Copies `size` bytes between `local` and `remote` in process `pid`; 0 or the errno.
-int cma_copy(pid_t pid, std::uint64_t remote, void* local, std::size_t size, bool reading) {
-  if (settings().cma_refuse_for_test.load()) return EPERM;
+/// Copies `size` bytes between `local` and `remote` in process `pid`; 0 or the errno (EPERM at
+/// once where `refuse`: a test's stand-in for a kernel that refuses).
+int cma_copy(pid_t pid, std::uint64_t remote, void* local, std::size_t size, bool reading,
+             bool refuse) {
+  if (refuse) return EPERM;
   std::size_t done = 0;
   while (done < size) {
     iovec here{static_cast<char*>(local) + done, size - done};
@@ -38,21 +40,21 @@ int cma_copy(pid_t pid, std::uint64_t remote, void* local, std::size_t size, boo
 
 /// cma_copy in parts on several threads at once: the kernel's copy pins and copies page by
 /// page, and one thread does not reach the memory's bandwidth. 0 or the first errno.
-int cma_copy_parallel(pid_t pid, std::uint64_t remote, void* local, std::size_t size,
-                      bool reading) {
+int cma_copy_parallel(pid_t pid, std::uint64_t remote, void* local, std::size_t size, bool reading,
+                      bool refuse) {
   constexpr std::size_t kPart = std::size_t{8} << 20;  // the least worth a thread
   constexpr std::size_t kMostParts = 4;
   const std::size_t parts = std::min<std::size_t>(
       {std::max(1u, std::thread::hardware_concurrency()), kMostParts, size / kPart});
-  if (parts <= 1) return cma_copy(pid, remote, local, size, reading);
+  if (parts <= 1) return cma_copy(pid, remote, local, size, reading, refuse);
   std::vector<int> errors(parts, 0);
   std::vector<std::thread> helpers;
   helpers.reserve(parts - 1);
   auto part = [&](std::size_t i) {
     const std::size_t begin = i * size / parts;
     const std::size_t end = (i + 1) * size / parts;
-    errors[i] =
-        cma_copy(pid, remote + begin, static_cast<char*>(local) + begin, end - begin, reading);
+    errors[i] = cma_copy(pid, remote + begin, static_cast<char*>(local) + begin, end - begin,
+                         reading, refuse);
   };
   for (std::size_t i = 1; i < parts; ++i) helpers.emplace_back(part, i);
   part(0);
@@ -69,28 +71,28 @@ void transfer_cma(const TransferPtr& op, const RdmaBuffer& b, void* dst, const v
                   std::size_t size, std::size_t offset, bool local_device) {
   const bool reading = dst != nullptr;
   const auto& d = b.descriptor();
-  ++settings().cma;
+  ++op->state().settings.cma;
   check_then(op, b, offset, size, [op, b, d, dst, src, size, offset, reading, local_device] {
     int error = 0;
     // Guarded: a transfer that timed out meanwhile has completed, and its memory is no longer
     // the caller's to touch.
     const bool ran = op->guarded([&] {
       error = cma_copy_parallel(d.pid, d.address + offset, reading ? dst : const_cast<void*>(src),
-                                size, reading);
+                                size, reading, op->state().settings.cma_refuse_for_test.load());
     });
     if (!ran || error == 0) return;
-    if (error == EPERM && settings().backend.load() != RdmaBackend::cma) {
+    if (error == EPERM && op->state().settings.backend.load() != RdmaBackend::cma) {
       const std::string why = std::string(reading ? "process_vm_readv" : "process_vm_writev") +
                               ": " + std::strerror(error) +
                               " (a ptrace restriction: kernel.yama.ptrace_scope, or another "
                               "user's process)";
-      settings().refuse_cma(why);
+      op->state().settings.refuse_cma(why);
       detail::log_warn(
           "cross-memory attach is refused here ({}): RdmaBuffer transfers between procs of this "
           "host go through UCX or messages instead",
           why);
       op->add(true);  // the other backend's setup ends with a done() of its own
-      if (!d.ucx_worker.empty() && Ucx::get() != nullptr) {
+      if (!d.ucx_worker.empty() && op->state().ucx() != nullptr) {
         transfer_ucx(op, b, dst, src, size, offset, local_device);
       } else {
         transfer_messages(op, b, dst, src, size, offset, local_device);

@@ -31,7 +31,7 @@ void transfer_gpu_ipc(const TransferPtr& op, const RdmaBuffer& b, void* dst, con
                       std::size_t size, std::size_t offset, bool /*local_device*/) {
   const bool reading = dst != nullptr;
   const auto& d = b.descriptor();
-  ++settings().gpu_ipc;
+  ++op->state().settings.gpu_ipc;
   // The check comes first: the copy must not touch memory its owner has dropped.
   check_then(op, b, offset, size, [op, d, dst, src, size, offset, reading] {
     if (!op->start_unguarded()) return;

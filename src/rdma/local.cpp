@@ -8,7 +8,7 @@ void transfer_local(const TransferPtr& op, const RdmaBuffer& b, void* dst, const
                     std::size_t size, std::size_t offset, bool local_device) {
   const bool reading = dst != nullptr;
   const auto& d = b.descriptor();
-  ++settings().local;
+  ++op->state().settings.local;
   try {
     Registry::get().use(d.id, offset, size, [&](const Region& r) {
       const bool device = r.device || local_device;

@@ -36,7 +36,7 @@ void Pump::issue() {
 /// A chunk's end: the next one starts, or the transfer fails.
 void Pump::finished(const std::string& error) {
   if (!error.empty()) return op->done(true, error);
-  settings().chunk_landed();
+  op->state().settings.chunk_landed();
   op->done(true);
   issue();
 }
@@ -83,7 +83,7 @@ std::shared_ptr<Pump> make_pump(const TransferPtr& op, const RdmaBuffer& b, void
 
 void transfer_messages(const TransferPtr& op, const RdmaBuffer& b, void* dst, const void* src,
                        std::size_t size, std::size_t offset, bool local_device) {
-  ++settings().messages;
+  ++op->state().settings.messages;
   auto pump = make_pump(op, b, dst, src, size, offset);
   pump->device = local_device;
   pump->start();

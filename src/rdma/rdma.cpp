@@ -32,18 +32,17 @@ std::string_view to_string(RdmaBackend b) {
 namespace baton::rdma_detail {
 namespace {
 
-RdmaBackend choose(const RdmaBuffer& b, const void* local, bool* local_device) {
+RdmaBackend choose(RdmaState& state, const RdmaBuffer& b, const void* local, bool* local_device) {
   const auto& d = b.descriptor();
   *local_device = on_device(local);
   bool same_host = d.host == host_identity();
   bool same_process = same_host && d.pid == ::getpid();
-  RdmaBackend forced = settings().backend.load();
+  RdmaBackend forced = state.settings.backend.load();
   bool ipc_ok =
       d.device && same_host && gpu::api().available() && gpu::api().vendor() == d.ipc.vendor;
-  bool ucx_ok =
-      !d.device && !*local_device && !d.ucx_worker.empty() && rdma_detail::Ucx::get() != nullptr;
+  bool ucx_ok = !d.device && !*local_device && !d.ucx_worker.empty() && state.ucx() != nullptr;
   bool cma_ok = !d.device && !*local_device && same_host && !same_process && d.address != 0 &&
-                !settings().cma_refused.load();
+                !state.settings.cma_refused.load();
   switch (forced) {
     case RdmaBackend::automatic:
     case RdmaBackend::local:
@@ -61,7 +60,7 @@ RdmaBackend choose(const RdmaBuffer& b, const void* local, bool* local_device) {
     case RdmaBackend::ucx:
       if (!ucx_ok) {
         std::string why;
-        rdma_detail::Ucx::get(&why);
+        state.ucx(&why);
         throw RdmaError(
             "the ucx backend is forced (BATON_RDMA_BACKEND) but cannot serve this "
             "transfer: it moves host memory only, between procs that both have "
@@ -71,7 +70,7 @@ RdmaBackend choose(const RdmaBuffer& b, const void* local, bool* local_device) {
       return RdmaBackend::ucx;
     case RdmaBackend::cma:
       if (!cma_ok) {
-        const std::string refused = settings().cma_refused_why();
+        const std::string refused = state.settings.cma_refused_why();
         throw RdmaError(
             "the cma backend is forced (BATON_RDMA_BACKEND) but cannot serve this transfer: "
             "it moves host memory between two procs of one host" +
@@ -107,7 +106,7 @@ Future<void> transfer(const RdmaBuffer& b, void* dst, const void* src, std::size
   bool local_device = false;
   RdmaBackend backend = RdmaBackend::messages;
   try {
-    backend = choose(b, reading ? dst : src, &local_device);
+    backend = choose(op->state(), b, reading ? dst : src, &local_device);
   } catch (const RdmaError& e) {
     op->fail(e.what());
     return op->future();
@@ -141,7 +140,6 @@ Future<void> transfer(const RdmaBuffer& b, void* dst, const void* src, std::size
 namespace baton {
 
 using rdma_detail::choose;
-using rdma_detail::settings;
 using rdma_detail::transfer;
 using rdma_detail::Transfer;
 
@@ -157,19 +155,20 @@ Future<void> RdmaBuffer::write_from(const void* src, std::size_t size, std::size
 
 RdmaBackend rdma_backend(const RdmaBuffer& buffer, const void* local) {
   bool local_device = false;
-  return choose(buffer, local, &local_device);
+  return choose(*rdma_detail::rdma_state(), buffer, local, &local_device);
 }
 
 void set_rdma_backend(RdmaBackend backend) {
-  settings().backend = backend;
+  rdma_detail::rdma_state()->settings.backend = backend;
 }
 
 void set_rdma_timeout(std::chrono::milliseconds timeout) {
-  settings().timeout_ms = timeout.count();
+  rdma_detail::rdma_state()->settings.timeout_ms = timeout.count();
 }
 
 RdmaStats rdma_stats() {
-  auto& s = settings();
+  const auto state = rdma_detail::rdma_state();
+  auto& s = state->settings;
   RdmaStats out;
   out.local = s.local.load();
   out.gpu_ipc = s.gpu_ipc.load();

@@ -85,7 +85,7 @@ class Holder : public Actor {
   int pid() { return static_cast<int>(::getpid()); }
   /// Forces a backend in this process; returns the one forced before.
   int force(int backend) {
-    const RdmaBackend was = rdma_detail::settings().backend.load();
+    const RdmaBackend was = rdma_detail::rdma_state()->settings.backend.load();
     set_rdma_backend(static_cast<RdmaBackend>(backend));
     return static_cast<int>(was);
   }

@@ -48,7 +48,7 @@ std::shared_ptr<const RdmaBuffer::Descriptor> publish(std::shared_ptr<RdmaBuffer
   d->device = r->device;
   d->address = reinterpret_cast<std::uint64_t>(r->data);
   if (r->ucx.memh != nullptr) {
-    d->ucx_worker = rdma_detail::Ucx::get()->address();
+    d->ucx_worker = r->ucx_worker->address();
     d->rkey = r->ucx.rkey;
   }
   Registry::get().add(std::move(r));
@@ -56,11 +56,6 @@ std::shared_ptr<const RdmaBuffer::Descriptor> publish(std::shared_ptr<RdmaBuffer
 }
 
 }  // namespace
-
-Settings& settings() {
-  static Settings s;
-  return s;
-}
 
 const std::string& host_identity() {
   static const std::string id = [] {
@@ -102,6 +97,10 @@ struct AgentSlot {
   ActorRef<RdmaAgent> ref;
 };
 }  // namespace
+
+std::shared_ptr<RdmaState> rdma_state() {
+  return node_or_throw()->extension<RdmaState>();
+}
 
 Registry& Registry::get() {
   return *node_or_throw()->extension<Registry>();
@@ -155,8 +154,9 @@ RdmaBuffer RdmaBuffer::register_memory(void* data, std::size_t size) {
   r->device = on_device(data);
   if (r->device) {
     d->ipc = gpu::api().export_handle(data);
-  } else if (auto* u = rdma_detail::Ucx::get(); u != nullptr && size > 0) {
+  } else if (auto u = rdma_detail::rdma_state()->ucx_shared(); u != nullptr && size > 0) {
     r->ucx = u->map(data, size);
+    r->ucx_worker = std::move(u);
   }
   RdmaBuffer b;
   b.owner_ = agent();
@@ -168,8 +168,9 @@ RdmaBuffer RdmaBuffer::allocate(std::size_t size) {
   if (size == 0) throw RdmaError("allocate: a buffer needs at least one byte");
   auto d = std::make_shared<Descriptor>(base_descriptor(size));
   auto r = std::make_shared<Region>();
-  if (auto* u = rdma_detail::Ucx::get()) {
+  if (auto u = rdma_detail::rdma_state()->ucx_shared()) {
     r->ucx = u->map(nullptr, size);
+    r->ucx_worker = std::move(u);
     r->data = static_cast<std::byte*>(r->ucx.address);
   } else {
     constexpr std::size_t kPage = 4096;
@@ -214,7 +215,7 @@ Future<void> RdmaBuffer::drop() const {
     return op->future();
   }
   when_done(owner_.call(&RdmaAgent::drop, d.id), *this, [op, d](const std::string& error) {
-    forget_cached(d);
+    forget_cached(op->state(), d);
     op->done(true, error);
   });
   return op->future();

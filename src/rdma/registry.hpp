@@ -1,8 +1,8 @@
 #pragma once
 
 // Internal: the owner's side of RdmaBuffer. The regions this process registered, the rdma actor
-// that answers for them, and what every file of the rdma layer shares (settings, counters, this
-// host's identity, copies between any two memories of this process).
+// that answers for them, and what every file of the rdma layer shares (this host's identity,
+// copies between any two memories of this process).
 
 #include <atomic>
 #include <chrono>
@@ -21,60 +21,10 @@
 #include "baton/gpu/gpu.hpp"
 #include "baton/rdma/rdma.hpp"
 #include "baton/wire/bytes.hpp"
+#include "rdma/state.hpp"
 #include "rdma/ucx.hpp"
 
 namespace baton::rdma_detail {
-
-RdmaBackend backend_from_env();
-std::chrono::milliseconds timeout_from_env();
-
-struct Settings {
-  std::atomic<RdmaBackend> backend{backend_from_env()};
-  std::atomic<std::int64_t> timeout_ms{timeout_from_env().count()};
-  /// How long a UCX read of one chunk may go unanswered before it moves through messages (see
-  /// Pump::move_by_ucx); tests that stop an owner set it beyond their transfer timeout.
-  std::atomic<std::int64_t> ucx_stall_ms{2000};
-  std::atomic<std::uint64_t> local{0}, gpu_ipc{0}, ucx{0}, messages{0}, chunks{0}, cma{0};
-  /// Set once the kernel refused cross-memory attach here (cma.cpp); tests set
-  /// cma_refuse_for_test to have every attempt refused as such a kernel would.
-  std::atomic<bool> cma_refused{false};
-  std::atomic<bool> cma_refuse_for_test{false};
-  void refuse_cma(std::string why) {
-    std::lock_guard lock(hook_mu_);
-    if (cma_refused.exchange(true)) return;
-    cma_refused_why_ = std::move(why);
-  }
-  void forget_cma_refusal() {
-    std::lock_guard lock(hook_mu_);
-    cma_refused = false;
-    cma_refused_why_.clear();
-  }
-  std::string cma_refused_why() {
-    std::lock_guard lock(hook_mu_);
-    return cma_refused_why_;
-  }
-
-  /// Counts a chunk that landed, then runs the chunk hook, if any, before the transfer issues
-  /// its next chunk: a test acts at a known point of a transfer instead of polling the count.
-  void chunk_landed() {
-    ++chunks;
-    std::lock_guard lock(hook_mu_);
-    if (chunk_hook_) chunk_hook_();
-  }
-  /// Installs `hook` (empty: none) and returns the one it replaces. Once this returns, the old
-  /// hook is not running and never runs again.
-  std::function<void()> exchange_chunk_hook(std::function<void()> hook) {
-    std::lock_guard lock(hook_mu_);
-    std::swap(hook, chunk_hook_);
-    return hook;
-  }
-
- private:
-  std::mutex hook_mu_;
-  std::function<void()> chunk_hook_;
-  std::string cma_refused_why_;  // under hook_mu_
-};
-Settings& settings();
 
 const std::string& host_identity();
 bool on_device(const void* p);
@@ -90,12 +40,13 @@ struct Region {
   bool device = false;
   bool owned = false;  // allocate(): freed with the region
   rdma_detail::UcxRegion ucx;
+  std::shared_ptr<Ucx> ucx_worker;  // that mapped `ucx`: kept until it unmaps it
   Region() = default;
   Region(const Region&) = delete;
   Region& operator=(const Region&) = delete;
   ~Region() {
     if (ucx.memh != nullptr) {
-      if (auto* u = rdma_detail::Ucx::get()) u->unmap(ucx);  // frees UCX-allocated memory too
+      ucx_worker->unmap(ucx);  // frees UCX-allocated memory too
     } else if (owned) {
       std::free(data);  // NOLINT: allocated with aligned_alloc
     }

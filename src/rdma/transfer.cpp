@@ -26,11 +26,11 @@ bool dropped(const std::string& error) {
 }
 
 /// Forgets what this process cached for a buffer that turned out dropped.
-void forget_cached(const RdmaBuffer::Descriptor& d) {
+void forget_cached(RdmaState& state, const RdmaBuffer::Descriptor& d) {
   if (d.device) {
     IpcCache::get().forget(d);
   } else if (!d.ucx_worker.empty()) {
-    if (auto* u = rdma_detail::Ucx::get()) u->forget(d.ucx_worker, d.rkey);
+    if (auto* u = state.ucx()) u->forget(d.ucx_worker, d.rkey);
   }
 }
 

@@ -21,7 +21,7 @@
 #include "baton/actor/future.hpp"
 #include "baton/rdma/rdma.hpp"
 #include "rdma/registry.hpp"
-#include "rdma/workers.hpp"
+#include "rdma/state.hpp"
 
 namespace baton::rdma_detail {
 
@@ -37,8 +37,11 @@ constexpr std::size_t kUcxWindow = 2;
 /// caller's memory under the lock, and are left behind.
 class Transfer : public std::enable_shared_from_this<Transfer> {
  public:
-  explicit Transfer(std::string what) : what_(std::move(what)) {}
+  /// Of this runtime (throws UsageError without one): the transfer holds its rdma state.
+  explicit Transfer(std::string what) : what_(std::move(what)), state_(rdma_state()) {}
   Future<void> future() const { return promise_.get_future(); }
+  /// The settings, threads and UCX worker that serve this transfer.
+  RdmaState& state() const { return *state_; }
 
   void add(bool guarded) {
     std::lock_guard lock(mu_);
@@ -83,11 +86,11 @@ class Transfer : public std::enable_shared_from_this<Transfer> {
     return completed_;
   }
   void arm_timeout() {
-    auto ms = std::chrono::milliseconds(settings().timeout_ms.load());
+    auto ms = std::chrono::milliseconds(state_->settings.timeout_ms.load());
     std::weak_ptr<Transfer> weak = shared_from_this();
     std::lock_guard lock(mu_);
     if (completed_) return;
-    timer_ = Workers::get().at(std::chrono::steady_clock::now() + ms, [weak, ms] {
+    timer_ = state_->workers.at(std::chrono::steady_clock::now() + ms, [weak, ms] {
       if (auto op = weak.lock()) {
         op->fail("timed out after " + std::to_string(ms.count()) +
                  " ms (set_rdma_timeout or BATON_RDMA_TIMEOUT_MS allows longer)");
@@ -108,7 +111,7 @@ class Transfer : public std::enable_shared_from_this<Transfer> {
     std::string message = what_ + ": " + error_;
     auto timer = timer_;
     lock.unlock();
-    if (timer) Workers::get().cancel(*timer);
+    if (timer) state_->workers.cancel(*timer);
     if (failed) {
       promise_.set_exception(std::make_exception_ptr(RdmaError(message)));
     } else {
@@ -117,6 +120,7 @@ class Transfer : public std::enable_shared_from_this<Transfer> {
   }
 
   std::string what_;
+  const std::shared_ptr<RdmaState> state_;
   Promise<void> promise_;
   mutable std::mutex mu_;
   int pending_ = 0;
@@ -149,7 +153,7 @@ void when_done(Future<T> f, const RdmaBuffer& buffer, F then) {
 bool dropped(const std::string& error);
 
 /// Forgets what this process cached for a buffer that turned out dropped.
-void forget_cached(const RdmaBuffer::Descriptor& d);
+void forget_cached(RdmaState& state, const RdmaBuffer::Descriptor& d);
 
 /// Reports the end of a part of `op`; a failure is explained by the owner if it is gone (a UCX
 /// or IPC error says little about why), else the part's own error stands.
@@ -166,10 +170,10 @@ void check_then(const TransferPtr& op, const RdmaBuffer& b, std::size_t offset, 
   when_done(detail::owner_of(b).call(&RdmaAgent::check, d.id, offset, size), b,
             [op, b, d, then = std::move(then)](const std::string& error) mutable {
               if (!error.empty()) {
-                if (dropped(error)) forget_cached(d);
+                if (dropped(error)) forget_cached(op->state(), d);
               } else if (!op->failed()) {
                 op->add(true);  // held while `then` runs
-                Workers::get().post([op, b, then = std::move(then)]() mutable {
+                op->state().workers.post([op, b, then = std::move(then)]() mutable {
                   try {
                     then();
                   } catch (const std::exception& e) {

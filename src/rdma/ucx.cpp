@@ -21,7 +21,7 @@ namespace baton::rdma_detail {
 
 struct Ucx::Impl {};
 
-Ucx* Ucx::get(std::string* why) {
+std::shared_ptr<Ucx> Ucx::start(std::string* why) {
   if (why != nullptr) *why = "this build has no UCX (ThreadSanitizer builds leave it out)";
   return nullptr;
 }
@@ -137,7 +137,8 @@ struct Ucx::Impl {
   std::string address;
   int efd = -1;
   std::atomic<bool> stop{false};
-  Outstanding outstanding;  // operations this process started that have not finished
+  std::atomic<bool> detached{false};  // the last user went on the progress thread
+  Outstanding outstanding;            // operations this process started that have not finished
   std::thread progress;
 
   std::mutex mu;
@@ -170,7 +171,22 @@ struct Ucx::Impl {
     address.assign(reinterpret_cast<const char*>(a), len);  // NOLINT: an opaque blob
     ucp_worker_release_address(worker, a);
     if (ucp_worker_get_efd(worker, &efd) != UCS_OK) efd = -1;
-    progress = std::thread([this] { run(); });
+  }
+
+  /// Frees what UCX holds, once the progress thread is done.
+  void teardown() {
+    // Keys go before the worker and its endpoints (ucp_worker_destroy closes those), except the
+    // keys of operations that never finished (their peer died): UCX frees those with the worker.
+    for (Pending* p : outstanding.live) {
+      if (p->key != nullptr) p->key->h = nullptr;
+    }
+    peers.clear();
+    if (worker != nullptr) ucp_worker_destroy(worker);
+    worker = nullptr;
+    for (Pending* p : outstanding.live) delete p;  // NOLINT: never finished (peer died)
+    outstanding.live.clear();
+    if (context != nullptr) ucp_cleanup(context);
+    context = nullptr;
   }
 
   void run() {
@@ -256,38 +272,35 @@ struct Ucx::Impl {
   void kick() const { ucp_worker_signal(worker); }
 };
 
-Ucx* Ucx::get(std::string* why) {
-  static std::string error;
-  static std::unique_ptr<Ucx> instance = []() -> std::unique_ptr<Ucx> {
-    try {
-      std::unique_ptr<Ucx> u(new Ucx());  // NOLINT: private constructor
-      return u;
-    } catch (const std::exception& e) {
-      error = e.what();
-      return nullptr;
-    }
-  }();
-  if (instance == nullptr && why != nullptr) *why = error;
-  return instance.get();
+std::shared_ptr<Ucx> Ucx::start(std::string* why) {
+  try {
+    return std::shared_ptr<Ucx>(new Ucx());  // NOLINT: private constructor
+  } catch (const std::exception& e) {
+    if (why != nullptr) *why = e.what();
+    return nullptr;
+  }
 }
 
-Ucx::Ucx() : impl_(std::make_unique<Impl>()) {
+Ucx::Ucx() : impl_(std::make_shared<Impl>()) {
   impl_->start();
+  // The thread holds the worker too: a completion that lets go of the last user of this Ucx
+  // leaves the teardown to the thread, once it is back in its loop.
+  impl_->progress = std::thread([impl = impl_] {
+    impl->run();
+    if (impl->detached.load()) impl->teardown();
+  });
 }
 
 Ucx::~Ucx() {
   impl_->stop = true;
   if (impl_->worker != nullptr) impl_->kick();
-  if (impl_->progress.joinable()) impl_->progress.join();
-  // Keys go before the worker and its endpoints (ucp_worker_destroy closes those), except the
-  // keys of operations that never finished (their peer died): UCX frees those with the worker.
-  for (Pending* p : impl_->outstanding.live) {
-    if (p->key != nullptr) p->key->h = nullptr;
+  if (impl_->progress.get_id() == std::this_thread::get_id()) {
+    impl_->detached = true;
+    impl_->progress.detach();
+    return;
   }
-  impl_->peers.clear();
-  if (impl_->worker != nullptr) ucp_worker_destroy(impl_->worker);
-  for (Pending* p : impl_->outstanding.live) delete p;  // NOLINT: never finished (peer died)
-  if (impl_->context != nullptr) ucp_cleanup(impl_->context);
+  if (impl_->progress.joinable()) impl_->progress.join();
+  impl_->teardown();
 }
 
 const std::string& Ucx::address() const {

@@ -25,8 +25,9 @@ struct UcxRegion {
 
 class Ucx {
  public:
-  /// The process's UCX worker, started on first use; null (and `why` set) if UCX cannot start.
-  static Ucx* get(std::string* why = nullptr);
+  /// A UCX worker of its own, with its progress thread (one per runtime: see RdmaState); null,
+  /// with `why` set, if UCX cannot start.
+  static std::shared_ptr<Ucx> start(std::string* why);
 
   /// This worker's address, for peers' endpoints.
   const std::string& address() const;
@@ -60,7 +61,7 @@ class Ucx {
  private:
   Ucx();
   struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<Impl> impl_;  // shared with the progress thread
 };
 
 }  // namespace baton::rdma_detail

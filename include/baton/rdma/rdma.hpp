@@ -127,7 +127,9 @@ inline const ActorRef<detail::RdmaAgent>& detail::owner_of(const RdmaBuffer& buf
 /// The backend a transfer between `buffer` and the local memory at `local` uses from this
 /// process.
 RdmaBackend rdma_backend(const RdmaBuffer& buffer, const void* local);
-/// Forces a backend for this process's transfers (automatic: choose per pair).
+/// Forces a backend for this runtime's transfers (automatic: choose per pair). Like every rdma
+/// setting and count, it belongs to the runtime: a runtime made after this one starts afresh,
+/// and without a runtime these throw UsageError.
 void set_rdma_backend(RdmaBackend backend);
 
 /// Several transfers at once: submit() starts them all, its future completes when every one has
@@ -149,7 +151,7 @@ class RdmaBatch {
   std::vector<Op> ops_;
 };
 
-/// Transfers this process started, by the backend that did them (for tests and diagnostics).
+/// Transfers this runtime started, by the backend that did them (for tests and diagnostics).
 struct RdmaStats {
   std::uint64_t local = 0, gpu_ipc = 0, ucx = 0, messages = 0;
   /// Transfers by cross-memory attach.
