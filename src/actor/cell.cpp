@@ -1,4 +1,8 @@
 #include "actor/cell.hpp"
+#include "actor/current.hpp"
+#include "actor/directory.hpp"
+#include "actor/failures.hpp"
+#include "actor/replies.hpp"
 #include "log/log.hpp"
 #include "net/io_thread.hpp"
 
@@ -33,6 +37,11 @@ Cell* current_cell() {
 
 Cell* exchange_current_cell(Cell* cell) {
   return std::exchange(t_current_cell, cell);
+}
+
+std::shared_ptr<ProcState> current_proc() {
+  Cell* c = t_current_cell;
+  return c != nullptr ? c->proc().shared_from_this() : nullptr;
 }
 
 StrandPoster current_strand_poster() {

@@ -1,7 +1,7 @@
 #pragma once
 
 // Internal: the cell that hosts one actor (its mailbox and strand). The proc's tables are in
-// proc_state.hpp, messages in message.hpp, routing in routing.hpp; this header brings them all.
+// proc_state.hpp, messages in message.hpp; the actor the calling thread acts for in current.hpp.
 
 #include <atomic>
 #include <coroutine>
@@ -12,18 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "actor/current.hpp"
 #include "actor/message.hpp"
-#include "actor/node.hpp"
 #include "actor/proc_state.hpp"
-#include "actor/routing.hpp"
 
 namespace baton::detail {
-
-/// Makes the calling thread act for `cell` (null: for no actor) until the returned previous
-/// value is put back: what it sends is from that actor, what it spawns is owned by it, and
-/// blocking is refused as on the actor's own thread. For an actor's work that another thread
-/// runs while the actor waits for it (a Python actor's async endpoint on its event loop).
-Cell* exchange_current_cell(Cell* cell);
 
 class Cell final : public Runnable,
                    public ResumeContext,

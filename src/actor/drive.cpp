@@ -3,6 +3,7 @@
 // thread hands the reply over.
 
 #include "actor/cell.hpp"
+#include "actor/node.hpp"
 #include "net/io_thread.hpp"
 
 namespace baton::detail {

@@ -1,6 +1,7 @@
 #include "actor/node.hpp"
 
 #include "actor/cell.hpp"
+#include "actor/directory.hpp"
 
 namespace baton::detail {
 namespace {

@@ -4,6 +4,10 @@
 #include <unordered_set>
 
 #include "actor/cell.hpp"
+#include "actor/directory.hpp"
+#include "actor/failures.hpp"
+#include "actor/node.hpp"
+#include "actor/replies.hpp"
 #include "log/log.hpp"
 #include "net/io_thread.hpp"
 

@@ -3,7 +3,11 @@
 
 #include <algorithm>
 
+#include "actor/failures.hpp"
+#include "actor/node.hpp"
 #include "actor/remote_impl.hpp"
+#include "actor/replies.hpp"
+#include "actor/routing.hpp"
 #include "log/log.hpp"
 
 namespace baton::detail {

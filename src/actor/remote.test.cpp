@@ -3,6 +3,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -12,8 +13,11 @@
 
 #include <atomic>
 #include <cstring>
+#include <future>
 #include <numeric>
+#include <thread>
 
+#include "actor/remote_impl.hpp"
 #include "baton/actor/proc.hpp"
 
 namespace baton {
@@ -239,6 +243,75 @@ TEST(Remote, AnUnauthenticatedPeerCannotDeliverAMessage) {
   EXPECT_EQ(worker.call(&Worker::hits).get(), 0);
   worker.send(&Worker::bump);
   EXPECT_EQ(worker.call(&Worker::hits).get(), 1);
+}
+
+// A peer that hangs up before it answers (not a proc of this job, or one refusing it): the dial
+// backs off and ends at the repair's deadline, and a call sent on it fails with the reason:
+// neither a storm of redials nor a wait for ever.
+// The link may even close before it is the peer's route (a dialling thread descheduled): the
+// test holds the dialling thread there until the link's close handler ran, once; a call then
+// sent on the route must still fail, not wait for a close that already happened.
+TEST(Remote, ACallOnADialThePeerHangsUpOnFailsWithTheReason) {
+  // A loopback listener that hangs up on every connection as soon as it comes, from a thread.
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(listener, 64), 0);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  std::atomic<int> accepted{0};
+  std::thread refuser([listener, &accepted] {
+    for (;;) {
+      const int fd = ::accept(listener, nullptr, nullptr);
+      if (fd < 0) return;  // the test shut the listener down
+      ++accepted;
+      ::close(fd);
+    }
+  });
+  const Address refusing =
+      Address::parse("tcp://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)));
+  {
+    ProcOptions options{.name = "dialler", .threads = 1};
+    options.link.reconnect_for = 300ms;
+    Proc local(options);
+    auto& router = detail::remote::router_of(*detail::state_of(local).node);
+    for (int i = 0; i < 20; ++i) {
+      const ProcId peer{"refusing" + std::to_string(i)};
+      auto lost = std::make_shared<std::promise<void>>();
+      if (i == 0) {
+        std::lock_guard lock(router.routes_mu);
+        router.dial_hook_for_test = [lost](const std::shared_ptr<net::Link>&) {
+          // The close handler runs (and tells on_lost) now, or only once the route is in.
+          (void)lost->get_future().wait_for(2s);
+        };
+      }
+      local.connect(peer, refusing, [lost, i](const std::string&) {
+        if (i == 0) lost->set_value();
+      });
+      if (i == 0) {
+        std::lock_guard lock(router.routes_mu);
+        router.dial_hook_for_test = nullptr;
+      }
+      ActorRef<Worker> worker(ActorId{peer, "worker", 0});
+      auto call = worker.call(&Worker::hits);
+      try {
+        (void)call.get(30s);
+        ADD_FAILURE() << "a call to a proc that hung up returned";
+      } catch (const UndeliverableError& e) {
+        EXPECT_THAT(e.what(), HasSubstr(peer.name)) << "dial " << i;
+        EXPECT_THAT(e.what(), HasSubstr("not restored within 300 ms")) << "dial " << i;
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "dial " << i << ": " << e.what();  // a timeout: the call was never failed
+      }
+    }
+  }
+  ::shutdown(listener, SHUT_RDWR);
+  refuser.join();
+  ::close(listener);
+  // Redials 5, 10, 20 ... ms apart fit 7 tries into 300 ms; a storm makes thousands.
+  EXPECT_LE(accepted.load(), 20 * 10) << "the dials the peer hung up on were made again at once";
 }
 
 /// Sends one-way messages and reports what came back.

@@ -22,6 +22,10 @@
 #include <vector>
 
 #include "actor/cell.hpp"
+#include "actor/directory.hpp"
+#include "actor/failures.hpp"
+#include "actor/node.hpp"
+#include "actor/routing.hpp"
 
 namespace baton::detail::remote {
 
@@ -89,6 +93,15 @@ class RemoteRouter final : public Router {
   std::unordered_map<std::string, std::string> addresses;
   std::weak_ptr<ProcState> home_proc;
   std::mutex dialing;  // one lazy connect at a time, so a peer gets one outgoing link
+  /// Why the last link to each of the kFailuresKept peers last lost closed, until it links
+  /// again (under routes_mu): a call sent after the close fails with it.
+  std::unordered_map<std::string, std::string> closed_why;
+  std::deque<std::string> closed_order;
+  /// The reason the link to `peer` closed, if it closed and did not link again.
+  std::optional<std::string> closed_reason(const std::string& peer);
+  /// For tests: runs on the dialling thread between a link's start and its route's, where a
+  /// dial refused at once may already have closed the link (under routes_mu).
+  std::function<void(const std::shared_ptr<net::Link>&)> dial_hook_for_test;
 
   // Procs of this process's children that died, with what happened (the last
   // kFailuresKept); and the probe that asks the host layer whether a peer whose link closed

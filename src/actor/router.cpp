@@ -1,7 +1,12 @@
 // The node's router: links to procs in other processes by peer, where those procs listen, which
 // of them died; dialling on first use; and Proc's serve() and connect().
 
+#include "actor/directory.hpp"
+#include "actor/failures.hpp"
+#include "actor/node.hpp"
 #include "actor/remote_impl.hpp"
+#include "actor/replies.hpp"
+#include "actor/routing.hpp"
 #include "log/log.hpp"
 
 namespace baton::detail {
@@ -65,6 +70,7 @@ void RemoteRouter::add_route(const std::string& peer, const std::shared_ptr<Proc
   Route old;
   {
     std::lock_guard lock(routes_mu);
+    if (closed_why.erase(peer) != 0) std::erase(closed_order, peer);
     auto [it, fresh] = routes.try_emplace(peer, Route{local, link, {}, accepted});
     if (!fresh && accepted && it->second.accepted && it->second.link != link) {
       old = std::exchange(it->second, Route{local, link, {}, accepted});
@@ -106,6 +112,11 @@ void RemoteRouter::link_closed(const std::string& peer, const std::shared_ptr<ne
     pending = std::move(it->second.pending);
     local = it->second.local.lock();
     routes.erase(it);
+    if (closed_why.insert_or_assign(peer, reason).second) closed_order.push_back(peer);
+    if (closed_order.size() > kFailuresKept) {
+      closed_why.erase(closed_order.front());
+      closed_order.pop_front();
+    }
     linked.notify_all();
   }
   if (!local) return;
@@ -127,6 +138,13 @@ void RemoteRouter::link_closed(const std::string& peer, const std::shared_ptr<ne
       sink->link_lost("link to proc " + peer + " lost (" + reason + ") before the reply came");
     }
   }
+}
+
+std::optional<std::string> RemoteRouter::closed_reason(const std::string& peer) {
+  std::lock_guard lock(routes_mu);
+  auto it = closed_why.find(peer);
+  if (it == closed_why.end()) return std::nullopt;
+  return it->second;
 }
 
 bool RemoteRouter::routes_to(const std::string& peer, const std::shared_ptr<net::Link>& link) {
@@ -225,7 +243,21 @@ bool RemoteRouter::route_call(const ActorId& target, const EndpointInfo& endpoin
     return true;
   }
   auto [link, local] = route_to(target.proc);
-  if (!link || !local) return false;
+  if (!link || !local) {
+    auto closed = closed_reason(target.proc.name);
+    if (!closed) return false;
+    // Its link closed a moment ago (a refused dial, say): the call fails with why.
+    const std::string why = "the link to proc " + target.proc.name + " closed (" + *closed + "); " +
+                            target.to_string() + " cannot be reached";
+    if (reply) {
+      reply->set_exception(
+          std::make_exception_ptr(UndeliverableError(UndeliverableError::Reason::link_lost, why)));
+    } else {
+      deliver_undeliverable(
+          sender, Undeliverable{PortId{target, 0}, UndeliverableError::Reason::link_lost, why});
+    }
+    return true;
+  }
   std::optional<PortId> reply_to;
   if (reply) {
     reply_to =
@@ -366,6 +398,12 @@ void forget_procs(const std::vector<ProcId>& procs) {
     std::lock_guard lock(r->addresses_mu);
     for (const auto& p : procs) r->addresses.erase(p.name);
   }
+  {
+    std::lock_guard lock(r->routes_mu);
+    for (const auto& p : procs) {
+      if (r->closed_why.erase(p.name) != 0) std::erase(r->closed_order, p.name);
+    }
+  }
   std::lock_guard lock(r->failures_mu);
   for (const auto& p : procs) {
     if (r->failures.erase(p.name) != 0) std::erase(r->failure_order, p.name);
@@ -438,6 +476,7 @@ TableSizes table_sizes(ProcState& proc) {
     {
       std::lock_guard lock(r->routes_mu);
       t.routes = r->routes.size();
+      t.closed = r->closed_why.size();
     }
     {
       std::lock_guard lock(r->addresses_mu);
@@ -458,22 +497,53 @@ void connect_state(const std::shared_ptr<ProcState>& state, const ProcId& peer,
   auto holder = std::make_shared<std::shared_ptr<net::Link>>();
   std::weak_ptr<ProcState> weak = state;
   auto unsent = std::make_shared<std::vector<Envelope>>();
-  net::LinkHandler relay{
-      [weak, holder](Envelope env) {
-        auto local = weak.lock();
-        if (local && *holder) deliver_envelope(local, *holder, std::move(env));
-      },
+  auto closed = std::make_shared<std::function<void(const std::string&)>>(
       [router, holder, name, unsent, on_lost = std::move(on_lost)](const std::string& reason) {
         router->link_closed(*name, *holder, reason);
         return_unsent(*name, reason, *unsent);
         unsent->clear();
         if (on_lost) on_lost(reason);
-      },
-      [unsent](std::vector<Envelope> envs) { *unsent = std::move(envs); }};
+      });
+  // A dial refused at once may close the link before its route is added below: the close then
+  // waits for the route, so that what is sent on the route meanwhile hears why.
+  struct Early {
+    std::mutex mu;
+    bool routed = false;
+    std::optional<std::string> closed;  // the reason, if it closed before it was routed
+  };
+  auto early = std::make_shared<Early>();
+  net::LinkHandler relay{[weak, holder](Envelope env) {
+                           auto local = weak.lock();
+                           if (local && *holder) deliver_envelope(local, *holder, std::move(env));
+                         },
+                         [early, closed](const std::string& reason) {
+                           {
+                             std::lock_guard lock(early->mu);
+                             if (!early->routed) {
+                               early->closed = reason;
+                               return;
+                             }
+                           }
+                           (*closed)(reason);
+                         },
+                         [unsent](std::vector<Envelope> envs) { *unsent = std::move(envs); }};
   auto link = net::Link::connect(io, address, std::move(relay), state->options.link);
   *holder = link;
+  std::function<void(const std::shared_ptr<net::Link>&)> hook;
+  {
+    std::lock_guard lock(router->routes_mu);
+    hook = router->dial_hook_for_test;
+  }
+  if (hook) hook(link);
   // A link the peer dialled first stays the route: one sending link per peer keeps FIFO.
   router->add_route(peer.name, state, link, false);
+  std::optional<std::string> closed_early;
+  {
+    std::lock_guard lock(early->mu);
+    early->routed = true;
+    closed_early = std::move(early->closed);
+  }
+  if (closed_early) (*closed)(*closed_early);
   {
     std::lock_guard lock(router->addresses_mu);
     if (router->home_proc.expired()) router->home_proc = state;

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "actor/cell.hpp"
+#include "actor/proc_state.hpp"
 #include "host/hosts.hpp"
 #include "log/log.hpp"
 #include "runtime_impl.hpp"

@@ -9,7 +9,8 @@
 #include <cstring>
 #include <fstream>
 
-#include "actor/cell.hpp"
+#include "actor/failures.hpp"
+#include "actor/proc_state.hpp"
 #include "host/hosts.hpp"
 #include "log/log.hpp"
 #include "runtime_impl.hpp"

@@ -12,8 +12,8 @@
 #include <sstream>
 #include <string>
 
+#include "host/credentials.hpp"
 #include "host/hosts.test.hpp"
-#include "host/runtime_impl.hpp"
 
 namespace baton {
 namespace {

@@ -17,7 +17,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "actor/cell.hpp"
+#include "actor/failures.hpp"
+#include "actor/proc_state.hpp"
 #include "log/log.hpp"
 #include "runtime_impl.hpp"
 

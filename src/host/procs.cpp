@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <string_view>
 
-#include "actor/cell.hpp"
+#include "actor/proc_state.hpp"
 #include "log/log.hpp"
 #include "runtime_impl.hpp"
 

@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "actor/cell.hpp"
+#include "actor/failures.hpp"
+#include "actor/node.hpp"
+#include "actor/proc_state.hpp"
 #include "host/hosts.hpp"
 #include "log/log.hpp"
 #include "runtime_impl.hpp"

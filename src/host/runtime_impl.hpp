@@ -9,9 +9,9 @@
 //   worker.cpp    a worker's side: bootstrap from the environment, serving its proc
 //   start.cpp     HostMesh::spawn_procs_async: workers starting until they link, their deadline
 //   procs.cpp     the proc groups' orderly stop, HostMesh::stop
+// What only some of them use has a header of its own: credentials.hpp, job_dir.hpp (the job's
+// directory and signals), children.hpp (spawner and child watcher), proc_group.hpp.
 
-#include <signal.h>
-#include <spawn.h>
 #include <sys/types.h>
 
 #include <atomic>
@@ -19,7 +19,6 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -34,6 +33,10 @@
 
 #include "actor/node.hpp"
 #include "baton/host/runtime.hpp"
+#include "host/children.hpp"
+#include "host/credentials.hpp"
+#include "host/job_dir.hpp"
+#include "host/proc_group.hpp"
 #include "net/work_queue.hpp"
 
 namespace baton {
@@ -87,199 +90,14 @@ struct RuntimeSlot {
   std::atomic<Runtime*> runtime{nullptr};
 };
 
-/// A job's secret and TLS files, kept in a directory only their owner may read: "secret",
-/// "ca.pem", "cert.pem", "key.pem". How an agent started by a scheduler gets them: the
-/// directory is named by --credentials or BATON_CREDENTIALS, never passed on a command line.
-struct Credentials {
-  std::string secret;
-  net::TlsOptions tls;
-};
-/// Makes `dir` (mode 0700) with a fresh secret and a CA and certificate (files mode 0600).
-Credentials make_credentials(const std::filesystem::path& dir);
-/// Reads `dir`; throws UsageError naming what is missing or readable by others.
-Credentials load_credentials(const std::filesystem::path& dir);
-/// The job's credentials as one text, for an agent's standard input (`baton-host --credentials
-/// -`): how a job that starts agents through a pipe (srun, ssh) hands them over, never on a
-/// command line. Throws UsageError if the TLS files cannot be read.
-std::string credentials_text(const std::string& secret, const net::TlsOptions& tls);
-/// Reads credentials_text() from `fd` to its end and writes it to `dir` (made, mode 0700;
-/// files 0600), then loads them; throws UsageError saying what was wrong with the text.
-Credentials receive_credentials(int fd, const std::filesystem::path& dir);
-/// Reads credentials_text() from the file `text` (only its owner may read it: a Kubernetes
-/// Secret mounted with mode 0400, say) and writes it to `dir` as receive_credentials() does.
-Credentials read_credentials_file(const std::filesystem::path& text,
-                                  const std::filesystem::path& dir);
-
-/// Makes the job's directory (only this user may enter it) and records who made it.
-std::filesystem::path make_job_dir();
-/// Removes the directory tree at `path`; false if some of it stayed. Not
-/// std::filesystem::remove_all: a library loaded beside the runtime may export its own copy of
-/// that symbol, built against another libstdc++ (PyTorch's pip wheels do, and a call through it
-/// crashed).
-bool remove_tree(const std::string& path);
-
-/// "SIGINT".
-std::string signal_name(int sig);
-
 /// One future for several: completes once all have, failing with the first failure.
 Future<void> all_of(const std::vector<Future<void>>& parts);
 /// The same over futures of any type, by their states (read each one's value once it is done).
 Future<void> all_of(const std::vector<std::shared_ptr<detail::StateBase>>& parts);
 
-/// Turns SIGINT and SIGTERM into calls on a thread of its own: the first signal runs `first`
-/// (on one more thread, so that a second signal is heard while it runs), later ones `again`.
-/// Both end the process. The handlers that were there before come back when it is destroyed.
-class StopSignals {
- public:
-  StopSignals(std::function<void(int)> first, std::function<void(int)> again);
-  ~StopSignals();
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-
- private:
-  void run();
-
-  std::function<void(int)> first_;
-  std::function<void(int)> again_;
-  int pipe_[2] = {-1, -1};
-  struct sigaction old_int_ {};
-  struct sigaction old_term_ {};
-  std::thread thread_;
-  std::thread stopping_;
-};
-
-/// Starts processes from one thread that lives as long as the runtime. A worker's
-/// PR_SET_PDEATHSIG follows the thread that started it, not the process: started from a
-/// short-lived thread, it would die when that thread ends.
-class Spawner {
- public:
-  Spawner();
-  ~Spawner();
-  Spawner(const Spawner&) = delete;
-  Spawner& operator=(const Spawner&) = delete;
-
-  /// posix_spawn, run on the spawner's thread.
-  int spawn(pid_t* pid, const char* path, const posix_spawn_file_actions_t* actions,
-            char* const argv[], char* const envp[]);
-
- private:
-  struct Job {
-    std::function<int()> start;
-    int rc = 0;
-    bool done = false;
-  };
-
-  void run();
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Job*> jobs_;
-  bool quit_ = false;
-  std::thread thread_;
-};
-
-/// Reaps child processes as they exit, on a thread of its own: one poll over their pidfds.
-/// A child killed by SIGKILL is said to be the out-of-memory killer's only if the kernel's
-/// count of such kills in the child's cgroup rose since it was last read.
-class ChildWatcher {
- public:
-  using OnExit = std::function<void(pid_t pid, const std::string& what)>;
-
-  explicit ChildWatcher(OnExit on_exit);
-  ~ChildWatcher();
-  ChildWatcher(const ChildWatcher&) = delete;
-  ChildWatcher& operator=(const ChildWatcher&) = delete;
-
-  void add(pid_t pid);
-
-  /// Sends `sig` to every child still running (through its pidfd: never to a reused pid).
-  void signal_all(int sig);
-
-  /// What became of `pid` once it exited, waiting until `deadline`; nullopt if still running.
-  std::optional<std::string> wait(pid_t pid, std::chrono::steady_clock::time_point deadline);
-
-  /// Forgets what became of `pid` (its group is gone).
-  void forget(pid_t pid);
-
- private:
-  void poke() const;
-  void run();
-  /// Whether the out-of-memory killer acted in `pid`'s cgroup since its count was last read.
-  bool oom_killed(pid_t pid);
-
-  OnExit on_exit_;
-  int wake_ = -1;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::unordered_map<pid_t, int> running_;  // pidfd of each child still running
-  std::unordered_map<pid_t, std::string> exited_;
-  std::unordered_map<pid_t, std::string> oom_file_;          // each running child's events file
-  std::unordered_map<std::string, std::uint64_t> oom_seen_;  // oom_kill count last read, by file
-  bool quit_ = false;
-  std::thread thread_;
-};
-
 /// Runs jobs at given times (deadlines that nothing else would wake up for: a worker that never
 /// links), on one thread started by the first job; a job must not block.
 using Timers = net::TimerQueue;
-
-/// Runs the orderly stops of proc groups one after another, on a thread that lives as long as
-/// the runtime, so that stop() returns its future at once; what is still queued runs before the
-/// runtime goes. (on_this_thread(): a continuation of a stop's future runs there.)
-using StopWorker = net::JobQueue;
-
-/// Worker processes started by one spawn_procs call.
-class LocalProcGroup final : public detail::ProcGroup,
-                             public std::enable_shared_from_this<LocalProcGroup> {
- public:
-  /// `gone` runs once every process has exited, to let go of what was theirs.
-  LocalProcGroup(ChildWatcher& watcher, StopWorker& stops, std::chrono::milliseconds grace,
-                 std::function<void(const std::vector<ProcId>&)> gone)
-      : watcher_(watcher), stops_(stops), grace_(grace), gone_(std::move(gone)) {}
-  ~LocalProcGroup() override { stop_here(grace_); }
-
-  /// Set before the group's processes are told to stop, so their exits read as stops.
-  std::shared_ptr<std::atomic<bool>> stopping = std::make_shared<std::atomic<bool>>(false);
-
-  /// False, adding nothing, once the group began to stop: the caller must kill `pid` itself.
-  bool add(pid_t pid, ProcId name) {
-    std::lock_guard lock(mu_);
-    if (phase_ != Phase::idle) return false;
-    children_.push_back({pid, std::move(name)});
-    return true;
-  }
-
-  std::chrono::milliseconds default_grace() const override { return grace_; }
-  std::shared_ptr<std::atomic<bool>> stopped_flag() const override { return stopping; }
-
-  /// Queues the stop on the runtime's stop thread (runs it at once when called there) and
-  /// returns its future; every call returns the future of the first.
-  Future<void> stop(std::chrono::milliseconds grace) override;
-  /// Runs the stop on the calling thread, unless it already runs elsewhere, and returns once
-  /// it is over: for the runtime's own paths that must wait (its end, a signal, a proc's
-  /// shutdown, a failed spawn).
-  void stop_here(std::chrono::milliseconds grace);
-
- private:
-  enum class Phase { idle, queued, running, done };
-  struct Child {
-    pid_t pid;
-    ProcId name;
-  };
-  /// The queued stop, unless another caller took it over.
-  void run_queued(std::chrono::milliseconds grace);
-  /// The orderly stop itself; completes `done_`.
-  void run(std::chrono::milliseconds grace);
-
-  ChildWatcher& watcher_;
-  StopWorker& stops_;
-  const std::chrono::milliseconds grace_;
-  std::function<void(const std::vector<ProcId>&)> gone_;
-  std::mutex mu_;
-  Phase phase_ = Phase::idle;
-  Promise<void> done_;
-  std::vector<Child> children_;
-};
 
 class ProcStart;
 

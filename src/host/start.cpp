@@ -11,7 +11,8 @@
 #include <stdexcept>
 #include <string_view>
 
-#include "actor/cell.hpp"
+#include "actor/failures.hpp"
+#include "actor/proc_state.hpp"
 #include "log/log.hpp"
 #include "runtime_impl.hpp"
 

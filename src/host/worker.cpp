@@ -7,7 +7,8 @@
 #include <cstdlib>
 #include <mutex>
 
-#include "actor/cell.hpp"
+#include "actor/failures.hpp"
+#include "actor/proc_state.hpp"
 #include "log/log.hpp"
 #include "runtime_impl.hpp"
 

@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "baton/launch/job.hpp"
-#include "host/runtime_impl.hpp"
+#include "host/credentials.hpp"
 
 namespace baton::job {
 namespace {

@@ -18,8 +18,8 @@
 #include <thread>
 
 #include "baton/launch/job.hpp"
+#include "host/credentials.hpp"
 #include "host/hosts.hpp"
-#include "host/runtime_impl.hpp"
 #include "launch/command.hpp"
 #include "log/log.hpp"
 

@@ -10,6 +10,11 @@
 
 #include "baton/mesh/cast.hpp"
 
+#include "actor/current.hpp"
+#include "actor/directory.hpp"
+#include "actor/failures.hpp"
+#include "actor/replies.hpp"
+#include "actor/routing.hpp"
 #include "baton/actor/errors.hpp"
 #include "mesh/cast_impl.hpp"
 
@@ -19,7 +24,7 @@ namespace cast_impl {
 
 /// The proc a cast starts from: the calling actor's, else the one that links this process.
 std::shared_ptr<ProcState> root_proc(const std::vector<CastMember>& base) {
-  if (Cell* c = current_cell()) return c->proc().shared_from_this();
+  if (auto p = current_proc()) return p;
   if (auto home = home_proc()) return home;
   for (const auto& m : base) {
     if (auto p = find_proc(m.actor.proc)) return p;

@@ -13,7 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include "actor/cell.hpp"
+#include "actor/proc_state.hpp"
+#include "actor/replies.hpp"
 #include "baton/mesh/cast.hpp"
 
 namespace baton::detail::cast_impl {

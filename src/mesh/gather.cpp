@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "actor/failures.hpp"
+#include "actor/replies.hpp"
 #include "mesh/cast_impl.hpp"
 
 namespace baton::detail {

@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "actor/routing.hpp"
+#include "actor/directory.hpp"
 #include "baton/baton.hpp"
 
 namespace baton {
@@ -42,7 +42,7 @@ class Counter : public Actor {
   /// The sizes of the tables this member's process keeps (see detail::table_sizes).
   std::vector<std::size_t> tables() { return sizes(detail::table_sizes(detail::state_of(proc()))); }
   static std::vector<std::size_t> sizes(const detail::TableSizes& t) {
-    return {t.procs, t.actors, t.ended, t.ports, t.routes, t.addresses, t.failures};
+    return {t.procs, t.actors, t.ended, t.ports, t.routes, t.addresses, t.failures, t.closed};
   }
   /// Sends this member's rank to a port that another process opened.
   void report(const Port<int>& to) { to.send(my_rank() * 10 + value_); }

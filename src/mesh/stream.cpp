@@ -1,5 +1,8 @@
 // Streamed replies, queued for the caller as they arrive; and the host layer's shutdown hook.
 
+#include "actor/directory.hpp"
+#include "actor/node.hpp"
+#include "actor/replies.hpp"
 #include "mesh/cast_impl.hpp"
 
 namespace baton::detail {

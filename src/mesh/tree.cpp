@@ -4,6 +4,7 @@
 
 #include <random>
 
+#include "actor/node.hpp"
 #include "mesh/cast_impl.hpp"
 
 namespace baton::detail {

@@ -216,6 +216,7 @@ class StreamLink final : public Link {
   // --- heartbeats and repair (link_repair.cpp) -------------------------------------------------
   void arm_heartbeat();
   bool connected() const;
+  void write_failed(std::uint64_t epoch, const asio::error_code& ec);
   void broken(std::uint64_t epoch, const asio::error_code& ec);
   void resolve(const Address& to,
                std::function<void(const std::string& error, const Protocol::endpoint& ep)> then);
@@ -324,6 +325,10 @@ class StreamLink final : public Link {
   std::string repair_reason_;
   std::chrono::milliseconds backoff_{5};
   std::unique_ptr<asio::steady_timer> repair_timer_;
+  // The dialler: whether the listener's hello came on this connection; whether a connection
+  // of this link broke before (strand).
+  bool answered_ = false;
+  bool repairing_ = false;
 
   // Writing state, under mu_. out_ holds every data frame not yet acknowledged, from seq
   // out_base_seq_ on; the first written_ of them are on the wire.

@@ -138,7 +138,8 @@ void StreamLink::on_control(std::uint64_t epoch, const std::string& kind) {
   } else if (kind == kHello) {
     if (a == 0) return shutdown("a hello with no session");
     if (redial_) {
-      trim(b);  // the listener's answer on a repaired connection
+      answered_ = true;
+      trim(b);  // the listener's answer (on a repaired connection: what it has)
     } else if (!adopt_session(a, b)) {
       return;  // the connection went to the link it belongs to
     }

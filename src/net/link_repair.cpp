@@ -36,6 +36,10 @@ void StreamLink::broken(std::uint64_t epoch, const asio::error_code& ec) {
   // (whichever operation takes the error first), and a peer that closes on purpose says bye
   // first, so every other break is repaired.
   if (unix_ || ec == asio::error::operation_aborted || session_ == 0) return shutdown(reason);
+  // A connection that broke before the peer answered on it (a peer that accepts and hangs up)
+  // repaired nothing: the redials back off, and the repair's deadline stays.
+  const bool answered = answered_ || !redial_ || !repairing_;
+  repairing_ = true;
   {
     std::lock_guard lock(mu_);
     ++epoch_;
@@ -49,14 +53,14 @@ void StreamLink::broken(std::uint64_t epoch, const asio::error_code& ec) {
     log_line(options_, detail::LogLevel::debug,
              "link " + description_ + " broken (" + reason + "); repairing");
   }
-  repair_deadline_ = Clock::now() + options_.reconnect_for;
-  repair_reason_ = reason;
-  if (redial_) {
-    backoff_ = std::chrono::milliseconds(5);
-    redial(epoch_);
-  } else {
-    wait_for_peer(epoch_);
+  if (answered) {
+    repair_deadline_ = Clock::now() + options_.reconnect_for;
+    repair_reason_ = reason;
   }
+  if (!redial_) return wait_for_peer(epoch_);
+  if (!answered) return retry_or_give_up(epoch_, reason);
+  backoff_ = std::chrono::milliseconds(5);
+  redial(epoch_);
 }
 
 void StreamLink::redial(std::uint64_t epoch) {
@@ -182,6 +186,7 @@ void StreamLink::resume(Protocol::socket socket, std::unique_ptr<TlsStream> tls,
     ++epoch_;
     ++connections_;
     connected_ = true;
+    answered_ = false;
     written_ = 0;
     front_sent_ = 0;
     ctl_.clear();

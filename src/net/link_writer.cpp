@@ -122,7 +122,7 @@ void StreamLink::write_next(std::uint64_t epoch) {
                                                                                std::size_t) {
         if (epoch != self->epoch_) return;
         self->in_flight_ = false;
-        if (ec) return self->broken(epoch, ec);
+        if (ec) return self->write_failed(epoch, ec);
         if (self->close_after_write_) return self->shutdown(*self->close_after_write_, true);
         {
           std::lock_guard lock(self->mu_);
@@ -139,6 +139,14 @@ void StreamLink::write_next(std::uint64_t epoch) {
         }
         self->write_next(epoch);
       }));
+}
+
+/// A write failed (strand). On a unix socket the peer closed its end or died, and what it wrote
+/// before is still ours to read: writing stops, and the reader closes the link at the end of
+/// the stream, after the frames before it (unless reading is paused: then at once).
+void StreamLink::write_failed(std::uint64_t epoch, const asio::error_code& ec) {
+  if (unix_ && ec != asio::error::operation_aborted && !parked_) return;
+  broken(epoch, ec);
 }
 
 /// One non-blocking gather write of a whole frame; returns the bytes the socket took.

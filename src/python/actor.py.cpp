@@ -7,7 +7,7 @@
 
 #include <pybind11/stl.h>
 
-#include "actor/cell.hpp"
+#include "actor/current.hpp"
 #include "log/log.hpp"
 #include "python/py_actor.hpp"
 

@@ -6,7 +6,7 @@
 
 #include "baton/launch/job.hpp"
 #include "baton/launch/spmd.hpp"
-#include "host/runtime_impl.hpp"
+#include "host/credentials.hpp"
 #include "python/bindings.hpp"
 
 namespace baton::python {
