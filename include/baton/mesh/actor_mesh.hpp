@@ -24,6 +24,7 @@
 #include "baton/mesh/cast.hpp"
 #include "baton/mesh/value_mesh.hpp"
 #include "baton/slice/slice.hpp"
+#include "baton/slice/sliceable.hpp"
 
 namespace baton {
 
@@ -238,7 +239,7 @@ class ProcMesh;
 /// Calls travel down the cast tree (see baton/mesh/cast.hpp); FIFO per (sender, actor) holds
 /// for everything sent through meshes, whichever adverb sent it.
 template <class A>
-class ActorMesh {
+class ActorMesh : public Sliceable<ActorMesh<A>> {
  public:
   ActorMesh() = default;
   /// Over members whose procs learned the mesh's tree under `key` (see ProcMesh::spawn).
@@ -340,23 +341,6 @@ class ActorMesh {
     return MeshStream<mesh_value_t<detail::reply_t<F>>>(shape_, port, std::move(q), ep.name);
   }
 
-  /// The members with `dim` in [begin, end): a view, no actor is copied.
-  ActorMesh slice(std::string_view dim, std::size_t begin, std::size_t end) const {
-    return view(shape_.range(dim, begin, end));
-  }
-  /// The members with `dim` == index; the dimension is dropped.
-  ActorMesh slice(std::string_view dim, std::size_t index) const {
-    return view(shape_.at(dim, index));
-  }
-  /// Several dimensions at once: slice({{"hosts", 0}, {"gpus", {0, 4}}}).
-  ActorMesh slice(const std::vector<DimSelect>& dims) const { return view(shape_.select(dims)); }
-  /// The same members on one dimension named `name` (see Shape::flatten).
-  ActorMesh flatten(std::string name) const { return view(shape_.flatten(std::move(name))); }
-  /// The same members with dimension `from` called `to`.
-  ActorMesh rename(std::string_view from, std::string to) const {
-    return view(shape_.rename(from, std::move(to)));
-  }
-
   /// Stops the members of this view after the messages already sent to them; calls to them
   /// fail at once afterwards with a UsageError. Members whose procs are being stopped go with
   /// them: a proc already gone counts as its members stopped.
@@ -419,6 +403,7 @@ class ActorMesh {
     std::shared_ptr<const std::atomic<bool>> procs_stopped;
   };
 
+  friend class Sliceable<ActorMesh>;  // view()
   ActorMesh view(const Shape& shape) const {
     ActorMesh m = *this;
     m.shape_ = shape;

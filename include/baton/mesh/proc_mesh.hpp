@@ -20,6 +20,7 @@
 #include "baton/actor/future.hpp"
 #include "baton/mesh/actor_mesh.hpp"
 #include "baton/slice/slice.hpp"
+#include "baton/slice/sliceable.hpp"
 
 namespace baton {
 
@@ -79,7 +80,7 @@ Future<SpawnedMembers> spawn_members(std::vector<ProcId> procs, std::vector<Poin
 }  // namespace detail
 
 /// Procs laid out on a shape; spawns one actor per proc.
-class ProcMesh {
+class ProcMesh : public Sliceable<ProcMesh> {
  public:
   /// An empty handle, to be assigned the mesh spawn_procs() returns (so a class can hold one).
   ProcMesh() = default;
@@ -204,26 +205,10 @@ class ProcMesh {
     return spawn_async<A>(name, std::forward<Args>(args)...).get();
   }
 
-  /// The procs with `dim` in [begin, end): a view.
-  ProcMesh slice(std::string_view dim, std::size_t begin, std::size_t end) const {
-    return view(shape_.range(dim, begin, end));
-  }
-  /// The procs with `dim` == index; the dimension is dropped.
-  ProcMesh slice(std::string_view dim, std::size_t index) const {
-    return view(shape_.at(dim, index));
-  }
-  /// Several dimensions at once: slice({{"hosts", 0}, {"gpus", {0, 4}}}).
-  ProcMesh slice(const std::vector<DimSelect>& dims) const { return view(shape_.select(dims)); }
-  /// The same procs on one dimension named `name` (see Shape::flatten).
-  ProcMesh flatten(std::string name) const { return view(shape_.flatten(std::move(name))); }
-  /// The same procs with dimension `from` called `to`.
-  ProcMesh rename(std::string_view from, std::string to) const {
-    return view(shape_.rename(from, std::move(to)));
-  }
-
  private:
   static constexpr std::chrono::milliseconds kNoGrace{0};
 
+  friend class Sliceable<ProcMesh>;  // view()
   ProcMesh view(const Shape& shape) const {
     ProcMesh m = *this;
     m.shape_ = shape;

@@ -19,12 +19,13 @@
 #include "baton/actor/errors.hpp"
 #include "baton/actor/future.hpp"
 #include "baton/slice/slice.hpp"
+#include "baton/slice/sliceable.hpp"
 
 namespace baton {
 
 /// One value per member of a shape, by rank or by Point.
 template <class T>
-class ValueMesh {
+class ValueMesh : public Sliceable<ValueMesh<T>> {
  public:
   ValueMesh() = default;
   ValueMesh(Shape shape, std::vector<T> values)
@@ -38,22 +39,6 @@ class ValueMesh {
   /// `for (int v : mesh.call(f).get().values())` is safe.
   const std::vector<T>& values() const& { return values_; }
   std::vector<T> values() && { return std::move(values_); }
-  /// The values of the members with `dim` in [begin, end); the dimension stays.
-  ValueMesh slice(std::string_view dim, std::size_t begin, std::size_t end) const {
-    return view(shape_.range(dim, begin, end));
-  }
-  /// The values of the members with `dim` == index; the dimension is dropped.
-  ValueMesh slice(std::string_view dim, std::size_t index) const {
-    return view(shape_.at(dim, index));
-  }
-  /// Several dimensions at once: slice({{"hosts", 0}, {"gpus", {0, 4}}}).
-  ValueMesh slice(const std::vector<DimSelect>& dims) const { return view(shape_.select(dims)); }
-  /// The same values on one dimension named `name` (see Shape::flatten).
-  ValueMesh flatten(std::string name) const { return view(shape_.flatten(std::move(name))); }
-  /// The same values with dimension `from` called `to`.
-  ValueMesh rename(std::string_view from, std::string to) const {
-    return view(shape_.rename(from, std::move(to)));
-  }
   /// (Point, value) pairs in rank order.
   std::vector<std::pair<Point, T>> items() const {
     std::vector<std::pair<Point, T>> out;
@@ -67,6 +52,7 @@ class ValueMesh {
   }
 
  private:
+  friend class Sliceable<ValueMesh>;  // view()
   /// The values of `sub`, a shape over some of this one's locations.
   ValueMesh view(Shape sub) const {
     std::vector<T> out;
