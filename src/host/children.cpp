@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <future>
 
 #include "actor/failures.hpp"
 #include "actor/proc_state.hpp"
@@ -78,41 +79,14 @@ std::optional<std::uint64_t> oom_kills(const std::string& file) {
 
 }  // namespace
 
-Spawner::Spawner() : thread_([this] { run(); }) {}
-
-Spawner::~Spawner() {
-  {
-    std::lock_guard lock(mu_);
-    quit_ = true;
-  }
-  cv_.notify_all();
-  thread_.join();
-}
-
 int Spawner::spawn(pid_t* pid, const char* path, const posix_spawn_file_actions_t* actions,
                    char* const argv[], char* const envp[]) {
-  Job job{[&] { return ::posix_spawn(pid, path, actions, nullptr, argv, envp); }};
-  std::unique_lock lock(mu_);
-  jobs_.push_back(&job);
-  cv_.notify_all();
-  cv_.wait(lock, [&] { return job.done; });
-  return job.rc;
-}
-
-void Spawner::run() {
-  std::unique_lock lock(mu_);
-  for (;;) {
-    cv_.wait(lock, [&] { return quit_ || !jobs_.empty(); });
-    if (jobs_.empty()) return;  // quit, with nothing left to start
-    Job* job = jobs_.front();
-    jobs_.pop_front();
-    lock.unlock();
-    const int rc = job->start();
-    lock.lock();
-    job->rc = rc;
-    job->done = true;
-    cv_.notify_all();
-  }
+  std::promise<int> started;
+  std::future<int> rc = started.get_future();
+  const bool queued = queue_.post(
+      [&] { started.set_value(::posix_spawn(pid, path, actions, nullptr, argv, envp)); });
+  if (!queued) return ECANCELED;  // the runtime is going
+  return rc.get();
 }
 
 ChildWatcher::ChildWatcher(OnExit on_exit) : on_exit_(std::move(on_exit)) {

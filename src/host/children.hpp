@@ -9,13 +9,14 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
+
+#include "net/work_queue.hpp"
 
 namespace baton::internal {
 
@@ -24,29 +25,12 @@ namespace baton::internal {
 /// short-lived thread, it would die when that thread ends.
 class Spawner {
  public:
-  Spawner();
-  ~Spawner();
-  Spawner(const Spawner&) = delete;
-  Spawner& operator=(const Spawner&) = delete;
-
-  /// posix_spawn, run on the spawner's thread.
+  /// posix_spawn, run on the spawner's thread (ECANCELED once the spawner is going).
   int spawn(pid_t* pid, const char* path, const posix_spawn_file_actions_t* actions,
             char* const argv[], char* const envp[]);
 
  private:
-  struct Job {
-    std::function<int()> start;
-    int rc = 0;
-    bool done = false;
-  };
-
-  void run();
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Job*> jobs_;
-  bool quit_ = false;
-  std::thread thread_;
+  net::JobQueue queue_;  // its thread starts with the first spawn and ends with the runtime
 };
 
 /// Reaps child processes as they exit, on a thread of its own: one poll over their pidfds.
