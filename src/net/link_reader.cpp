@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "net/link_impl.hpp"
-#include "net/slab.hpp"
+#include "wire/slab.hpp"
 
 namespace baton::net::internal {
 
@@ -51,7 +51,7 @@ void StreamLink::on_header(std::uint64_t epoch) {
 
 void StreamLink::read_part(std::uint64_t epoch, std::size_t i) {
   if (i == part_lengths_.size()) return deliver(epoch);
-  if (shm_ && shm_->reading && shm::travels_as_slab(part_lengths_[i])) return read_slab(epoch, i);
+  if (shm_ && shm_->reading && wire::travels_as_slab(part_lengths_[i])) return read_slab(epoch, i);
   auto buf = std::make_shared<std::vector<std::byte>>(static_cast<std::size_t>(part_lengths_[i]));
   read_chunk(epoch, i, std::move(buf), 0);
 }

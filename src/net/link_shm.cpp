@@ -21,7 +21,7 @@
 #include <cstring>
 
 #include "net/link_impl.hpp"
-#include "net/slab.hpp"
+#include "wire/slab.hpp"
 
 namespace baton::net {
 
@@ -59,16 +59,16 @@ void StreamLink::Shm::Op::abort() {
 /// copy, if any, costs the sender, not the I/O thread), if the link runs over shared memory.
 void StreamLink::slabs_for(Envelope& env) {
   bool large = false;
-  for (const Bytes& p : env.body.parts) large = large || shm::travels_as_slab(p.size());
+  for (const Bytes& p : env.body.parts) large = large || wire::travels_as_slab(p.size());
   if (!large) return;
   {
     std::lock_guard lock(mu_);
     if (!shm_ || !shm_->writing) return;
   }
   for (Bytes& p : env.body.parts) {
-    if (!shm::travels_as_slab(p.size())) continue;
+    if (!wire::travels_as_slab(p.size())) continue;
     try {
-      p = shm::to_slab(p);
+      p = wire::to_slab(p);
     } catch (const std::exception&) {
       return;  // tried again on the I/O thread, which closes the link if it fails there too
     }
@@ -79,11 +79,11 @@ void StreamLink::slabs_for(Envelope& env) {
 /// large parts, in order, making a slab of any that is not one yet. False: the link closed.
 bool StreamLink::send_slabs(Frame& frame) {
   for (Bytes& p : frame.parts) {
-    if (!shm::travels_as_slab(p.size())) continue;
+    if (!wire::travels_as_slab(p.size())) continue;
     std::string error;
     try {
-      p = shm::to_slab(p);
-      error = shm::send_fd(lowest().native_handle(), shm::slab_fd(p),
+      p = wire::to_slab(p);
+      error = shm::send_fd(lowest().native_handle(), wire::slab_fd(p),
                            static_cast<int>(options_.dead_after.count()), 's');
     } catch (const std::exception& e) {
       error = e.what();
@@ -110,7 +110,7 @@ void StreamLink::read_slab(std::uint64_t epoch, std::size_t i) {
   const int fd = s.fds.front();
   s.fds.pop_front();
   Bytes part;
-  const std::string error = shm::map_slab(fd, static_cast<std::size_t>(part_lengths_[i]), part);
+  const std::string error = wire::map_slab(fd, static_cast<std::size_t>(part_lengths_[i]), part);
   if (!error.empty()) return ring_broke(error);
   last_recv_ = Clock::now();
   incoming_.body.parts.push_back(std::move(part));

@@ -8,7 +8,7 @@
 #include <climits>
 
 #include "net/link_impl.hpp"
-#include "net/slab.hpp"
+#include "wire/slab.hpp"
 
 namespace baton::net::internal {
 
@@ -114,7 +114,7 @@ void StreamLink::write_next(std::uint64_t epoch) {
   };
   add(frame->header.data(), frame->header.size());
   for (const Bytes& p : frame->parts) {
-    if (!slabs || !shm::travels_as_slab(p.size())) add(p.data(), p.size());
+    if (!slabs || !wire::travels_as_slab(p.size())) add(p.data(), p.size());
   }
   in_flight_ = true;
   async_write_all(
@@ -153,7 +153,7 @@ void StreamLink::write_failed(std::uint64_t epoch, const asio::error_code& ec) {
 std::size_t StreamLink::write_now(const Frame& frame) {
   if (shm_ && shm_->writing) {
     for (const Bytes& p : frame.parts) {
-      if (shm::travels_as_slab(p.size())) return 0;  // its slab goes the asynchronous way
+      if (wire::travels_as_slab(p.size())) return 0;  // its slab goes the asynchronous way
     }
     return shm_write_now(frame);
   }

@@ -2,13 +2,43 @@
 
 #include <cstring>
 #include <stdexcept>
+#include <system_error>
+
+#include "wire/slab.hpp"
 
 namespace baton {
 
 Bytes Bytes::copy(const void* data, std::size_t size) {
   if (size == 0) return {};
+  if (wire::travels_as_slab(size)) {
+    try {
+      return wire::copy_to_slab(data, size);
+    } catch (const std::system_error&) {
+      // No memfd here (or no memory for one): ordinary memory, copied when sent.
+    }
+  }
   std::shared_ptr<std::byte[]> buf(new std::byte[size]);
   std::memcpy(buf.get(), data, size);
+  const std::byte* p = buf.get();
+  return view(std::shared_ptr<const void>(std::move(buf), p), p, size);
+}
+
+Bytes Bytes::make(std::size_t size, const std::function<void(std::span<std::byte>)>& fill) {
+  if (size == 0) return {};
+  if (wire::travels_as_slab(size)) {
+    bool filling = false;
+    try {
+      return wire::make_slab(size, [&](std::span<std::byte> to) {
+        filling = true;
+        fill(to);
+      });
+    } catch (const std::system_error&) {
+      if (filling) throw;  // fill's own failure: not tried again
+      // As in copy(): ordinary memory.
+    }
+  }
+  std::shared_ptr<std::byte[]> buf(new std::byte[size]());
+  fill({buf.get(), size});
   const std::byte* p = buf.get();
   return view(std::shared_ptr<const void>(std::move(buf), p), p, size);
 }

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -13,10 +14,16 @@ namespace baton {
 class Bytes {
  public:
   Bytes() = default;
-  /// Copies `size` bytes from `data`.
+  /// Copies `size` bytes from `data`. A buffer of 8 MiB or more lives in memory that other
+  /// procs of this host map: sent to one of them, it is passed, not copied.
   static Bytes copy(const void* data, std::size_t size);
   static Bytes copy(std::string_view s) { return copy(s.data(), s.size()); }
-  /// Takes ownership of a vector without copying it.
+  /// A new buffer of `size` bytes that `fill` writes in place (no copy afterwards); like copy(),
+  /// one of 8 MiB or more is passed, not copied, to procs of this host. What `fill` does not
+  /// write is zero.
+  static Bytes make(std::size_t size, const std::function<void(std::span<std::byte>)>& fill);
+  /// Takes ownership of a vector without copying it (sending it to a proc of this host copies
+  /// it once if it is 8 MiB or more: make() or copy() avoid that).
   static Bytes adopt(std::vector<std::byte> v);
   /// Takes ownership of a string without copying it.
   static Bytes adopt(std::string s);

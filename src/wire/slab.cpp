@@ -1,4 +1,4 @@
-#include "net/slab.hpp"
+#include "wire/slab.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -11,7 +11,7 @@
 #include <memory>
 #include <system_error>
 
-namespace baton::net::shm {
+namespace baton::wire {
 
 namespace {
 
@@ -57,6 +57,23 @@ Bytes wrap(int fd, std::size_t size) {
   return Bytes::view(std::move(owner), static_cast<const std::byte*>(at), size);
 }
 
+int new_memfd() {
+  const int fd = ::memfd_create("baton-bytes", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) throw std::system_error(errno, std::generic_category(), "memfd_create of a slab");
+  return fd;
+}
+
+std::system_error fail_closing(int fd, const char* what) {
+  const int e = errno;
+  ::close(fd);
+  return std::system_error(e, std::generic_category(), what);
+}
+
+Bytes seal(int fd, std::size_t size) {
+  if (::fcntl(fd, F_ADD_SEALS, kSlabSeals) != 0) throw fail_closing(fd, "sealing a slab");
+  return wrap(fd, size);
+}
+
 }  // namespace
 
 int slab_fd(const Bytes& b) {
@@ -66,26 +83,40 @@ int slab_fd(const Bytes& b) {
   return release->fd;
 }
 
-Bytes to_slab(const Bytes& b) {
-  if (slab_fd(b) >= 0) return b;
-  const int fd = ::memfd_create("baton-bytes", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (fd < 0) throw std::system_error(errno, std::generic_category(), "memfd_create of a slab");
-  auto fail = [fd](const char* what) {
-    const int e = errno;
-    ::close(fd);
-    return std::system_error(e, std::generic_category(), what);
-  };
+Bytes copy_to_slab(const void* data, std::size_t size) {
+  const int fd = new_memfd();
   // Written, not mapped: the kernel fills whole pages without zeroing them first, and no page
   // table is made and torn down (a writable mapping would also stop the write seal).
+  const auto* from = static_cast<const std::byte*>(data);
   std::size_t done = 0;
-  while (done < b.size()) {
-    const ssize_t n = ::pwrite(fd, b.data() + done, b.size() - done, static_cast<off_t>(done));
+  while (done < size) {
+    const ssize_t n = ::pwrite(fd, from + done, size - done, static_cast<off_t>(done));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw fail("writing a slab");
+    if (n <= 0) throw fail_closing(fd, "writing a slab");
     done += static_cast<std::size_t>(n);
   }
-  if (::fcntl(fd, F_ADD_SEALS, kSlabSeals) != 0) throw fail("sealing a slab");
-  return wrap(fd, b.size());
+  return seal(fd, size);
+}
+
+Bytes make_slab(std::size_t size, const std::function<void(std::span<std::byte>)>& fill) {
+  const int fd = new_memfd();
+  if (::ftruncate(fd, static_cast<off_t>(size)) != 0) throw fail_closing(fd, "sizing a slab");
+  void* at = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (at == MAP_FAILED) throw fail_closing(fd, "mmap of a slab to fill");
+  try {
+    fill({static_cast<std::byte*>(at), size});
+  } catch (...) {
+    ::munmap(at, size);
+    ::close(fd);
+    throw;
+  }
+  ::munmap(at, size);  // the write seal needs the writable mapping gone
+  return seal(fd, size);
+}
+
+Bytes to_slab(const Bytes& b) {
+  if (slab_fd(b) >= 0) return b;
+  return copy_to_slab(b.data(), b.size());
 }
 
 std::string map_slab(int fd, std::size_t size, Bytes& out) {
@@ -110,4 +141,4 @@ std::string map_slab(int fd, std::size_t size, Bytes& out) {
   return {};
 }
 
-}  // namespace baton::net::shm
+}  // namespace baton::wire

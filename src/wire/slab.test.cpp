@@ -1,0 +1,89 @@
+// Large byte buffers are slabs from birth: memory sealed against change that other procs of
+// this host can map, released when the last Bytes of it goes.
+
+#include "wire/slab.hpp"
+
+#include "wire/slab.test.hpp"
+
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+
+namespace baton::wire {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(Slabs, ALargeCopyIsASealedSlabAndASmallOneIsNot) {
+  const std::string big(kSlabBytes, 'b');
+  {
+    const Bytes b = Bytes::copy(big);
+    const int fd = slab_fd(b);
+    ASSERT_GE(fd, 0) << "a copy of 8 MiB is ordinary memory: sending it would copy it again";
+    EXPECT_EQ(b.str(), big);
+    const int seals = ::fcntl(fd, F_GET_SEALS);
+    EXPECT_EQ(seals & F_SEAL_WRITE, F_SEAL_WRITE) << "the slab's bytes could still change";
+    EXPECT_EQ(seals & F_SEAL_SHRINK, F_SEAL_SHRINK);
+    // Copies and a whole view share the slab; a slice is not the slab (it goes as bytes).
+    const Bytes again = b;  // NOLINT(performance-unnecessary-copy-initialization)
+    EXPECT_EQ(slab_fd(again), fd);
+    EXPECT_EQ(slab_fd(b.slice(1, 100)), -1);
+    EXPECT_EQ(slab_fd(to_slab(b)), fd) << "a slab made a slab again is copied";
+    EXPECT_EQ(slabs_here(), 2u);  // one mapping, one descriptor
+  }
+  EXPECT_EQ(slabs_here(), 0u) << "the slab outlived its last Bytes";
+  EXPECT_EQ(slab_fd(Bytes::copy(std::string(kSlabBytes - 1, 's'))), -1);
+}
+
+TEST(Slabs, MakeFillsInPlaceAndWhatItLeavesIsZero) {
+  const Bytes b = Bytes::make(kSlabBytes + 4096, [](std::span<std::byte> to) {
+    for (std::size_t i = 0; i < to.size(); i += 2) to[i] = static_cast<std::byte>(i % 251 + 1);
+  });
+  ASSERT_GE(slab_fd(b), 0);
+  ASSERT_EQ(b.size(), kSlabBytes + 4096);
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    const auto want = i % 2 == 0 ? static_cast<std::byte>(i % 251 + 1) : std::byte{0};
+    ASSERT_EQ(b.data()[i], want) << "at byte " << i;
+  }
+  const Bytes small = Bytes::make(3, [](std::span<std::byte> to) { to[1] = std::byte{7}; });
+  EXPECT_EQ(small.str(), std::string("\0\7\0", 3));
+  EXPECT_EQ(slab_fd(small), -1);
+}
+
+TEST(Slabs, AFillThatThrowsLeavesNothingBehindAndIsNotCalledTwice) {
+  int calls = 0;
+  EXPECT_THROW(Bytes::make(kSlabBytes,
+                           [&](std::span<std::byte>) {
+                             ++calls;
+                             throw std::system_error(ENOSPC, std::generic_category(), "full");
+                           }),
+               std::system_error);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(slabs_here(), 0u);
+}
+
+TEST(Slabs, ASlabThatCouldChangeOrHasAnotherSizeIsRefused) {
+  const int fd = ::memfd_create("baton-bytes", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, 1 << 20), 0);
+  ASSERT_EQ(::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);  // writes still allowed
+  Bytes out;
+  EXPECT_THAT(map_slab(fd, 1 << 20, out), HasSubstr("not sealed against change"));
+  const Bytes copy = copy_to_slab(std::string(1 << 20, 'z').data(), 1 << 20);
+  const int dup = ::dup(slab_fd(copy));
+  EXPECT_THAT(map_slab(dup, 2 << 20, out), HasSubstr("a slab of 1048576 bytes"));
+  const int again = ::dup(slab_fd(copy));
+  ASSERT_EQ(map_slab(again, 1 << 20, out), "");
+  EXPECT_EQ(out.str(), std::string(1 << 20, 'z'));
+}
+
+}  // namespace
+}  // namespace baton::wire
