@@ -14,6 +14,7 @@
 #include "actor/proc_state.hpp"
 #include "host/hosts.hpp"
 #include "log/log.hpp"
+#include "mesh/hosted.hpp"
 #include "runtime_impl.hpp"
 
 namespace baton {

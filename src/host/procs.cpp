@@ -12,6 +12,7 @@
 
 #include "actor/proc_state.hpp"
 #include "log/log.hpp"
+#include "mesh/agent.hpp"
 #include "runtime_impl.hpp"
 
 extern char** environ;
@@ -115,8 +116,7 @@ void LocalProcGroup::run(std::chrono::milliseconds grace) {
     std::vector<Future<int>> acks;
     for (auto& c : children) {
       const ActorId agent{c.name, "agent", 0};
-      acks.push_back(
-          detail::make_ref<detail::ProcAgent>(agent, nullptr).call(&detail::ProcAgent::shutdown));
+      acks.push_back(detail::agent_of(agent.proc).call(&detail::ProcAgent::shutdown));
     }
     auto deadline = Clock::now() + grace;
     for (std::size_t i = 0; i < acks.size(); ++i) {

@@ -11,6 +11,7 @@
 #include "actor/proc_state.hpp"
 #include "host/hosts.hpp"
 #include "log/log.hpp"
+#include "mesh/agent.hpp"
 #include "runtime_impl.hpp"
 
 namespace baton {

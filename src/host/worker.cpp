@@ -10,6 +10,7 @@
 #include "actor/failures.hpp"
 #include "actor/proc_state.hpp"
 #include "log/log.hpp"
+#include "mesh/agent.hpp"
 #include "runtime_impl.hpp"
 
 namespace baton {

@@ -5,7 +5,7 @@
 #include <unordered_map>
 
 #include "actor/node.hpp"
-#include "baton/mesh/proc_mesh.hpp"
+#include "mesh/hosted.hpp"
 
 namespace baton::detail {
 namespace {

@@ -1,5 +1,6 @@
-// Spawning an actor mesh on a proc mesh without blocking: each proc's agent places its member,
-// then every member's proc learns its node of the mesh's cast tree (CA-3). Each step goes on
+// Spawning an actor mesh on a proc mesh without blocking, whatever its actors' type: each
+// proc's agent places its member, then every member's proc learns its node of the mesh's cast
+// tree (CA-3). Each step goes on
 // from the thread that completes the last reply of the step before; no thread waits.
 
 #include <atomic>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "baton/mesh/proc_mesh.hpp"
+#include "mesh/agent.hpp"
 
 namespace baton::detail {
 namespace {
@@ -46,18 +48,14 @@ std::exception_ptr first_error(const std::vector<Future<T>>& parts) {
   return nullptr;
 }
 
-ActorRef<ProcAgent> agent_of(const ProcId& proc) {
-  ActorId id{proc, "agent", 0};
-  auto cell = resolve_actor(id);
-  return make_ref<ProcAgent>(std::move(id), std::move(cell));
-}
-
-/// One spawn_members() call on its way.
+/// One spawn on its way.
 struct Spawning {
   std::vector<ProcId> procs;
   std::string name;
   std::shared_ptr<const std::atomic<bool>> stopped;
-  std::shared_ptr<State<SpawnedMembers>> result = std::make_shared<State<SpawnedMembers>>();
+  Shape shape;    // the new mesh's
+  ActorId owner;  // the new mesh's (see ProcMesh::spawn)
+  std::shared_ptr<State<SpawnedMesh>> result = std::make_shared<State<SpawnedMesh>>();
 
   /// A mesh stopped while its spawn was on its way refuses it, whatever became of the steps.
   bool refuse_if_stopped() const {
@@ -71,28 +69,29 @@ struct Spawning {
   }
 };
 
-/// Every member is placed (or a placement failed): each proc learns its node of the tree.
-void placed(const std::shared_ptr<const Spawning>& s, const std::vector<Future<ActorId>>& ids) {
-  if (auto e = first_error(ids)) return s->fail(e);
+/// Every member is placed (or a placement failed): each proc learns its node of the tree; then
+/// the spawner notes the members, so that the owner hears of them if their proc dies.
+void placed(const std::shared_ptr<const Spawning>& s, const std::vector<Future<ActorId>>& placed) {
+  if (auto e = first_error(placed)) return s->fail(e);
   try {
-    SpawnedMembers out;
-    out.ids.reserve(ids.size());
+    std::vector<ActorId> ids;
+    ids.reserve(placed.size());
+    for (const auto& f : placed) ids.push_back(f.state()->value());
+    auto core = std::make_shared<const MeshCore>(ids, s->name, new_mesh_key(), s->stopped);
     std::vector<CastMember> members;
     members.reserve(ids.size());
-    for (const auto& f : ids) {
-      out.ids.push_back(f.state()->value());
-      members.push_back({out.ids.back(), address_text(out.ids.back().proc)});
-    }
-    out.key = new_mesh_key();
+    for (const auto& id : ids) members.push_back({id, address_text(id.proc)});
     const std::vector<CastNode> nodes = cast_tree(members);
     std::vector<Future<int>> learned;
     learned.reserve(s->procs.size());
     for (std::size_t r = 0; r < s->procs.size(); ++r) {
-      learned.push_back(agent_of(s->procs[r]).call(&ProcAgent::learn, out.key, nodes[r]));
+      learned.push_back(agent_of(s->procs[r]).call(&ProcAgent::learn, core->key(), nodes[r]));
     }
-    when_all(std::move(learned), [s, out = std::move(out)](std::vector<Future<int>>& all) mutable {
+    when_all(std::move(learned), [s, core = std::move(core)](std::vector<Future<int>>& all) {
       if (auto e = first_error(all)) return s->fail(e);
-      if (!s->refuse_if_stopped()) s->result->set_value(std::move(out));
+      if (s->refuse_if_stopped()) return;
+      core->note_hosted(s->owner, s->shape);
+      s->result->set_value(SpawnedMesh{s->shape, core});
     });
   } catch (...) {
     s->fail(std::current_exception());
@@ -101,22 +100,42 @@ void placed(const std::shared_ptr<const Spawning>& s, const std::vector<Future<A
 
 }  // namespace
 
-Future<SpawnedMembers> spawn_members(std::vector<ProcId> procs, std::vector<Point> points,
-                                     std::uint64_t factory, Body args, Supervisor place,
-                                     std::shared_ptr<const std::atomic<bool>> stopped) {
-  auto s = std::make_shared<Spawning>(Spawning{std::move(procs), place.mesh, std::move(stopped)});
-  Future<SpawnedMembers> result(s->result);
-  std::vector<Future<ActorId>> ids;
-  ids.reserve(s->procs.size());
-  for (std::size_t r = 0; r < s->procs.size(); ++r) {
-    place.rank = static_cast<std::int64_t>(r);
-    place.proc_point = std::move(points[r]);
-    ids.push_back(
-        agent_of(s->procs[r]).call(&ProcAgent::spawn, factory, args.head, args.parts, place));
+}  // namespace baton::detail
+
+namespace baton {
+
+Future<detail::SpawnedMesh> ProcMesh::spawn_core(const std::string& name, std::uint64_t factory,
+                                                 Body body) const {
+  using namespace detail;  // NOLINT(google-build-using-namespace): this layer's own internals
+  try {
+    check();
+    if (stopped_->load(std::memory_order_acquire)) {
+      throw UsageError("spawn('" + name + "'): this proc mesh was stopped");
+    }
+    std::vector<std::pair<std::string, std::size_t>> dims;
+    for (const auto& label : shape_.labels()) dims.emplace_back(label, shape_.size(label));
+    Supervisor place{current_owner(), name, 0, Shape::of(dims), {}};
+    auto s = std::make_shared<Spawning>(Spawning{{}, name, stopped_, place.shape, place.owner});
+    s->procs.reserve(size());
+    std::vector<Future<ActorId>> ids;
+    ids.reserve(size());
+    // The actor mesh is dense over this (possibly sliced) proc mesh's members, in rank order.
+    for (std::size_t r = 0; r < size(); ++r) {
+      s->procs.push_back(proc(r));
+      place.rank = static_cast<std::int64_t>(r);
+      place.proc_point = base_shape_.point(shape_.location(r));
+      ids.push_back(
+          agent_of(s->procs[r]).call(&ProcAgent::spawn, factory, body.head, body.parts, place));
+    }
+    Future<SpawnedMesh> result(s->result);
+    when_all(std::move(ids), [s = std::shared_ptr<const Spawning>(std::move(s))](
+                                 std::vector<Future<ActorId>>& all) { placed(s, all); });
+    return result;
+  } catch (...) {
+    auto failed = std::make_shared<State<SpawnedMesh>>();
+    failed->set_exception(std::current_exception());
+    return Future<SpawnedMesh>(std::move(failed));
   }
-  when_all(std::move(ids), [s = std::shared_ptr<const Spawning>(std::move(s))](
-                               std::vector<Future<ActorId>>& all) { placed(s, all); });
-  return result;
 }
 
-}  // namespace baton::detail
+}  // namespace baton

@@ -76,34 +76,6 @@ PortId open_stream_port(std::shared_ptr<const std::vector<CastMember>> base, con
   return PortId{local->client, n};
 }
 
-namespace {
-struct ShutdownHook {
-  std::mutex mu;
-  std::function<void()> hook;
-};
-// The node's: set by the runtime of this process.
-std::shared_ptr<ShutdownHook> shutdown_hook() {
-  auto node = node_here();
-  return node ? node->extension<ShutdownHook>() : std::make_shared<ShutdownHook>();
-}
-}  // namespace
-
-void set_shutdown_hook(std::function<void()> hook) {
-  auto h = shutdown_hook();
-  std::lock_guard lock(h->mu);
-  h->hook = std::move(hook);
-}
-
-void run_shutdown_hook() {
-  std::function<void()> hook;
-  {
-    auto h = shutdown_hook();
-    std::lock_guard lock(h->mu);
-    hook = h->hook;
-  }
-  if (hook) hook();
-}
-
 void close_stream_port(const PortId& id) {
   if (auto p = find_proc(id.actor.proc)) {
     std::lock_guard lock(p->mu);

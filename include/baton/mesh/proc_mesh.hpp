@@ -2,18 +2,12 @@
 
 // ProcMesh: procs laid out on a shape, each a worker process; spawns one actor per proc.
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <memory>
-#include <mutex>
-#include <optional>
 #include <string>
-#include <type_traits>
 #include <utility>
-#include <variant>
 #include <vector>
 
 #include "baton/actor/errors.hpp"
@@ -39,44 +33,14 @@ class ProcGroup {
   virtual std::shared_ptr<std::atomic<bool>> stopped_flag() const = 0;
 };
 
-/// A member of an actor mesh as the process that spawned it remembers it, so that if its proc
-/// dies the owner of its mesh hears of that member: its actor, its mesh's name, its rank and
-/// point (not of the proc's agent).
-struct HostedMember {
-  ActorId actor;
-  ActorId owner;  // the mesh's (see ProcMesh::spawn)
-  std::string mesh;
-  std::int64_t rank = 0;
-  Point point;
-  std::shared_ptr<const MeshLife> life;  // whether it was stopped since
-  std::size_t loc = 0;                   // its location in the mesh
+/// What a spawn placed: the new mesh's shape and its members (see ProcMesh::spawn).
+struct SpawnedMesh {
+  Shape shape;
+  std::shared_ptr<const MeshCore> core;
 };
-/// Remembers the members a spawn placed, each under its actor's proc; forgets, by the way,
-/// those stopped since they were noted.
-void note_hosted(std::vector<HostedMember> members);
-/// The members noted under the proc `proc` and not stopped since, forgotten as they are
-/// returned (its process is gone). A member stopped through a handle that came from another
-/// process is not seen as stopped here.
-std::vector<HostedMember> take_hosted(const std::string& proc);
-/// The members spawn_members() placed, by rank, and the key of their mesh's cast tree.
-struct SpawnedMembers {
-  std::vector<ActorId> ids;
-  std::uint64_t key = 0;
-
-  template <class Ar>
-  void serialize(Ar& ar) {
-    ar(ids, key);
-  }
-};
-
-/// Asks the agent of `procs[r]` to spawn the member of rank r (at `points[r]` of its proc
-/// mesh) from `factory` and `args`, then teaches every member's proc its node of the mesh's
-/// cast tree (CA-3). Never blocks: each step goes on from the thread that completes the last
-/// reply of the one before. Fails with the lowest-ranked failure of a step, or with UsageError
-/// once `stopped` is set.
-Future<SpawnedMembers> spawn_members(std::vector<ProcId> procs, std::vector<Point> points,
-                                     std::uint64_t factory, Body args, Supervisor place,
-                                     std::shared_ptr<const std::atomic<bool>> stopped);
+/// It stays in the process that spawned (never a reply).
+template <>
+struct local_only<SpawnedMesh> : std::true_type {};
 }  // namespace detail
 
 /// Procs laid out on a shape; spawns one actor per proc.
@@ -145,55 +109,16 @@ class ProcMesh : public Sliceable<ProcMesh> {
   Future<ActorMesh<A>> spawn_factory_async(const std::string& name, std::uint64_t factory,
                                            Body body) const {
     auto result = std::make_shared<detail::State<ActorMesh<A>>>();
-    try {
-      check();
-      if (stopped_->load(std::memory_order_acquire)) {
-        throw UsageError("spawn('" + name + "'): this proc mesh was stopped");
+    const auto placed = spawn_core(name, factory, std::move(body));
+    const auto& src = placed.state();
+    src->on_ready([src, result] {
+      try {
+        detail::SpawnedMesh m = std::move(src->value());  // nobody else reads this state
+        result->set_value(ActorMesh<A>(std::move(m.shape), std::move(m.core)));
+      } catch (...) {
+        result->set_exception(std::current_exception());
       }
-      std::vector<std::pair<std::string, std::size_t>> dims;
-      for (const auto& label : shape_.labels()) dims.emplace_back(label, shape_.size(label));
-      Shape mesh_shape = Shape::of(dims);
-      std::vector<ProcId> procs;
-      std::vector<Point> points;
-      procs.reserve(size());
-      points.reserve(size());
-      for (std::size_t r = 0; r < size(); ++r) {
-        procs.push_back(proc(r));
-        points.push_back(base_shape_.point(shape_.location(r)));
-      }
-      detail::Supervisor place{detail::current_owner(), name, 0, mesh_shape, {}};
-      ActorId owner = place.owner;
-      auto members = detail::spawn_members(std::move(procs), std::move(points), factory,
-                                           std::move(body), std::move(place), stopped_);
-      // The actor mesh is dense over this (possibly sliced) proc mesh's members, in rank order.
-      const auto& src = members.state();
-      src->on_ready([src, result, mesh_shape = std::move(mesh_shape), name, stopped = stopped_,
-                     owner = std::move(owner)]() mutable {
-        try {
-          detail::SpawnedMembers m = std::move(src->value());  // nobody else reads this state
-          std::vector<ActorRef<A>> refs;
-          refs.reserve(m.ids.size());
-          for (auto& id : m.ids) {
-            auto cell = detail::resolve_actor(id);
-            refs.push_back(detail::make_ref<A>(std::move(id), std::move(cell)));
-          }
-          ActorMesh<A> mesh(mesh_shape, std::move(refs), name, m.key, stopped);
-          // If a proc dies, the owner hears of its members here (see note_hosted).
-          std::vector<detail::HostedMember> hosted;
-          hosted.reserve(mesh.size());
-          for (std::size_t r = 0; r < mesh.size(); ++r) {
-            hosted.push_back({mesh.at(r).id(), owner, name, static_cast<std::int64_t>(r),
-                              mesh_shape.point(r), mesh.base().life, r});
-          }
-          detail::note_hosted(std::move(hosted));
-          result->set_value(std::move(mesh));
-        } catch (...) {
-          result->set_exception(std::current_exception());
-        }
-      });
-    } catch (...) {
-      result->set_exception(std::current_exception());
-    }
+    });
     return Future<ActorMesh<A>>(std::move(result));
   }
 
@@ -207,6 +132,10 @@ class ProcMesh : public Sliceable<ProcMesh> {
 
  private:
   static constexpr std::chrono::milliseconds kNoGrace{0};
+
+  /// What spawn_factory_async() does whatever A is (src/mesh/spawn.cpp).
+  Future<detail::SpawnedMesh> spawn_core(const std::string& name, std::uint64_t factory,
+                                         Body body) const;
 
   friend class Sliceable<ProcMesh>;  // view()
   ProcMesh view(const Shape& shape) const {

@@ -1,0 +1,50 @@
+#pragma once
+
+// Internal: the runtime's agent in every proc (ProcAgent), which spawns and stops actors there
+// for whoever started the proc, and the hook a proc runs before its actors stop.
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "baton/actor/actor.hpp"
+#include "baton/actor/actor_ref.hpp"
+#include "baton/actor/task.hpp"
+#include "baton/mesh/cast.hpp"
+#include "baton/wire/bytes.hpp"
+#include "baton/wire/ids.hpp"
+
+namespace baton::detail {
+
+/// What a proc does, before its actors stop, to stop what it owns (its own proc meshes); set
+/// by the host layer.
+void set_shutdown_hook(std::function<void()> hook);
+void run_shutdown_hook();
+
+/// The runtime's agent in every proc ("agent"): spawns and stops actors there for the
+/// controller.
+class ProcAgent : public Actor {
+ public:
+  /// Spawns the member of the mesh `place.mesh` at `place.rank`; its failures go to
+  /// `place.owner` (see Actor::supervise), wherever that owner lives.
+  ActorId spawn(std::uint64_t factory, const std::string& head, const std::vector<Bytes>& parts,
+                const Supervisor& place);
+  /// Learns this proc's node of the tree of the mesh `key` (CA-3).
+  int learn(std::uint64_t key, const CastNode& node);
+  int ping() { return 1; }
+  Task<int> stop_actor(ActorId id);
+  /// Drops this proc's node of the tree of the mesh `key`: every member of it stopped.
+  int forget(std::uint64_t key);
+  /// Orderly stop of the whole proc: the proc meshes it owns stop first, then every actor
+  /// after the messages already queued for it, running its on_stop hook.
+  Task<int> shutdown();
+  static constexpr auto endpoints =
+      baton::endpoints<&ProcAgent::spawn, &ProcAgent::learn, &ProcAgent::ping,
+                       &ProcAgent::stop_actor, &ProcAgent::forget, &ProcAgent::shutdown>();
+};
+
+/// A reference to the agent of `proc`.
+ActorRef<ProcAgent> agent_of(const ProcId& proc);
+
+}  // namespace baton::detail
