@@ -101,7 +101,8 @@ class SshJob(_Job):
         if isinstance(hosts, str):
             raise UsageError("SshJob: give a list of hosts, e.g. SshJob(['node1', 'node2'])")
         options.setdefault("agent", agent_program() or "")
-        self._opened(_baton.SshJob(list(hosts), _options("SshOptions", options, "SshJob")))
+        ssh = _options("SshOptions", options, "SshJob")
+        self._opened(_baton.SshJob(_runtime.runtime(), list(hosts), ssh))
 
 
 class SlurmJob(_Job):
@@ -113,7 +114,8 @@ class SlurmJob(_Job):
 
     def __init__(self, **options):
         options.setdefault("agent", agent_program() or "")
-        self._opened(_baton.SlurmJob(_options("SlurmOptions", options, "SlurmJob")))
+        slurm = _options("SlurmOptions", options, "SlurmJob")
+        self._opened(_baton.SlurmJob(_runtime.runtime(), slurm))
 
     @property
     def id(self):
@@ -141,12 +143,12 @@ class KubernetesJob(_Job):
         """The manifests as YAML: a Secret with this runtime's credentials, a headless Service
         and the StatefulSet."""
         _runtime.runtime()
-        return _baton.kubernetes_manifests(self._options)
+        return _baton.kubernetes_manifests(_runtime.runtime(), self._options)
 
     def write_manifests(self, path):
         """Writes manifests() to `path`, readable by this user alone (it holds keys)."""
         _runtime.runtime()
-        _baton.write_kubernetes_manifests(self._options, os.fspath(path))
+        _baton.write_kubernetes_manifests(_runtime.runtime(), self._options, os.fspath(path))
 
     def addresses(self):
         """Where each pod's agent is, "NAME-i.NAME.NAMESPACE.svc.DOMAIN:PORT", in pod order."""
@@ -176,13 +178,13 @@ class _Agents:
         if agent is None:
             raise UsageError("ProcessJob: no baton-host found (build it: make python, or pip "
                              "install the package)")
-        _runtime.runtime()
+        rt = _runtime.runtime()
         if self.dir is None:
             self.dir = tempfile.mkdtemp(prefix="baton-agents-")
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
         credentials = os.path.join(self.dir, "credentials")
         if not os.path.isdir(credentials):
-            _baton.save_credentials(credentials)
+            _baton.save_credentials(rt, credentials)
         env = dict(os.environ, **self._env)
         env.pop("BATON_CREDENTIALS", None)
         logs = []

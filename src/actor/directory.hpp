@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string_view>
 
 #include "actor/proc_state.hpp"
 #include "baton/actor/actor_ref.hpp"
@@ -24,6 +25,10 @@ const Factories* find_factory(std::uint64_t id);
 
 /// The proc that dials other processes from this one (the last to serve), or null.
 std::shared_ptr<ProcState> home_proc();
+/// The same proc (the runtime's, in a program with one), for the layers that host actors or
+/// ports of their own in this process: the rdma agent, a collective's store, a Python port.
+/// Throws UsageError, naming `who` and what to do, where no proc serves here.
+Proc& serving_proc(std::string_view who);
 
 /// The sender of a message sent now: the running actor, else `fallback`'s client.
 const ActorId& current_sender(const ProcState* fallback);

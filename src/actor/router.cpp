@@ -323,6 +323,16 @@ std::shared_ptr<ProcState> home_proc() {
   return r != nullptr ? r->home() : nullptr;
 }
 
+Proc& serving_proc(std::string_view who) {
+  auto home = home_proc();
+  if (!home || home->owner == nullptr || home->closed.load(std::memory_order_acquire)) {
+    throw UsageError(std::string(who) +
+                     " needs a runtime: create `baton::Runtime rt(argc, argv);` at the top of "
+                     "main (a worker has its own)");
+  }
+  return *home->owner;
+}
+
 void set_exit_probe(std::function<std::optional<std::string>(const std::string&)> probe) {
   auto node = node_here();
   if (!node) return;

@@ -23,9 +23,9 @@
 #include <random>
 #include <thread>
 
+#include "actor/directory.hpp"
 #include "baton/collective/collective.hpp"
 #include "baton/gpu/gpu.hpp"
-#include "baton/host/runtime.hpp"
 #include "baton/mesh/mesh.hpp"
 #include "collective/nccl.hpp"
 #include "collective/reduce.hpp"
@@ -243,7 +243,9 @@ Group make_group(const std::vector<ActorId>& members, const std::vector<std::str
   g.addresses = addresses;
   g.timeout_ms = options.timeout.count();
   g.hosts = internal::reachable_hosts(addresses);  // where each rank's transport listens
-  g.store = Runtime::get().proc().spawn<Store>("collective-store-" + std::to_string(g.key)).id();
+  g.store = detail::serving_proc("make_group")
+                .spawn<Store>("collective-store-" + std::to_string(g.key))
+                .id();
   return g;
 }
 

@@ -18,7 +18,7 @@ HostAgent::HostAgent(std::string serve_host, std::string cache_dir, bool once)
       cache_(std::make_unique<FileCache>(std::move(cache_dir))),
       once_(once) {
   // A controller that goes away takes the procs it asked for with it.
-  RuntimeState& st = RuntimeAccess::state(Runtime::get());
+  RuntimeState& st = RuntimeAccess::state(proc());
   std::lock_guard lock(st.mu);
   st.peer_lost = [me = self<HostAgent>()](const std::string& peer) {
     me.send(&HostAgent::controller_lost, peer);
@@ -64,7 +64,7 @@ Task<std::string> HostAgent::program(const HostSpawn& spec) {
 }
 
 Task<HostProcs> HostAgent::spawn_procs(HostSpawn spec) {
-  RuntimeState& st = RuntimeAccess::state(Runtime::get());
+  RuntimeState& st = RuntimeAccess::state(proc());
   const std::string& controller = spec.client.proc.name;
   if (once_ && first_controller_.empty()) first_controller_ = controller;
   if (once_ && (controller != first_controller_ || first_gone_)) {
@@ -142,7 +142,7 @@ void HostAgent::controller_lost(std::string peer) {
 }
 
 void HostAgent::forget_output(const std::string& mesh) {
-  RuntimeState& st = RuntimeAccess::state(Runtime::get());
+  RuntimeState& st = RuntimeAccess::state(proc());
   std::lock_guard lock(st.mu);
   st.output_to.erase(mesh);
 }

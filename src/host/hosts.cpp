@@ -39,13 +39,17 @@ struct Hosts {
 };
 
 struct HostsAccess {
-  static HostMesh make(std::shared_ptr<Hosts> hosts) {
+  static HostMesh make(Runtime& rt, std::shared_ptr<Hosts> hosts) {
     HostMesh m;
     m.hosts_ = std::move(hosts);
+    m.rt_ = &rt;
     return m;
   }
   static const std::shared_ptr<Hosts>& hosts(const HostMesh& m) { return m.hosts_; }
-  static RuntimeState& state() { return RuntimeAccess::state(Runtime::get()); }
+  /// The state of the runtime whose hosts `m` are.
+  static RuntimeState& state(const HostMesh& m) {
+    return RuntimeAccess::state(m.rt_ != nullptr ? *m.rt_ : Runtime::get());
+  }
 };
 
 namespace {
@@ -221,7 +225,7 @@ std::string agent_name(const Address& address) {
 }
 
 void HostClient::exited(const std::string& name, const std::string& report) {
-  RuntimeState& st = HostsAccess::state();
+  RuntimeState& st = RuntimeAccess::state(proc());
   RuntimeState::Child child;
   {
     std::lock_guard lock(st.children_mu);
@@ -236,17 +240,18 @@ void HostClient::exited(const std::string& name, const std::string& report) {
 void HostClient::output(OutputLine line) {
   // "ctl-a-7.procs1.h2" is the part of this controller's proc mesh procs1 on host 2:
   // "[procs1 hosts=2 0-3] ..."
-  const std::string self = HostsAccess::state().proc->id().name + ".";
+  RuntimeState& st = RuntimeAccess::state(proc());
+  const std::string self = st.proc->id().name + ".";
   if (line.mesh.starts_with(self)) line.mesh.erase(0, self.size());
   const auto dot = line.mesh.rfind(".h");
   if (dot != std::string::npos && dot + 2 < line.mesh.size()) {
     line.mesh = line.mesh.substr(0, dot) + " hosts=" + line.mesh.substr(dot + 2);
   }
-  HostsAccess::state().output->emit(line);
+  st.output->emit(line);
 }
 
 Bytes HostClient::read_chunk(const std::string& hash, std::uint64_t offset, std::uint64_t size) {
-  const RuntimeState::Program program = program_of(HostsAccess::state());
+  const RuntimeState::Program program = program_of(RuntimeAccess::state(proc()));
   if (hash != program.hash) {
     throw std::runtime_error("this controller ships only its own program (" + program.hash +
                              "), not " + hash.substr(0, 80));
@@ -306,9 +311,9 @@ std::string credentials_differ(const RuntimeState& st, const std::string& addres
   return text + "Give the controller and its agents the same credentials directory.";
 }
 
-HostMesh attach_hosts(const std::vector<std::string>& addresses) {
+HostMesh attach_hosts(Runtime& rt, const std::vector<std::string>& addresses) {
   if (addresses.empty()) throw UsageError("attach: no host addresses given");
-  RuntimeState& st = HostsAccess::state();
+  RuntimeState& st = RuntimeAccess::state(rt);
   auto hosts = std::make_shared<Hosts>();
   hosts->shape = Shape::of({{"hosts", addresses.size()}});
   for (const auto& text : addresses) {
@@ -363,7 +368,7 @@ HostMesh attach_hosts(const std::vector<std::string>& addresses) {
                                e.what());
     }
   }
-  return HostsAccess::make(std::move(hosts));
+  return HostsAccess::make(rt, std::move(hosts));
 }
 
 /// This host's address on the route to `peer` (an IPv4 address): no packet is sent.
@@ -458,13 +463,13 @@ Future<ProcMesh> HostMesh::spawn_procs_async(
   LaunchSpec spec;
   spec.executable = program.executable;
   spec.args = program.args;
-  return HostsAccess::state().spawn(Shape::of(dims), spec);
+  return HostsAccess::state(*this).spawn(Shape::of(dims), spec);
 }
 
 Future<ProcMesh> HostMesh::spawn_procs_async(
     const std::vector<std::pair<std::string, std::size_t>>& dims) const {
   try {
-    RuntimeState& st = HostsAccess::state();
+    RuntimeState& st = HostsAccess::state(*this);
     Shape per_host = Shape::of(dims);
     if (!hosts_) return st.spawn(per_host, LaunchSpec{});
     std::vector<std::pair<std::string, std::size_t>> all{{"hosts", hosts_->hosts.size()}};
@@ -549,7 +554,7 @@ Future<ProcMesh> HostMesh::spawn_procs_async(
 }
 
 Future<void> HostMesh::stop() const {
-  RuntimeState& st = HostsAccess::state();
+  RuntimeState& st = HostsAccess::state(*this);
   if (!hosts_) return st.stop_groups_async();
   std::vector<std::shared_ptr<RemoteGroup>> live;
   {
@@ -564,8 +569,10 @@ Future<void> HostMesh::stop() const {
   return all_of(stopped);
 }
 
+// this_host(), this_proc() and job::attach() are how a program names the runtime of the
+// context it runs in, as Monarch's are; the library below them takes the runtime it needs.
 HostMesh this_host() {
-  return HostMesh{};
+  return internal::HostsAccess::make(Runtime::get(), nullptr);
 }
 
 ProcMesh this_proc() {

@@ -119,8 +119,8 @@ class HostClient : public Actor {
 /// The proc name of the agent that advertises `address` ("host-10.0.0.2-7000").
 std::string agent_name(const Address& address);
 
-/// The hosts whose agents serve at `addresses` (see job::attach).
-HostMesh attach_hosts(const std::vector<std::string>& addresses);
+/// The hosts whose agents serve at `addresses`, for `rt` (see job::attach).
+HostMesh attach_hosts(Runtime& rt, const std::vector<std::string>& addresses);
 /// This host's address on the route to the IPv4 address `peer` (no packet is sent); empty if
 /// there is no route.
 std::string route_address(const std::string& peer);

@@ -194,6 +194,12 @@ Proc& Runtime::proc() {
   return *state_->proc;
 }
 
+internal::RuntimeState& internal::RuntimeAccess::state(Proc& proc) {
+  Runtime* rt = detail::state_of(proc).node->extension<RuntimeSlot>()->runtime.load();
+  if (rt == nullptr) throw UsageError("proc " + proc.id().name + " outlived its runtime");
+  return *rt->state_;
+}
+
 Runtime& Runtime::get() {
   auto node = detail::node_here();
   Runtime* rt = node ? node->extension<RuntimeSlot>()->runtime.load() : nullptr;

@@ -82,6 +82,10 @@ constexpr auto kKillWait = 60s;
 struct RuntimeAccess {
   using State = Runtime::State;
   static State& state(Runtime& rt) { return *rt.state_; }
+  /// The state of the runtime whose node `proc` belongs to: how the runtime's own actors
+  /// (HostAgent, HostClient) reach it, through the proc they run in. Throws UsageError once
+  /// that runtime is gone.
+  static State& state(Proc& proc);
 };
 using RuntimeState = RuntimeAccess::State;
 

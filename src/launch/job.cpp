@@ -7,7 +7,7 @@
 namespace baton::job {
 
 HostMesh attach(const std::vector<std::string>& addresses) {
-  return internal::attach_hosts(addresses);
+  return internal::attach_hosts(Runtime::get(), addresses);
 }
 
 void save(const HostMesh& hosts, const std::string& path) {

@@ -58,7 +58,7 @@ std::string quoted(const std::string& s) {
 
 }  // namespace
 
-std::string kubernetes_manifests(const KubernetesOptions& o) {
+std::string kubernetes_manifests(const Runtime& rt, const KubernetesOptions& o) {
   // A StatefulSet's pods carry a label of its name and a hash: its name may have 52 characters.
   check_label(o.name, "name", 52);
   check_label(o.kube_namespace, "kube_namespace", 63);
@@ -69,7 +69,7 @@ std::string kubernetes_manifests(const KubernetesOptions& o) {
   }
   if (o.pods < 1) throw UsageError("KubernetesOptions: pods must be 1 or more");
   if (o.gpus_per_pod < 0) throw UsageError("KubernetesOptions: gpus_per_pod must be 0 or more");
-  const net::LinkOptions link = Runtime::get().link_options();
+  const net::LinkOptions link = rt.link_options();
   if (!link.tls.enabled()) {
     throw UsageError("kubernetes_manifests: the runtime has no TLS files to put in the Secret");
   }
@@ -115,8 +115,9 @@ std::string kubernetes_manifests(const KubernetesOptions& o) {
   return y;
 }
 
-void write_kubernetes_manifests(const KubernetesOptions& options, const std::string& path) {
-  const std::string text = kubernetes_manifests(options);
+void write_kubernetes_manifests(const Runtime& rt, const KubernetesOptions& options,
+                                const std::string& path) {
+  const std::string text = kubernetes_manifests(rt, options);
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) throw UsageError("write_kubernetes_manifests: cannot write " + path);
   ::fchmod(fd, 0600);  // an existing file too: it holds the job's keys

@@ -100,7 +100,7 @@ TEST(Kubernetes, TheManifestsAreASecretAHeadlessServiceAndAStatefulSetRunningBat
   o.pods = 3;
   o.gpus_per_pod = 2;
   const std::string path = (dir.path / "baton.yaml").string();
-  job::write_kubernetes_manifests(o, path);
+  job::write_kubernetes_manifests(Runtime::get(), o, path);
   struct stat st {};
   ASSERT_EQ(::stat(path.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u) << "the manifests hold the job's keys";
@@ -138,14 +138,14 @@ TEST(Kubernetes, OptionsKubernetesWouldRefuseAreErrorsSayingWhy) {
   auto o = trainer();
   o.name = "Trainer_1";
   try {
-    (void)job::kubernetes_manifests(o);
+    (void)job::kubernetes_manifests(Runtime::get(), o);
     ADD_FAILURE() << "a name Kubernetes refuses was accepted";
   } catch (const UsageError& e) {
     EXPECT_THAT(e.what(), HasSubstr("lowercase letters"));
   }
   o = trainer();
   o.image.clear();
-  EXPECT_THROW((void)job::kubernetes_manifests(o), UsageError);
+  EXPECT_THROW((void)job::kubernetes_manifests(Runtime::get(), o), UsageError);
   o = trainer();
   o.pods = 0;
   EXPECT_THROW(job::KubernetesJob{o}, UsageError);
@@ -219,7 +219,7 @@ TEST(Kubernetes, PodsRunAsTheManifestsSayAreFoundByTheirDnsNamesAndRunProcs) {
   }
   test::TempDir dir;
   const auto o = trainer();
-  job::write_kubernetes_manifests(o, (dir.path / "baton.yaml").string());
+  job::write_kubernetes_manifests(Runtime::get(), o, (dir.path / "baton.yaml").string());
   const auto m = read_back((dir.path / "baton.yaml").string(), (dir.path / "secret").string());
   std::vector<std::unique_ptr<Pod>> pods;
   std::ofstream hosts("/etc/hosts", std::ios::app);  // this test's own copy

@@ -69,7 +69,7 @@ class Slurm : public ::testing::Test {
 
 TEST_F(Slurm, AJobAllocatesANodeSpawnsThereAnswersAndLeavesNothingQueued) {
   {
-    job::SlurmJob job(options(17150));
+    job::SlurmJob job(Runtime::get(), options(17150));
     HostMesh hosts = job.hosts();
     EXPECT_EQ(hosts.shape(), Shape::of({{"hosts", 1}}));
     ASSERT_FALSE(job.id().empty());
@@ -87,7 +87,7 @@ TEST_F(Slurm, AJobAllocatesANodeSpawnsThereAnswersAndLeavesNothingQueued) {
 TEST_F(Slurm, NoSuchPartitionIsAnErrorInSlurmsWordsWithWhatToDo) {
   auto o = options(17151);
   o.partition = "nosuch";
-  job::SlurmJob job(o);
+  job::SlurmJob job(Runtime::get(), o);
   try {
     (void)job.hosts();
     ADD_FAILURE() << "a partition Slurm does not have was accepted";
@@ -102,7 +102,7 @@ TEST_F(Slurm, NodesThatNeverComeAreAnErrorWithSlurmsReasonAndTheJobIsCancelled) 
   auto o = options(17152);
   o.nodes = 2;  // the cluster has one: Slurm queues the job and waits
   o.wait = std::chrono::seconds(5);
-  job::SlurmJob job(o);
+  job::SlurmJob job(Runtime::get(), o);
   try {
     (void)job.hosts();
     ADD_FAILURE() << "a job for more nodes than there are started";
@@ -175,7 +175,7 @@ TEST_F(Slurm, AnAllocationOfTheUsersOwnIsAttachedFromTheFileItsAgentsLeave) {
 }
 
 void run_doomed_controller(int port) {
-  job::SlurmJob job(options(port));
+  job::SlurmJob job(Runtime::get(), options(port));
   ProcMesh procs = job.hosts().spawn_procs({{"gpus", 2}});
   auto members = procs.spawn<Member>("doomed");
   std::string said = "job " + job.id() + " pids";

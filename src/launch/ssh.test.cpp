@@ -142,7 +142,7 @@ void run_first_program(const char* spec) {
   std::istringstream in(spec);
   std::string address, key, remote_dir;
   in >> address >> key >> remote_dir;
-  job::SshJob job({address}, ssh_options(key, remote_dir));
+  job::SshJob job(Runtime::get(), {address}, ssh_options(key, remote_dir));
   ProcMesh procs = job.hosts().spawn_procs({{"gpus", 2}});
   std::string line = "first run:";
   for (int v : procs.spawn<Member>("first").call(&Member::twice, 5).get().values()) {
@@ -182,7 +182,7 @@ TEST(Ssh, AnSshJobStartsAgentsOverSshAndItsProcsAnswer) {
   // The same job twice more, right after: each starts while the last one's agent may still be
   // winding down, and must not depend on it (each agent serves on a free port of its own).
   for (int run = 0; run < 2; ++run) {
-    job::SshJob job({net->address(0)}, options);
+    job::SshJob job(Runtime::get(), {net->address(0)}, options);
     ProcMesh procs = job.hosts().spawn_procs({{"gpus", 2}});
     EXPECT_EQ(procs.shape(), Shape::of({{"hosts", 1}, {"gpus", 2}}));
     auto where = procs.spawn<Where>("where");
@@ -223,7 +223,7 @@ TEST(Ssh, AHostSshCannotReachIsAnErrorWithSshsOwnWords) {
   options.agent = BATON_HOST_BIN;
   options.ssh_args = {"-o", "ConnectTimeout=5", "-o", "StrictHostKeyChecking=no"};
   options.port = 1;  // nothing listens there
-  job::SshJob job({"127.0.0.1"}, options);
+  job::SshJob job(Runtime::get(), {"127.0.0.1"}, options);
   try {
     (void)job.hosts();
     ADD_FAILURE() << "a host ssh cannot reach was accepted";

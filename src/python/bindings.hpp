@@ -175,5 +175,7 @@ void bind_collectives(py::module_& m);
 void bind_exposed(py::module_& m);
 /// Host meshes and the jobs that give them (job.py.cpp).
 void bind_jobs(py::module_& m);
+/// The Runtime of a _baton.Runtime object (the controller's); throws UsageError once closed.
+Runtime& runtime_of(const py::object& rt);
 
 }  // namespace baton::python

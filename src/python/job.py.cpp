@@ -38,8 +38,8 @@ auto job_call(F f) {
 /// Writes this runtime's credentials (the job's secret, CA and certificate) to `dir` (made, only
 /// this user may read it): agents started with `--credentials DIR` serve this controller, and a
 /// later run with BATON_CREDENTIALS=DIR too. They go through a pipe, never a shared file.
-void save_credentials(const std::string& dir) {
-  const net::LinkOptions link = Runtime::get().link_options();
+void save_credentials(const Runtime& rt, const std::string& dir) {
+  const net::LinkOptions link = rt.link_options();
   const std::string text = internal::credentials_text(link.secret, link.tls);
   int fds[2];
   if (::pipe(fds) != 0) throw std::runtime_error("save_credentials: no pipe");
@@ -162,21 +162,24 @@ void bind_jobs(py::module_& m) {
     return wrap(run_spmd(procs, options),
                 [](const std::vector<int>& codes) { return py::cast(codes); });
   });
-  m.def("save_credentials",
-        [](const std::string& dir) { job_call([&] { save_credentials(dir); }); });
+  m.def("save_credentials", [](const py::object& rt, const std::string& dir) {
+    job_call([&] { save_credentials(runtime_of(rt), dir); });
+  });
 
   bind_options(m);
   using Ssh = Owned<job::SshJob>;
   py::class_<Ssh>(m, "SshJob")
-      .def(py::init([](const std::vector<std::string>& hosts, const job::SshOptions& o) {
-        return Ssh(std::make_unique<job::SshJob>(hosts, o));
+      .def(py::init([](const py::object& rt, const std::vector<std::string>& hosts,
+                       const job::SshOptions& o) {
+        return Ssh(std::make_unique<job::SshJob>(runtime_of(rt), hosts, o));
       }))
       .def("hosts", &Ssh::hosts)
       .def("close", &Ssh::close);
   using Slurm = Owned<job::SlurmJob>;
   py::class_<Slurm>(m, "SlurmJob")
-      .def(py::init(
-          [](const job::SlurmOptions& o) { return Slurm(std::make_unique<job::SlurmJob>(o)); }))
+      .def(py::init([](const py::object& rt, const job::SlurmOptions& o) {
+        return Slurm(std::make_unique<job::SlurmJob>(runtime_of(rt), o));
+      }))
       .def("hosts", &Slurm::hosts)
       .def("id", [](Slurm& s) { return s.with_job([](job::SlurmJob& j) { return j.id(); }); })
       .def("cancel", [](Slurm& s) { s.with_job([](job::SlurmJob& j) { j.cancel(); }); })
@@ -188,8 +191,13 @@ void bind_jobs(py::module_& m) {
       }))
       .def("hosts", &Kubernetes::hosts)
       .def("close", &Kubernetes::close);
-  m.def("kubernetes_manifests", &job::kubernetes_manifests);
-  m.def("write_kubernetes_manifests", &job::write_kubernetes_manifests);
+  m.def("kubernetes_manifests", [](const py::object& rt, const job::KubernetesOptions& o) {
+    return job::kubernetes_manifests(runtime_of(rt), o);
+  });
+  m.def("write_kubernetes_manifests",
+        [](const py::object& rt, const job::KubernetesOptions& o, const std::string& path) {
+          job::write_kubernetes_manifests(runtime_of(rt), o, path);
+        });
   m.def("kubernetes_addresses", &job::kubernetes_addresses);
 }
 

@@ -16,6 +16,7 @@
 #include <optional>
 #include <thread>
 
+#include "actor/directory.hpp"
 #include "baton/launch/job.hpp"
 #include "baton/rdma/rdma.hpp"
 #include "host/runtime_impl.hpp"
@@ -251,10 +252,22 @@ class PyRuntime {
     if (!rt_) throw UsageError("the runtime is closed");
     return rt_->proc().id().name;
   }
+  Runtime& runtime() {
+    if (!rt_) throw UsageError("the runtime is closed");
+    return *rt_;
+  }
 
  private:
   std::unique_ptr<Runtime> rt_;
 };
+
+}  // namespace
+
+Runtime& runtime_of(const py::object& rt) {
+  return rt.cast<PyRuntime&>().runtime();
+}
+
+namespace {
 
 /// Raises, as baton's Python exception classes, the runtime's failures.
 /// (pybind11 hands the exception over by value.)
@@ -359,7 +372,7 @@ PYBIND11_MODULE(_baton, m) {
         return from_pickled(*got);
       });
   m.def("open_port", [] {
-    auto [port, receiver] = Runtime::get().proc().open_port<Pickled>();
+    auto [port, receiver] = detail::serving_proc("Channel.open()").open_port<Pickled>();
     return py::make_tuple(py::cast(port), py::cast(std::move(receiver)));
   });
 

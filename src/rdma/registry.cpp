@@ -6,9 +6,9 @@
 #include <cstring>
 #include <fstream>
 
+#include "actor/directory.hpp"
 #include "actor/node.hpp"
 #include "baton/actor/errors.hpp"
-#include "baton/host/runtime.hpp"
 #include "rdma/registry.hpp"
 #include "rdma/transfer.hpp"
 
@@ -114,7 +114,7 @@ ActorRef<RdmaAgent> agent() {
   auto slot = node_or_throw()->extension<AgentSlot>();
   std::lock_guard lock(slot->mu);
   if (slot->ref.id().proc.name.empty()) {
-    Proc& proc = Runtime::get().proc();
+    Proc& proc = detail::serving_proc("RdmaBuffer");
     // The agent's ref holds its proc, which holds the node that holds this slot: let go of it
     // when the proc stops, or the node would never go.
     detail::add_stop_hook(proc, [weak = std::weak_ptr<AgentSlot>(slot)] {

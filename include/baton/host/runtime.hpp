@@ -83,7 +83,9 @@ class Runtime {
 
   /// The controller's own proc.
   Proc& proc();
-  /// The runtime of this process; throws UsageError if none was created.
+  /// The runtime of the calling context (this process's); throws UsageError if none was
+  /// created. For a program's own code, where the runtime is not at hand: this_host(),
+  /// this_proc() and job::attach() use it; the library itself takes the Runtime it needs.
   static Runtime& get();
 
   /// Returns once every line the workers have written so far is printed.
@@ -126,7 +128,8 @@ struct ProcProgram {
 /// running an agent (`baton-host`), laid out on one dimension, {"hosts": H}.
 class HostMesh {
  public:
-  /// This host.
+  /// This host, of the runtime of the calling context (this_host() is the same, its runtime
+  /// named once).
   HostMesh() = default;
 
   /// {} for this host; {"hosts": H} for the hosts of a job.
@@ -162,6 +165,7 @@ class HostMesh {
  private:
   friend struct internal::HostsAccess;
   std::shared_ptr<internal::Hosts> hosts_;  // null: this host
+  Runtime* rt_ = nullptr;                   // whose hosts; null: the calling context's
 };
 
 /// This host, as a mesh of hosts of size one.

@@ -3,7 +3,7 @@
 // Hosts on Kubernetes: pods of a StatefulSet, each running baton-host as its container's entry
 // point, found by their DNS names under a headless Service (see job.hpp for jobs in general).
 //
-//   job::write_kubernetes_manifests(options, "baton.yaml");   // once, by the controller
+//   job::write_kubernetes_manifests(rt, options, "baton.yaml");   // once, by the controller
 //   kubectl apply -f baton.yaml                               // by the user
 //   HostMesh hosts = job::KubernetesJob(options).hosts();     // the controller, in the cluster
 //
@@ -42,9 +42,10 @@ struct KubernetesOptions {
 /// headless Service, and a StatefulSet of `pods` pods (started in parallel) each running
 /// `baton-host` with its pod's IP as the address it advertises. Throws UsageError if `options`
 /// cannot make a valid manifest (no image, a name Kubernetes refuses).
-std::string kubernetes_manifests(const KubernetesOptions& options);
+std::string kubernetes_manifests(const Runtime& rt, const KubernetesOptions& options);
 /// Writes kubernetes_manifests() to `path`, readable by this user alone (it holds keys).
-void write_kubernetes_manifests(const KubernetesOptions& options, const std::string& path);
+void write_kubernetes_manifests(const Runtime& rt, const KubernetesOptions& options,
+                                const std::string& path);
 /// Where each pod's agent is: "NAME-i.NAME.NAMESPACE.svc.DOMAIN:PORT", in pod order.
 std::vector<std::string> kubernetes_addresses(const KubernetesOptions& options);
 

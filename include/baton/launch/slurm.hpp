@@ -44,7 +44,8 @@ struct SlurmOptions {
 /// Slurm's own commands must be on PATH, with SLURM_CONF set where the cluster needs it.
 class SlurmJob {
  public:
-  explicit SlurmJob(SlurmOptions options = {});
+  /// Nodes for `rt`'s job: they get its credentials, and it must outlive the job.
+  explicit SlurmJob(Runtime& rt, SlurmOptions options = {});
   /// Cancels the job (scancel) and waits for srun to end.
   ~SlurmJob();
   SlurmJob(const SlurmJob&) = delete;
@@ -61,6 +62,7 @@ class SlurmJob {
 
  private:
   struct Allocation;
+  Runtime& rt_;
   SlurmOptions options_;
   std::unique_ptr<Allocation> allocation_;
   std::optional<HostMesh> mesh_;

@@ -34,7 +34,8 @@ struct SshOptions {
 /// controller is gone).
 class SshJob {
  public:
-  explicit SshJob(std::vector<std::string> hosts, SshOptions options = {});
+  /// Hosts of `rt`'s job: they get its credentials, and it must outlive the job.
+  SshJob(Runtime& rt, std::vector<std::string> hosts, SshOptions options = {});
   /// Stops the ssh sessions; each agent exits once this controller's links to it close.
   ~SshJob();
   SshJob(const SshJob&) = delete;
@@ -46,6 +47,7 @@ class SshJob {
 
  private:
   struct Session;
+  Runtime& rt_;
   std::vector<std::string> hosts_;
   SshOptions options_;
   std::vector<std::unique_ptr<Session>> sessions_;
