@@ -11,7 +11,6 @@
 namespace baton::detail {
 namespace {
 
-thread_local Cell* t_current_cell = nullptr;
 thread_local Cell* t_constructing = nullptr;
 
 std::string describe(std::exception_ptr e) {
@@ -26,47 +25,6 @@ std::string describe(std::exception_ptr e) {
 
 }  // namespace
 
-ResumeContext*& current_resume_context() {
-  thread_local ResumeContext* ctx = nullptr;
-  return ctx;
-}
-
-Cell* current_cell() {
-  return t_current_cell;
-}
-
-Cell* exchange_current_cell(Cell* cell) {
-  return std::exchange(t_current_cell, cell);
-}
-
-std::shared_ptr<ProcState> current_proc() {
-  Cell* c = t_current_cell;
-  return c != nullptr ? c->proc().shared_from_this() : nullptr;
-}
-
-StrandPoster current_strand_poster() {
-  Cell* c = t_current_cell;
-  if (c == nullptr) return nullptr;
-  return [weak = c->weak_from_this(), task = c->task_in_progress()](std::function<void(bool)> fn) {
-    if (auto cell = weak.lock()) {
-      cell->post_continuation(std::move(fn), task);
-    } else {
-      fn(false);
-    }
-  };
-}
-
-bool& may_block_in_actor() {
-  thread_local bool allowed = false;
-  return allowed;
-}
-
-void check_may_block(const char* what) {
-  if (t_current_cell == nullptr || may_block_in_actor()) return;
-  throw UsageError(std::string(what) + " inside actor " + t_current_cell->id().to_string() +
-                   " would block a thread of its proc (and can deadlock it): co_await the future "
-                   "in an endpoint that returns baton::Task<T>, or use then()");
-}
 const ActorId& cell_id(const Cell& c) {
   return c.id();
 }
@@ -221,7 +179,7 @@ bool Cell::has_work() const {
 
 void Cell::run() {
   CellPtr self = std::move(keepalive_);
-  Cell* prev_cell = std::exchange(t_current_cell, this);
+  Cell* prev_cell = exchange_current_cell(this);
   const LogActorScope log_scope(&id());  // lines logged here name this actor
   ResumeContext* prev_ctx = std::exchange(current_resume_context(), this);
   const std::size_t batch = proc_->options.max_batch;
@@ -242,7 +200,7 @@ void Cell::run() {
     if (m == nullptr) break;
     handle(m);
   }
-  t_current_cell = prev_cell;
+  exchange_current_cell(prev_cell);
   current_resume_context() = prev_ctx;
   if (has_work()) {
     // Still ours: go round again without letting go of the flag.
