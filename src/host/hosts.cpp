@@ -42,13 +42,13 @@ struct HostsAccess {
   static HostMesh make(Runtime& rt, std::shared_ptr<Hosts> hosts) {
     HostMesh m;
     m.hosts_ = std::move(hosts);
-    m.rt_ = &rt;
+    m.rt_ = RuntimeAccess::slot(rt);
     return m;
   }
   static const std::shared_ptr<Hosts>& hosts(const HostMesh& m) { return m.hosts_; }
   /// The state of the runtime whose hosts `m` are.
   static RuntimeState& state(const HostMesh& m) {
-    return RuntimeAccess::state(m.rt_ != nullptr ? *m.rt_ : Runtime::get());
+    return RuntimeAccess::state(m.rt_ ? RuntimeAccess::live(m.rt_, "HostMesh") : Runtime::get());
   }
 };
 

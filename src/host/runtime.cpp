@@ -200,6 +200,21 @@ internal::RuntimeState& internal::RuntimeAccess::state(Proc& proc) {
   return *rt->state_;
 }
 
+std::shared_ptr<internal::RuntimeSlot> internal::RuntimeAccess::slot(Runtime& rt) {
+  return rt.state_->node->extension<RuntimeSlot>();
+}
+
+Runtime& internal::RuntimeAccess::live(const std::shared_ptr<RuntimeSlot>& slot,
+                                       std::string_view what) {
+  Runtime* rt = slot ? slot->runtime.load() : nullptr;
+  if (rt == nullptr) {
+    throw UsageError(std::string(what) +
+                     ": its baton::Runtime is gone (used after the runtime it was made with "
+                     "ended); make it after the runtime and drop it before");
+  }
+  return *rt;
+}
+
 Runtime& Runtime::get() {
   auto node = detail::node_here();
   Runtime* rt = node ? node->extension<RuntimeSlot>()->runtime.load() : nullptr;

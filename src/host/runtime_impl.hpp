@@ -86,6 +86,10 @@ struct RuntimeAccess {
   /// (HostAgent, HostClient) reach it, through the proc they run in. Throws UsageError once
   /// that runtime is gone.
   static State& state(Proc& proc);
+  /// What a handle that outlives its runtime keeps of it (a HostMesh, a job).
+  static std::shared_ptr<RuntimeSlot> slot(Runtime& rt);
+  /// The runtime `slot` names; throws UsageError, naming `what`, once it is gone.
+  static Runtime& live(const std::shared_ptr<RuntimeSlot>& slot, std::string_view what);
 };
 using RuntimeState = RuntimeAccess::State;
 

@@ -428,10 +428,25 @@ TEST(Hosts, TwoControllersShareOneAgent) {
 }
 
 /// Handles that the controller of HandlesThatOutliveTheRuntimeAreInert keeps past its runtime,
-/// as a program's globals are: destroyed at exit, after main's runtime closed.
+/// as a program's globals are: destroyed at exit, after main's runtime closed. Its hosts are
+/// used then, and must refuse saying why.
 struct Outliving {
+  std::optional<HostMesh> hosts;
   std::optional<ProcMesh> procs;
   std::optional<ActorMesh<Member>> members;
+  Outliving() = default;
+  Outliving(const Outliving&) = delete;
+  Outliving& operator=(const Outliving&) = delete;
+  ~Outliving() {
+    if (!hosts) return;
+    try {
+      (void)hosts->spawn_procs_async({{"gpus", 1}}).get();
+      std::printf("spawned past the runtime\n");
+    } catch (const UsageError& e) {
+      std::printf("after the runtime: %s\n", e.what());
+    }
+    std::fflush(stdout);
+  }
 };
 Outliving& outliving() {
   static Outliving kept;
@@ -445,13 +460,15 @@ TEST(Hosts, HandlesThatOutliveTheRuntimeAreInertAndTheProgramEnds) {
   const test::SelfRun run = test::run_self("outliving-controller", env, STDOUT_FILENO);
   EXPECT_TRUE(WIFEXITED(run.status) && WEXITSTATUS(run.status) == 0) << run.text;
   EXPECT_THAT(run.text, HasSubstr("kept 6 6 past the runtime"));
+  EXPECT_THAT(run.text, HasSubstr("after the runtime: HostMesh: its baton::Runtime is gone"));
 }
 
 /// The controller of HandlesThatOutliveTheRuntimeAreInert: its proc mesh on the agent's host
 /// and its actors are still held when its runtime closes.
 void run_outliving_controller(const char* agent) {
   Outliving& kept = outliving();
-  kept.procs = job::attach({agent}).spawn_procs({{"gpus", 2}});
+  kept.hosts = job::attach({agent});
+  kept.procs = kept.hosts->spawn_procs({{"gpus", 2}});
   kept.members = kept.procs->spawn<Member>("kept");
   std::string line = "kept";
   for (int v : kept.members->call(&Member::twice, 3).get().values()) {

@@ -20,6 +20,7 @@
 #include "baton/launch/job.hpp"
 #include "host/credentials.hpp"
 #include "host/hosts.hpp"
+#include "host/runtime_impl.hpp"
 #include "launch/command.hpp"
 #include "log/log.hpp"
 
@@ -164,7 +165,8 @@ struct SlurmJob::Allocation {
   }
 };
 
-SlurmJob::SlurmJob(Runtime& rt, SlurmOptions options) : rt_(rt), options_(std::move(options)) {
+SlurmJob::SlurmJob(Runtime& rt, SlurmOptions options)
+    : rt_(internal::RuntimeAccess::slot(rt)), options_(std::move(options)) {
   if (options_.nodes < 1) throw UsageError("SlurmJob: nodes must be 1 or more");
   if (options_.gpus_per_node < 0) throw UsageError("SlurmJob: gpus_per_node must be 0 or more");
 }
@@ -189,7 +191,8 @@ HostMesh SlurmJob::hosts() {
   if (::access(agent.c_str(), X_OK) != 0) {
     throw UsageError("SlurmJob: " + agent + " is not an executable baton-host");
   }
-  const net::LinkOptions link = rt_.link_options();
+  Runtime& rt = internal::RuntimeAccess::live(rt_, "SlurmJob");
+  const net::LinkOptions link = rt.link_options();
   if (!link.tls.enabled()) throw UsageError("SlurmJob: the runtime has no TLS files to send");
   const std::string credentials = internal::credentials_text(link.secret, link.tls);
 
@@ -262,7 +265,7 @@ HostMesh SlurmJob::hosts() {
       internal::run_command({"squeue", "-h", "--name=" + a.name, "-o", "%i"}, kSlurm);
   a.id = r.out.substr(0, r.out.find('\n'));
   try {
-    mesh_ = internal::attach_hosts(rt_, addresses);
+    mesh_ = internal::attach_hosts(rt, addresses);
   } catch (...) {
     cancel();
     throw;

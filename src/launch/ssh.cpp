@@ -18,6 +18,7 @@
 #include "host/credentials.hpp"
 #include "host/files.hpp"
 #include "host/hosts.hpp"
+#include "host/runtime_impl.hpp"
 #include "launch/command.hpp"
 #include "log/log.hpp"
 
@@ -92,7 +93,9 @@ struct SshJob::Session {
 };
 
 SshJob::SshJob(Runtime& rt, std::vector<std::string> hosts, SshOptions options)
-    : rt_(rt), hosts_(std::move(hosts)), options_(std::move(options)) {
+    : rt_(internal::RuntimeAccess::slot(rt)),
+      hosts_(std::move(hosts)),
+      options_(std::move(options)) {
   if (hosts_.empty())
     throw UsageError("SshJob: no hosts given; name the hosts to reach, as ssh knows them");
 }
@@ -104,7 +107,8 @@ HostMesh SshJob::hosts() {
   const std::string agent = internal::local_agent(options_.agent, "SshJob", "SshOptions::agent");
   const auto hash = internal::sha256_file(agent);
   if (!hash) throw UsageError("SshJob: cannot read " + agent);
-  const net::LinkOptions link = rt_.link_options();
+  Runtime& rt = internal::RuntimeAccess::live(rt_, "SshJob");
+  const net::LinkOptions link = rt.link_options();
   if (!link.tls.enabled()) throw UsageError("SshJob: the runtime has no TLS files to send");
   const std::string dir = options_.remote_dir;
   const std::string remote_agent = dir + "/baton-host-" + *hash;
@@ -188,7 +192,7 @@ HostMesh SshJob::hosts() {
     addresses.push_back(address);
     sessions_.push_back(std::move(session));
   }
-  mesh_ = internal::attach_hosts(rt_, addresses);
+  mesh_ = internal::attach_hosts(rt, addresses);
   return *mesh_;
 }
 

@@ -37,6 +37,7 @@ namespace internal {
 struct RuntimeAccess;
 struct HostsAccess;
 struct Hosts;
+struct RuntimeSlot;
 }  // namespace internal
 
 /// How the controller runs; every field has a working default.
@@ -164,8 +165,8 @@ class HostMesh {
 
  private:
   friend struct internal::HostsAccess;
-  std::shared_ptr<internal::Hosts> hosts_;  // null: this host
-  Runtime* rt_ = nullptr;                   // whose hosts; null: the calling context's
+  std::shared_ptr<internal::Hosts> hosts_;     // null: this host
+  std::shared_ptr<internal::RuntimeSlot> rt_;  // whose hosts; null: the calling context's
 };
 
 /// This host, as a mesh of hosts of size one.

@@ -44,7 +44,8 @@ struct SlurmOptions {
 /// Slurm's own commands must be on PATH, with SLURM_CONF set where the cluster needs it.
 class SlurmJob {
  public:
-  /// Nodes for `rt`'s job: they get its credentials, and it must outlive the job.
+  /// Nodes for `rt`'s job: they get its credentials. Used after `rt` is gone, the job throws
+  /// UsageError.
   explicit SlurmJob(Runtime& rt, SlurmOptions options = {});
   /// Cancels the job (scancel) and waits for srun to end.
   ~SlurmJob();
@@ -62,7 +63,7 @@ class SlurmJob {
 
  private:
   struct Allocation;
-  Runtime& rt_;
+  std::shared_ptr<internal::RuntimeSlot> rt_;  // its runtime, while there is one
   SlurmOptions options_;
   std::unique_ptr<Allocation> allocation_;
   std::optional<HostMesh> mesh_;

@@ -34,7 +34,8 @@ struct SshOptions {
 /// controller is gone).
 class SshJob {
  public:
-  /// Hosts of `rt`'s job: they get its credentials, and it must outlive the job.
+  /// Hosts of `rt`'s job: they get its credentials. Used after `rt` is gone, the job throws
+  /// UsageError.
   SshJob(Runtime& rt, std::vector<std::string> hosts, SshOptions options = {});
   /// Stops the ssh sessions; each agent exits once this controller's links to it close.
   ~SshJob();
@@ -47,7 +48,7 @@ class SshJob {
 
  private:
   struct Session;
-  Runtime& rt_;
+  std::shared_ptr<internal::RuntimeSlot> rt_;  // its runtime, while there is one
   std::vector<std::string> hosts_;
   SshOptions options_;
   std::vector<std::unique_ptr<Session>> sessions_;
