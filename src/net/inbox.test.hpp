@@ -26,6 +26,9 @@
 namespace baton::net::testing {
 
 inline constexpr std::chrono::seconds kDeadline{20};
+/// The spin window where a test makes its event loop spin (spin_for_tests): long enough that the
+/// frames of a ping-pong come within it even under a sanitizer, which slows them tenfold.
+inline constexpr std::chrono::milliseconds kSpinWindow{20};
 
 /// Envelopes and close reasons of one link, collected from the I/O thread.
 struct Inbox {

@@ -7,6 +7,7 @@
 
 #include "net/io_thread.hpp"
 #include "net/link_impl.hpp"
+#include "net/spin.hpp"
 
 namespace baton::net {
 
@@ -59,7 +60,7 @@ void IoThread::Impl::loop(IoThread* self) {
   for (;;) {
     if (guest_wanted.load(std::memory_order_relaxed)) park();
     t_inline = inline_enabled.load(std::memory_order_relaxed) ? self : nullptr;
-    const std::size_t n = ctx.run_one();
+    const std::size_t n = run_one_spinning(ctx, nullptr);
     t_inline = nullptr;
     run_after();
     if (n == 0) return;
@@ -210,11 +211,7 @@ bool drive_until(IoThread& io, const std::function<bool()>& done,
     t_guest = impl.get();
     const bool was_io = std::exchange(internal::t_io_thread, true);
     while (!done() && !past() && !impl->ctx.stopped()) {
-      if (deadline != nullptr) {
-        impl->ctx.run_one_until(*deadline);
-      } else {
-        impl->ctx.run_one();
-      }
+      run_one_spinning(impl->ctx, deadline);
     }
     internal::t_io_thread = was_io;
     t_guest = nullptr;
@@ -226,6 +223,15 @@ bool drive_until(IoThread& io, const std::function<bool()>& done,
   lock.unlock();
   impl->lead_cv.notify_all();
   return done() || past();
+}
+
+void spin_for_tests(IoThread& io, std::chrono::microseconds window, bool force) {
+  asio::use_service<Spinners>(io.impl().ctx).set_for_tests(window, force);
+}
+
+SpinCounts spin_counts(IoThread& io) {
+  const Spinners::Stats s = asio::use_service<Spinners>(io.impl().ctx).stats();
+  return {s.caught, s.ran_out, s.hot};
 }
 
 void blocking_here() {

@@ -35,6 +35,17 @@ bool drive_until(IoThread& io, const std::function<bool()>& done,
                  const std::function<void(std::function<void()>)>& when_done,
                  const std::chrono::steady_clock::time_point* deadline);
 
+/// Tests: threads driving `io`'s loop spin on its busy shared-memory rings (spin.hpp) for up to
+/// `window`, whatever the machine's load if `force`.
+void spin_for_tests(IoThread& io, std::chrono::microseconds window, bool force);
+/// Tests: spins on `io`'s rings that caught a frame, that ran out, and the rings watched now.
+struct SpinCounts {
+  std::uint64_t caught = 0;
+  std::uint64_t ran_out = 0;
+  int watched = 0;
+};
+SpinCounts spin_counts(IoThread& io);
+
 /// The calling thread, running work an I/O thread woke, is about to block: another thread
 /// takes that I/O thread's event loop over now. Does nothing on other threads.
 void blocking_here();

@@ -3,6 +3,7 @@
 
 #include "baton/net/link.hpp"
 #include "net/inbox.test.hpp"
+#include "net/io_thread.hpp"
 
 #include <fcntl.h>
 #include <gmock/gmock.h>
@@ -39,9 +40,13 @@ std::string unix_path(const std::string& tag) {
 }
 
 /// Each test runs over every transport: "unix" (the socket carries the frames), "shm" (a unix
-/// link whose frames go through shared memory) and "tcp".
+/// link whose frames go through shared memory), "shm-spin" (the same, with the event loop
+/// spinning on busy rings whatever the machine's load: spin.hpp) and "tcp".
 class LinkTest : public ::testing::TestWithParam<std::string> {
  protected:
+  LinkTest() {
+    if (GetParam() == "shm-spin") spin_for_tests(io, testing::kSpinWindow, true);
+  }
   Address address() {
     return Address::parse(GetParam() == "tcp" ? "tcp://127.0.0.1:0"
                                               : "unix://" + unix_path("link"));
@@ -49,11 +54,11 @@ class LinkTest : public ::testing::TestWithParam<std::string> {
   /// Options for the dialler, which chooses shared memory or not.
   LinkOptions options() {
     LinkOptions o;
-    o.shared_memory = GetParam() == "shm";
+    o.shared_memory = GetParam().starts_with("shm");
     return o;
   }
   /// The transport a link of this test's kind ends up on.
-  std::string expected_transport() { return GetParam(); }
+  std::string expected_transport() { return GetParam() == "shm-spin" ? "shm" : GetParam(); }
   IoThread io;
 };
 
@@ -177,7 +182,7 @@ TEST_P(LinkTest, PeerCloseIsReportedWithAReason) {
   EXPECT_FALSE(client->send(make(0, 1)));
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, LinkTest, ::testing::Values("unix", "shm", "tcp"));
+INSTANTIATE_TEST_SUITE_P(Transports, LinkTest, ::testing::Values("unix", "shm", "shm-spin", "tcp"));
 
 using testing::RawClient;
 

@@ -34,6 +34,7 @@
 #include "baton/net/link.hpp"
 #include "log/log.hpp"
 #include "net/shm_ring.hpp"
+#include "net/spin.hpp"
 #include "net/watchdog.hpp"
 
 namespace baton::net {
@@ -257,6 +258,12 @@ class StreamLink final : public Link {
     std::size_t read_done = 0;
     std::vector<asio::const_buffer> write_buffers;
     std::size_t write_index = 0, write_offset = 0, write_total = 0;
+    // Spinning (spin.hpp): what a spinner watches of `in`; when the read last parked; whether
+    // frames came within the spin window of each other (strand).
+    std::shared_ptr<SpinTarget> spin;
+    bool read_parked = false;
+    bool busy = false;
+    Clock::time_point parked_at;
     std::deque<int> fds;                   // the memfds of slabs the peer sent, in order (strand)
     std::optional<std::size_t> slab_part;  // a part waits for its memfd (strand)
     std::uint64_t slab_epoch = 0;
@@ -272,6 +279,7 @@ class StreamLink final : public Link {
   void take_shm(std::uint64_t epoch);
   void shm_taken(std::uint64_t epoch);
   void watch_shm(std::uint64_t epoch);
+  void watch_spins();
   void on_socket(std::uint64_t epoch, const asio::error_code& ec);
   void shm_read(asio::mutable_buffer buffer, IoHandler handler);
   void shm_write(const std::vector<asio::const_buffer>& buffers, IoHandler handler);

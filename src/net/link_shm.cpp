@@ -181,6 +181,7 @@ void StreamLink::take_shm(std::uint64_t epoch) {
     shm_->switch_after = ctl_.size();
     start_writer_locked();
   }
+  watch_spins();
   watch_shm(epoch);
   read_prefix(epoch);
 }
@@ -192,6 +193,7 @@ void StreamLink::shm_taken(std::uint64_t epoch) {
     std::lock_guard lock(mu_);  // transport() reads it
     shm_->reading = true;
   }
+  watch_spins();
   watch_shm(epoch);
   read_prefix(epoch);
 }
@@ -203,6 +205,22 @@ void StreamLink::writes_switched_locked() {
     shm_->owe_doorbell = false;
     doorbell();
   }
+}
+
+/// The strand, as reading from the ring starts: a thread about to wait for events on this
+/// link's event loop may watch the ring while the link is busy (spin.hpp).
+void StreamLink::watch_spins() {
+  Shm& s = *shm_;
+  s.spin = std::make_shared<SpinTarget>();
+  s.spin->owner = shared_from_this();
+  s.spin->control = s.in.control();
+  s.spin->resume = [this, weak = std::weak_ptr<StreamLink>(shared())] {
+    asio::post(strand_, [weak] {
+      const auto self = weak.lock();
+      if (self && !self->closed()) self->serve_read();
+    });
+  };
+  asio::use_service<Spinners>(ctx_).add(s.spin);
 }
 
 /// Waits for the socket: a doorbell (drained), or its end (the peer is gone).
@@ -301,9 +319,16 @@ void StreamLink::serve_read() {
   Shm& s = *shm_;
   if (!s.read_op.pending) return;
   auto* at = static_cast<std::byte*>(s.read_buffer.data());
+  Spinners& spinners = asio::use_service<Spinners>(ctx_);
   for (;;) {
     const std::size_t n = s.in.read(at + s.read_done, s.read_buffer.size() - s.read_done);
     s.read_done += n;
+    if (n > 0 && s.read_parked) {
+      // Bytes after a wait: was it short enough for a spinner to have caught them?
+      s.read_parked = false;
+      spinners.set_hot(*s.spin, false);
+      s.busy = Clock::now() - s.parked_at <= spinners.window();
+    }
     if (n > 0 && s.in.writer_wants_waking()) doorbell();
     if (s.read_done == s.read_buffer.size()) {
       last_recv_ = Clock::now();  // a large frame's bytes count as hearing from the peer
@@ -312,7 +337,15 @@ void StreamLink::serve_read() {
     if (!s.in.corrupt().empty()) return ring_broke(s.in.corrupt());
     if (n > 0) last_recv_ = Clock::now();
     if (s.peer_gone) return finish(s.read_op, asio::error::eof, 0);
-    if (n == 0 && s.in.sleep_if_empty()) return park(s.read_op);  // the doorbell brings us back
+    if (n == 0 && s.in.sleep_if_empty()) {  // the doorbell, or a spinner, brings us back
+      if (!s.read_parked && s.spin && spinners.window().count() > 0) {
+        s.read_parked = true;
+        s.parked_at = Clock::now();
+        s.spin->seen.store(s.in.position(), std::memory_order_relaxed);
+        spinners.set_hot(*s.spin, s.busy);
+      }
+      return park(s.read_op);
+    }
   }
 }
 

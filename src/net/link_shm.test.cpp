@@ -20,9 +20,11 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 
 #include "baton/net/link.hpp"
 #include "net/inbox.test.hpp"
+#include "net/io_thread.hpp"
 #include "net/shm_ring.hpp"
 #include "wire/slab.hpp"
 #include "wire/slab.test.hpp"
@@ -80,7 +82,12 @@ struct RawShmClient {
   shm::RingEnd out;
 };
 
-struct ShmHostile : ::testing::Test {
+/// Each hostile test runs with the event loop sleeping between frames, and with it spinning on
+/// busy rings whatever the machine's load (spin.hpp).
+struct ShmHostile : ::testing::TestWithParam<bool> {
+  ShmHostile() {
+    if (GetParam()) spin_for_tests(io, testing::kSpinWindow, true);
+  }
   IoThread io;  // first in, last out: the links below go before their event loop
   std::mutex mu;
   std::condition_variable cv;
@@ -120,7 +127,7 @@ struct ShmHostile : ::testing::Test {
   }
 };
 
-TEST_F(ShmHostile, GarbageInTheRingClosesThatLinkAndLeavesTheOthersWorking) {
+TEST_P(ShmHostile, GarbageInTheRingClosesThatLinkAndLeavesTheOthersWorking) {
   expect_healthy(0);
   std::mt19937 rng(11);
   for (int round = 0; round < 10; ++round) {
@@ -137,7 +144,7 @@ TEST_F(ShmHostile, GarbageInTheRingClosesThatLinkAndLeavesTheOthersWorking) {
   expect_healthy(1);
 }
 
-TEST_F(ShmHostile, AnImpossibleWritePositionClosesThatLinkWithTheReason) {
+TEST_P(ShmHostile, AnImpossibleWritePositionClosesThatLinkWithTheReason) {
   expect_healthy(0);
   std::size_t next = 1;
   for (const std::uint64_t head : {std::uint64_t{1} << 40, std::uint64_t{64} << 10 | 1}) {
@@ -152,7 +159,7 @@ TEST_F(ShmHostile, AnImpossibleWritePositionClosesThatLinkWithTheReason) {
   expect_healthy(1);
 }
 
-TEST_F(ShmHostile, APeerKilledInTheMiddleOfAFrameIsReportedAndNothingHangs) {
+TEST_P(ShmHostile, APeerKilledInTheMiddleOfAFrameIsReportedAndNothingHangs) {
   expect_healthy(0);
   auto raw = std::make_unique<RawShmClient>(path);
   Inbox& victim = accepted(1);
@@ -180,7 +187,7 @@ TEST_F(ShmHostile, APeerKilledInTheMiddleOfAFrameIsReportedAndNothingHangs) {
   expect_healthy(1);
 }
 
-TEST_F(ShmHostile, AnOfferWithoutItsMemfdIsRefused) {
+TEST_P(ShmHostile, AnOfferWithoutItsMemfdIsRefused) {
   expect_healthy(0);
   RawClient raw(path);
   Inbox& victim = accepted(1);
@@ -189,7 +196,7 @@ TEST_F(ShmHostile, AnOfferWithoutItsMemfdIsRefused) {
   expect_healthy(1);
 }
 
-TEST_F(ShmHostile, AnOfferOfAMemfdThatCouldShrinkIsRefused) {
+TEST_P(ShmHostile, AnOfferOfAMemfdThatCouldShrinkIsRefused) {
   expect_healthy(0);
   RawClient raw(path);
   Inbox& victim = accepted(1);
@@ -206,6 +213,46 @@ TEST_F(ShmHostile, AnOfferOfAMemfdThatCouldShrinkIsRefused) {
   ::close(fd);
   EXPECT_THAT(victim.wait_closed(), HasSubstr("not sealed"));
   expect_healthy(1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Waits, ShmHostile, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return i.param ? "Spinning" : "Sleeping";
+                         });
+
+TEST(ShmSpin, ABusyLinkIsReadBySpinningThenLeftAsleepOnceQuiet) {
+  IoThread io;
+  spin_for_tests(io, testing::kSpinWindow, true);
+  Inbox server_in;
+  auto listener = Listener::listen(
+      io, Address::parse("unix:///tmp/baton-test-spin-" + std::to_string(::getpid()) + ".sock"),
+      [&](const std::shared_ptr<Link>& link) {
+        return server_in.handler([weak = std::weak_ptr<Link>(link)](Envelope& env) {
+          if (auto l = weak.lock()) l->send(env);
+        });
+      });
+  Inbox client_in;
+  auto client = Link::connect(io, listener->address(), client_in.handler());
+  constexpr std::uint64_t kCalls = 300;
+  for (std::uint64_t i = 0; i < kCalls; ++i) {  // one at a time, as calls and their replies
+    ASSERT_TRUE(client->send(make(i, 100)));
+    ASSERT_TRUE(client_in.wait_envelopes(i + 1));
+  }
+  EXPECT_EQ(client->transport(), "shm");
+  // The server's ring was busy: frames were caught by a spinning thread, without a doorbell.
+  EXPECT_GT(spin_counts(io).caught, 0u);
+  // Quiet now: a spin runs out and the rings are left asleep, watched by nobody.
+  const auto deadline = std::chrono::steady_clock::now() + kDeadline;
+  while (spin_counts(io).watched != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  EXPECT_EQ(spin_counts(io).watched, 0);
+  EXPECT_GT(spin_counts(io).ran_out, 0u);
+  // Asleep, the link still wakes for the next frame (its doorbell).
+  ASSERT_TRUE(client->send(make(kCalls, 100)));
+  ASSERT_TRUE(client_in.wait_envelopes(kCalls + 1));
+  std::lock_guard lock(client_in.mu);
+  for (std::uint64_t i = 0; i <= kCalls; ++i) ASSERT_EQ(client_in.envelopes[i].dest.port, i);
 }
 
 /// A client linked to a server that sends back each envelope it gets.

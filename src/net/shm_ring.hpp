@@ -85,6 +85,8 @@ class RingEnd {
   /// Why the ring is unusable, or empty.
   const std::string& corrupt() const { return corrupt_; }
   std::uint64_t position() const { return mine_; }
+  /// The ring's shared positions and flags (a spinner watches the writer's head there).
+  RingControl* control() const { return control_; }
 
  private:
   RingControl* control_ = nullptr;
