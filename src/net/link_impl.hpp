@@ -350,6 +350,8 @@ class StreamLink final : public Link {
   std::uint64_t out_base_seq_ = 0;
   std::size_t written_ = 0;
   std::vector<asio::const_buffer> buffers_;
+  std::string tls_out_;  // a frame gathered for one TLS record (strand, while in flight)
+  static constexpr std::size_t kTlsGather = 16 * 1024;  // a TLS record's most plaintext
   std::uint64_t next_send_seq_ = 0;
   std::size_t front_sent_ = 0;  // bytes of out_[written_] already written
   std::uint64_t connections_ = 1;

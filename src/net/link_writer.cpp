@@ -116,6 +116,13 @@ void StreamLink::write_next(std::uint64_t epoch) {
   for (const Bytes& p : frame->parts) {
     if (!slabs || !wire::travels_as_slab(p.size())) add(p.data(), p.size());
   }
+  if (tls_ && buffers_.size() > 1 && asio::buffer_size(buffers_) <= kTlsGather) {
+    // TLS seals each buffer of a write as a record of its own, sent on its own: a frame's
+    // header and parts go as one record instead, one segment the peer reads at once.
+    tls_out_.clear();
+    for (const auto& b : buffers_) tls_out_.append(static_cast<const char*>(b.data()), b.size());
+    buffers_.assign(1, asio::const_buffer(tls_out_.data(), tls_out_.size()));
+  }
   in_flight_ = true;
   async_write_all(
       buffers_, asio::bind_executor(strand_, [self = shared(), control, epoch](asio::error_code ec,
