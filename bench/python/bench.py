@@ -109,11 +109,11 @@ def main():
     built = os.path.join(here, "..", "..", "build", "bin", "baton-bench")
     ap.add_argument("--baton-bench", default=built)
     ap.add_argument("--n", type=int, default=5000)
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=50)
     args = ap.parse_args()
 
     # The round trips side by side: baton's, through Monarch's API, and PyTorch RPC's in
-    # alternating rounds (a noisy machine slows all alike), and the C++ figure as the median
+    # alternating short rounds (a noisy machine slows all alike), and the C++ figure as the median
     # of three runs of its own.
     procs = baton.this_host().spawn_procs({"procs": 1})
     echo = procs.spawn("echo", Echo)
@@ -122,9 +122,10 @@ def main():
     ours, monarch, theirs = [], [], []
     with TorchRpc() as torch_rpc:
         for _ in range(args.rounds):
-            ours += timed(lambda: echo.echo.call_one(1).get(), args.n // args.rounds)
-            monarch += timed(lambda: monarch_echo.echo.call_one(1).get(), args.n // args.rounds)
-            theirs += timed(torch_rpc.call, args.n // args.rounds)
+            per_round = args.n // args.rounds
+            ours += timed(lambda: echo.echo.call_one(1).get(), per_round, warmup=10)
+            monarch += timed(lambda: monarch_echo.echo.call_one(1).get(), per_round, warmup=10)
+            theirs += timed(torch_rpc.call, per_round, warmup=10)
     procs.stop().get()
     monarch_procs.stop().get()
     py = p50(ours) * 1e6
