@@ -23,6 +23,8 @@ InprocFigures caf_inproc(std::size_t rtt_iterations, std::size_t throughput_mess
 
 /// `baton-bench rtt`: cross-process call_one round trips against a raw socket ping-pong.
 int run_rtt();
+/// One-way sends to an actor in another proc of this host, three times (for profiling).
+int run_throughput();
 /// Part of `rtt`: a call's round trip over TCP with TLS against the same without it.
 void run_tls_rtt();
 /// The echo server `run_tls_rtt` starts (this executable with BATON_BENCH_ECHO_SERVER set).

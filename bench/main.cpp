@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
   try {
     if (which == "inproc") return run_inproc();
     if (which == "rtt") return baton::bench::run_rtt();
+    if (which == "throughput") return baton::bench::run_throughput();
     if (which == "cast") return baton::bench::run_cast();
     if (which == "spawn") return baton::bench::run_spawn();
     if (which == "failure") return baton::bench::run_failure();
@@ -85,6 +86,6 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::fprintf(stderr,
-               "usage: baton-bench inproc|rtt|cast|spawn|failure|rdma|allreduce|ddp|hosts|all\n");
+               "usage: baton-bench inproc|rtt|throughput|cast|spawn|failure|rdma|allreduce|ddp|hosts|all\n");
   return 2;
 }

@@ -191,6 +191,16 @@ double one_way_per_second(const ActorMesh<Echo>& echo, int n) {
 
 }  // namespace
 
+int run_throughput() {
+  auto procs = this_host().spawn_procs({{"procs", 1}});
+  auto echo = procs.spawn<Echo>("echo");
+  for (int i = 0; i < 3; ++i) {
+    print_figure("proc_throughput_shm", one_way_per_second(echo, 500000), "msg/s");
+  }
+  procs.stop().get();
+  return 0;
+}
+
 int run_rtt() {
   constexpr int kCalls = 20000;
   double socket_cpu_ns = 0;

@@ -355,6 +355,24 @@ TEST(ShmRing, BytesGoRoundTheRingInOrderAndItsPositionsAreChecked) {
   EXPECT_THAT(reader.corrupt(), HasSubstr("impossible"));
 }
 
+TEST(ShmRing, AWriterWaitingForRoomIsWokenOnceHalfTheRingIsFree) {
+  shm::Region region = shm::Region::create(4096);
+  const shm::RegionLayout l = shm::layout(region.base, region.capacity);
+  shm::RingEnd writer(l.control[0], l.data[0], region.capacity);
+  shm::RingEnd reader(l.control[0], l.data[0], region.capacity);
+  const std::string full(region.capacity, 'x');
+  ASSERT_EQ(writer.write(full.data(), full.size()), region.capacity);
+  ASSERT_TRUE(writer.wait_if_full());  // no room: it waits for the reader
+  std::string buf(region.capacity / 4, '\0');
+  ASSERT_EQ(reader.read(buf.data(), buf.size()), buf.size());
+  EXPECT_FALSE(reader.writer_wants_waking());  // a quarter free: reading goes on first
+  ASSERT_EQ(reader.read(buf.data(), buf.size()), buf.size());
+  EXPECT_TRUE(reader.writer_wants_waking());   // half free: the writer is woken
+  EXPECT_FALSE(reader.writer_wants_waking());  // once
+  ASSERT_EQ(reader.read(buf.data(), buf.size()), buf.size());
+  EXPECT_FALSE(reader.writer_wants_waking());  // it no longer waits
+}
+
 TEST(ShmRing, ARegionThatIsNotOursIsRefused) {
   const int fd = ::memfd_create("not-baton", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   ASSERT_GE(fd, 0);

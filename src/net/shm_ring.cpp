@@ -87,6 +87,9 @@ bool RingEnd::sleep_if_empty() {
 
 bool RingEnd::writer_wants_waking() {
   if (control_->writer_waits.load(std::memory_order_seq_cst) == 0) return false;
+  // Once half the ring is free, not at every read: woken at once, a writer that outruns its
+  // reader would write one frame per wake-up, and each side pay a system call per frame.
+  if (readable() > capacity_ / 2) return false;
   return control_->writer_waits.exchange(0, std::memory_order_seq_cst) != 0;
 }
 

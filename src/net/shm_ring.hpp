@@ -69,7 +69,8 @@ class RingEnd {
   std::size_t read(void* to, std::size_t n);
   /// Says this end sleeps, unless bytes came meanwhile: true means wait for the doorbell.
   bool sleep_if_empty();
-  /// After read(): true if the writer waits for room and should be woken (once).
+  /// After read(): true if the writer waits for room and should be woken (once), which is when
+  /// at least half the ring is free.
   bool writer_wants_waking();
 
   // --- the writing end ---
