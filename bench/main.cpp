@@ -85,7 +85,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "baton-bench: %s\n", e.what());
     return 1;
   }
-  std::fprintf(stderr,
-               "usage: baton-bench inproc|rtt|throughput|cast|spawn|failure|rdma|allreduce|ddp|hosts|all\n");
+  std::fprintf(
+      stderr,
+      "usage: baton-bench inproc|rtt|throughput|cast|spawn|failure|rdma|allreduce|ddp|hosts|all\n");
   return 2;
 }
