@@ -78,10 +78,7 @@ void placed(const std::shared_ptr<const Spawning>& s, const std::vector<Future<A
     ids.reserve(placed.size());
     for (const auto& f : placed) ids.push_back(f.state()->value());
     auto core = std::make_shared<const MeshCore>(ids, s->name, new_mesh_key(), s->stopped);
-    std::vector<CastMember> members;
-    members.reserve(ids.size());
-    for (const auto& id : ids) members.push_back({id, address_text(id.proc)});
-    const std::vector<CastNode> nodes = cast_tree(members);
+    const std::vector<CastNode> nodes = cast_tree(core->members());
     std::vector<Future<int>> learned;
     learned.reserve(s->procs.size());
     for (std::size_t r = 0; r < s->procs.size(); ++r) {

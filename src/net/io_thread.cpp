@@ -60,7 +60,7 @@ void IoThread::Impl::loop(IoThread* self) {
   for (;;) {
     if (guest_wanted.load(std::memory_order_relaxed)) park();
     t_inline = inline_enabled.load(std::memory_order_relaxed) ? self : nullptr;
-    const std::size_t n = run_one_spinning(ctx, nullptr);
+    const std::size_t n = run_one_spinning(ctx, spinners, nullptr);
     t_inline = nullptr;
     run_after();
     if (n == 0) return;
@@ -211,7 +211,7 @@ bool drive_until(IoThread& io, const std::function<bool()>& done,
     t_guest = impl.get();
     const bool was_io = std::exchange(internal::t_io_thread, true);
     while (!done() && !past() && !impl->ctx.stopped()) {
-      run_one_spinning(impl->ctx, deadline);
+      run_one_spinning(impl->ctx, impl->spinners, deadline);
     }
     internal::t_io_thread = was_io;
     t_guest = nullptr;
@@ -226,11 +226,11 @@ bool drive_until(IoThread& io, const std::function<bool()>& done,
 }
 
 void spin_for_tests(IoThread& io, std::chrono::microseconds window, bool force) {
-  asio::use_service<Spinners>(io.impl().ctx).set_for_tests(window, force);
+  io.impl().spinners.set_for_tests(window, force);
 }
 
 SpinCounts spin_counts(IoThread& io) {
-  const Spinners::Stats s = asio::use_service<Spinners>(io.impl().ctx).stats();
+  const Spinners::Stats s = io.impl().spinners.stats();
   return {s.caught, s.ran_out, s.hot};
 }
 

@@ -60,6 +60,7 @@ struct IoThread::Impl : std::enable_shared_from_this<IoThread::Impl> {
   std::mutex drive_mu;
   std::condition_variable drive_cv;
   std::unique_ptr<Watchdog> watchdog;
+  Spinners& spinners = asio::use_service<Spinners>(ctx);  // spin.hpp
 
   // A guest: a thread waiting for a reply, which runs the event loop itself meanwhile while the
   // loop thread is parked (drive_until). Under lead_mu.
@@ -261,6 +262,7 @@ class StreamLink final : public Link {
     // Spinning (spin.hpp): what a spinner watches of `in`; when the read last parked; whether
     // frames came within the spin window of each other (strand).
     std::shared_ptr<SpinTarget> spin;
+    Spinners* spinners = nullptr;  // of this link's event loop
     bool read_parked = false;
     bool busy = false;
     Clock::time_point parked_at;
@@ -351,7 +353,7 @@ class StreamLink final : public Link {
   std::size_t written_ = 0;
   std::vector<asio::const_buffer> buffers_;
   std::string tls_out_;  // a frame gathered for one TLS record (strand, while in flight)
-  static constexpr std::size_t kTlsGather = 16 * 1024;  // a TLS record's most plaintext
+  static constexpr std::size_t kTlsGather = std::size_t{16} << 10;  // a TLS record's most plaintext
   std::uint64_t next_send_seq_ = 0;
   std::size_t front_sent_ = 0;  // bytes of out_[written_] already written
   std::uint64_t connections_ = 1;

@@ -220,7 +220,8 @@ void StreamLink::watch_spins() {
       if (self && !self->closed()) self->serve_read();
     });
   };
-  asio::use_service<Spinners>(ctx_).add(s.spin);
+  s.spinners = &asio::use_service<Spinners>(ctx_);
+  s.spinners->add(s.spin);
 }
 
 /// Waits for the socket: a doorbell (drained), or its end (the peer is gone).
@@ -319,15 +320,14 @@ void StreamLink::serve_read() {
   Shm& s = *shm_;
   if (!s.read_op.pending) return;
   auto* at = static_cast<std::byte*>(s.read_buffer.data());
-  Spinners& spinners = asio::use_service<Spinners>(ctx_);
   for (;;) {
     const std::size_t n = s.in.read(at + s.read_done, s.read_buffer.size() - s.read_done);
     s.read_done += n;
     if (n > 0 && s.read_parked) {
       // Bytes after a wait: was it short enough for a spinner to have caught them?
       s.read_parked = false;
-      spinners.set_hot(*s.spin, false);
-      s.busy = Clock::now() - s.parked_at <= spinners.window();
+      s.spinners->set_hot(*s.spin, false);
+      s.busy = Clock::now() - s.parked_at <= s.spinners->window();
     }
     if (n > 0 && s.in.writer_wants_waking()) doorbell();
     if (s.read_done == s.read_buffer.size()) {
@@ -338,11 +338,11 @@ void StreamLink::serve_read() {
     if (n > 0) last_recv_ = Clock::now();
     if (s.peer_gone) return finish(s.read_op, asio::error::eof, 0);
     if (n == 0 && s.in.sleep_if_empty()) {  // the doorbell, or a spinner, brings us back
-      if (!s.read_parked && s.spin && spinners.window().count() > 0) {
+      if (!s.read_parked && s.spin && s.spinners->window().count() > 0) {
         s.read_parked = true;
         s.parked_at = Clock::now();
         s.spin->seen.store(s.in.position(), std::memory_order_relaxed);
-        spinners.set_hot(*s.spin, s.busy);
+        s.spinners->set_hot(*s.spin, s.busy);
       }
       return park(s.read_op);
     }

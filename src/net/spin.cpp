@@ -165,8 +165,8 @@ std::size_t Spinners::spin(asio::io_context& ctx, const Clock::time_point* deadl
   return ran;
 }
 
-std::size_t run_one_spinning(asio::io_context& ctx, const Clock::time_point* deadline) {
-  auto& spinners = asio::use_service<Spinners>(ctx);
+std::size_t run_one_spinning(asio::io_context& ctx, Spinners& spinners,
+                             const Clock::time_point* deadline) {
   if (spinners.worth_spinning()) {
     if (const std::size_t ran = spinners.spin(ctx, deadline); ran > 0) return ran;
   }

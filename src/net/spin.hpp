@@ -100,9 +100,9 @@ class Spinners : public asio::execution_context::service {
 };
 
 /// Runs one handler of `ctx` (blocking until one is ready, or until `deadline`), spinning on its
-/// hot rings first where that is worth it. Returns how many ran (0: the loop stopped, or the
-/// deadline passed).
-std::size_t run_one_spinning(asio::io_context& ctx,
+/// hot rings (`spinners`, its service) first where that is worth it. Returns how many ran (0: the
+/// loop stopped, or the deadline passed).
+std::size_t run_one_spinning(asio::io_context& ctx, Spinners& spinners,
                              const std::chrono::steady_clock::time_point* deadline);
 
 }  // namespace baton::net

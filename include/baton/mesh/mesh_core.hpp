@@ -34,6 +34,8 @@ class MeshCore {
   std::uint64_t key() const { return key_; }
   std::size_t size() const { return members_->size(); }
   const ActorId& id(std::size_t loc) const { return (*members_)[loc].actor; }
+  /// The members by location, with the addresses of their procs (what the cast tree is built of).
+  const std::vector<CastMember>& members() const { return *members_; }
 
   /// Throws UsageError, saying what to do, if the member at `loc` or its procs were stopped.
   void check_live(std::size_t loc) const;
