@@ -10,7 +10,7 @@
 #include <functional>
 #include <string>
 
-#include <asio.hpp>
+#include "net/asio.hpp"
 
 namespace baton::net::auth {
 

@@ -12,7 +12,8 @@
 
 #include <sys/socket.h>
 
-#include <asio.hpp>
+#include "net/asio.hpp"  // before any other Asio header: see there
+
 #include <asio/ssl.hpp>
 
 #include <atomic>

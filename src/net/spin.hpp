@@ -19,8 +19,6 @@
 // Between spins every reader is asleep as before, so a thread that stops driving the loop
 // leaves nothing unwatched.
 
-#include <asio.hpp>
-
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -28,6 +26,8 @@
 #include <memory>
 #include <mutex>
 #include <vector>
+
+#include "net/asio.hpp"
 
 #include "net/shm_ring.hpp"
 
