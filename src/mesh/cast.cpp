@@ -266,14 +266,14 @@ void fan_out(const std::shared_ptr<ProcState>& local, const ActorId& sender, con
 void run_node(const std::shared_ptr<ProcState>& local, const ActorId& sender, const Hop& hop,
               const std::shared_ptr<const ViewIndex>& view, const Body& args, Done done,
               const std::shared_ptr<net::Link>& from) {
-  std::optional<CastNode> node;
+  std::shared_ptr<const KnownNode> known;
   {
     auto table = local->extension<NodeTable>();
     std::lock_guard lock(table->mu);
     auto it = table->by_key.find(hop.key);
-    if (it != table->by_key.end()) node = it->second;
+    if (it != table->by_key.end()) known = it->second;
   }
-  if (!node || node->loc != hop.loc || node->end != hop.end) {
+  if (!known || known->node.loc != hop.loc || known->node.end != hop.end) {
     // Every member of the mesh stopped (the nodes went with them), or the cast is not for
     // this proc.
     const std::string why = "proc " + local->id.name + " has no member of this mesh at location " +
@@ -286,10 +286,11 @@ void run_node(const std::shared_ptr<ProcState>& local, const ActorId& sender, co
     }
     return;
   }
-  const MemberAt below = [&n = *node](std::size_t loc) -> const CastMember& {
-    return n.below.at(loc - n.loc - 1);
+  const CastNode& node = known->node;
+  const MemberAt below = [&node](std::size_t loc) -> const CastMember& {
+    return node.below.at(loc - node.loc - 1);
   };
-  fan_out(local, sender, hop, view, args, &node->self, children_of(*node), below, std::move(done),
+  fan_out(local, sender, hop, view, args, &node.self, known->children, below, std::move(done),
           from);
 }
 

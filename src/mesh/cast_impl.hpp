@@ -204,10 +204,17 @@ class ChildResult final : public ReplySinkBase {
   std::atomic<bool> done_{false};
 };
 
+/// A proc's node of one mesh's tree, with its children worked out once, at spawn: a cast
+/// reads them in place rather than copy the node's members at every hop.
+struct KnownNode {
+  CastNode node;
+  std::vector<CastChild> children;
+};
+
 /// The layouts a proc learned at spawn: its node of each mesh's tree, by key.
 struct NodeTable {
   std::mutex mu;
-  std::unordered_map<std::uint64_t, CastNode> by_key;
+  std::unordered_map<std::uint64_t, std::shared_ptr<const KnownNode>> by_key;
 };
 
 /// The proc a cast starts from: the calling actor's, else the one that links this process.

@@ -103,9 +103,12 @@ std::vector<CastChild> children_of(const CastNode& node) {
 }
 
 void learn_cast_node(Proc& proc, std::uint64_t key, CastNode node) {
+  auto children = children_of(node);
+  auto known =
+      std::make_shared<const cast_impl::KnownNode>(cast_impl::KnownNode{std::move(node), children});
   auto table = state_of(proc).extension<cast_impl::NodeTable>();
   std::lock_guard lock(table->mu);
-  table->by_key[key] = std::move(node);
+  table->by_key[key] = std::move(known);
 }
 
 void forget_cast_node(Proc& proc, std::uint64_t key) {
@@ -115,7 +118,7 @@ void forget_cast_node(Proc& proc, std::uint64_t key) {
     std::lock_guard lock(table->mu);
     auto it = table->by_key.find(key);
     if (it == table->by_key.end()) return;
-    member = it->second.self.actor;
+    member = it->second->node.self.actor;
     table->by_key.erase(it);
   }
   // The whole mesh is gone: its member here need not be remembered as ended any more.
