@@ -19,6 +19,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "baton/baton.hpp"
@@ -27,24 +28,39 @@
 
 namespace {
 
-/// A TCP port free on `host` (an IPv4 address, else on every address) now, for --port 0: the
-/// agent's name carries its port, so the port is chosen before the agent is named. 0 if none could
-/// be had.
-std::uint16_t free_port(const std::string& host) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return 0;
-  sockaddr_in at{};
-  at.sin_family = AF_INET;
-  std::uint16_t port = 0;
-  socklen_t len = sizeof(at);
-  if (::inet_pton(AF_INET, host.c_str(), &at.sin_addr) != 1) at.sin_addr.s_addr = INADDR_ANY;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&at), sizeof(at)) == 0 &&   // NOLINT
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&at), &len) == 0) {  // NOLINT
-    port = ntohs(at.sin_port);
+/// A TCP port free on `host` (an IPv4 address, else on every address), for --port 0: the
+/// agent's name carries its port, so the port is chosen before the agent is named. It stays
+/// bound (SO_REUSEADDR, not listening) until release(), once the agent listens on it, so no
+/// other process is given it meanwhile. 0 if none could be had.
+class HeldPort {
+ public:
+  explicit HeldPort(const std::string& host)
+      : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    if (fd_ < 0) return;
+    const int on = 1;
+    (void)::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+    sockaddr_in at{};
+    at.sin_family = AF_INET;
+    socklen_t len = sizeof(at);
+    if (::inet_pton(AF_INET, host.c_str(), &at.sin_addr) != 1) at.sin_addr.s_addr = INADDR_ANY;
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&at), sizeof(at)) == 0 &&   // NOLINT
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&at), &len) == 0) {  // NOLINT
+      port_ = ntohs(at.sin_port);
+    }
   }
-  ::close(fd);
-  return port;
-}
+  ~HeldPort() { release(); }
+  HeldPort(const HeldPort&) = delete;
+  HeldPort& operator=(const HeldPort&) = delete;
+  std::uint16_t port() const { return port_; }
+  void release() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_;
+  std::uint16_t port_ = 0;
+};
 
 }  // namespace
 
@@ -159,7 +175,9 @@ int main(int argc, char** argv) {
     Address at;
     at.transport = Address::Transport::tcp;
     at.host = advertise;
-    at.port = port != 0 ? port : free_port(advertise);
+    std::optional<HeldPort> held;
+    if (port == 0) held.emplace(advertise);
+    at.port = held ? held->port() : port;
     RuntimeOptions options;
     options.name = internal::agent_name(at);
     options.link.secret = creds.secret;
@@ -176,6 +194,7 @@ int main(int argc, char** argv) {
                    at.to_string().c_str(), e.what());
       return 2;
     }
+    if (held) held->release();  // listening on it now
     rt.proc().spawn<internal::HostAgent>("host", advertise, cache, once);
     std::printf("baton-host: %s serving at %s\n", options.name.c_str(), bound.to_string().c_str());
     std::fflush(stdout);
