@@ -22,6 +22,8 @@ constexpr auto kDefaultWindow = std::chrono::microseconds(200);
 // core run (sched_yield), and how often at the machine's load.
 constexpr int kPollEvery = 32;  // pauses: a microsecond or two
 constexpr auto kLoadEvery = std::chrono::microseconds(10);
+// How long a machine found without a core to spare is not spun on.
+constexpr auto kBusyFor = std::chrono::milliseconds(1);
 
 std::chrono::microseconds window_from_env() {
   const char* v = std::getenv("BATON_SPIN_US");
@@ -104,12 +106,15 @@ bool Spinners::machine_has_room() {
 }
 
 std::size_t Spinners::spin(asio::io_context& ctx, const Clock::time_point* deadline) {
-  if (std::size_t ran = ctx.poll_one(); ran > 0) return ran;
   if (spinning_.exchange(true)) return 0;
   struct Done {
     std::atomic<bool>& flag;
     ~Done() { flag.store(false); }
   } done{spinning_};
+  // A machine found busy is not looked at again for a while: each turn of the loop would pay
+  // for the look, where cores are scarce.
+  if (Clock::now() < busy_until_) return 0;
+  if (std::size_t ran = ctx.poll_one(); ran > 0) return ran;
   watched_.clear();
   held_.clear();
   {
@@ -126,11 +131,13 @@ std::size_t Spinners::spin(asio::io_context& ctx, const Clock::time_point* deadl
     watched_.clear();
     held_.clear();  // may end a link: after the lists are consistent
   };
-  if (watched_.empty() || !machine_has_room()) {
+  if (watched_.empty()) return 0;
+  const Clock::time_point start = Clock::now();
+  if (!machine_has_room()) {
+    busy_until_ = start + kBusyFor;
     release();
     return 0;
   }
-  const Clock::time_point start = Clock::now();
   Clock::time_point until = start + window();
   if (deadline != nullptr) until = std::min(until, *deadline);
   Clock::time_point load_checked = start;
@@ -155,7 +162,10 @@ std::size_t Spinners::spin(asio::io_context& ctx, const Clock::time_point* deadl
     }
     if (now - load_checked >= kLoadEvery) {
       load_checked = now;
-      if (!machine_has_room()) break;
+      if (!machine_has_room()) {
+        busy_until_ = now + kBusyFor;
+        break;
+      }
     }
   }
   for (const auto& t : watched_) {
