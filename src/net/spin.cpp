@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "log/log.hpp"
+
 namespace baton::net {
 
 namespace {
@@ -30,8 +32,17 @@ std::chrono::microseconds window_from_env() {
   if (v == nullptr || *v == '\0') return kDefaultWindow;
   char* end = nullptr;
   const long us = std::strtol(v, &end, 10);
-  if (end == v || *end != '\0' || us < 0) return kDefaultWindow;
-  return std::chrono::microseconds(std::min(us, 10'000L));
+  if (end == v || *end != '\0' || us < 0 || us > 10'000) {
+    static std::once_flag said;  // once a process, not once an event loop
+    std::call_once(said, [&] {
+      detail::log_warn(
+          "BATON_SPIN_US={} is not a number of microseconds from 0 (never spin) to 10000; "
+          "spinning for up to {} us",
+          v, kDefaultWindow.count());
+    });
+    return kDefaultWindow;
+  }
+  return std::chrono::microseconds(us);
 }
 
 /// The reader of `t` is awake: the peer writes without ringing. True if a frame came already.
