@@ -24,8 +24,6 @@ constexpr auto kDefaultWindow = std::chrono::microseconds(200);
 // core run (sched_yield), and how often at the machine's load.
 constexpr int kPollEvery = 32;  // pauses: a microsecond or two
 constexpr auto kLoadEvery = std::chrono::microseconds(10);
-// How long a machine found without a core to spare is not spun on.
-constexpr auto kBusyFor = std::chrono::milliseconds(1);
 
 std::chrono::microseconds window_from_env() {
   const char* v = std::getenv("BATON_SPIN_US");
@@ -122,9 +120,6 @@ std::size_t Spinners::spin(asio::io_context& ctx, const Clock::time_point* deadl
     std::atomic<bool>& flag;
     ~Done() { flag.store(false); }
   } done{spinning_};
-  // A machine found busy is not looked at again for a while: each turn of the loop would pay
-  // for the look, where cores are scarce.
-  if (Clock::now() < busy_until_) return 0;
   if (std::size_t ran = ctx.poll_one(); ran > 0) return ran;
   watched_.clear();
   held_.clear();
@@ -145,7 +140,6 @@ std::size_t Spinners::spin(asio::io_context& ctx, const Clock::time_point* deadl
   if (watched_.empty()) return 0;
   const Clock::time_point start = Clock::now();
   if (!machine_has_room()) {
-    busy_until_ = start + kBusyFor;
     release();
     return 0;
   }
@@ -173,10 +167,7 @@ std::size_t Spinners::spin(asio::io_context& ctx, const Clock::time_point* deadl
     }
     if (now - load_checked >= kLoadEvery) {
       load_checked = now;
-      if (!machine_has_room()) {
-        busy_until_ = now + kBusyFor;
-        break;
-      }
+      if (!machine_has_room()) break;
     }
   }
   for (const auto& t : watched_) {

@@ -15,8 +15,7 @@
 //     again), so an idle proc never spins;
 //   - for at most the window (BATON_SPIN_US, 200 microseconds by default; 0 never spins);
 //   - only while the machine has no more runnable threads than cores (/proc/loadavg, looked at
-//     when a spin starts and every 10 microseconds during it; a machine found busy is left
-//     alone for a millisecond), and never on one core.
+//     when a spin starts and every 10 microseconds during it), and never on one core.
 // Between spins every reader is asleep as before, so a thread that stops driving the loop
 // leaves nothing unwatched.
 
@@ -96,7 +95,6 @@ class Spinners : public asio::execution_context::service {
   int cpus_;
   int loadavg_fd_ = -1;
   std::atomic<bool> spinning_{false};                 // one spinner at a time
-  std::chrono::steady_clock::time_point busy_until_;  // the spinner's: no look till then
   std::vector<std::shared_ptr<SpinTarget>> watched_;  // the spinner's
   std::vector<std::shared_ptr<void>> held_;           // their links, held while watched
 };
