@@ -194,10 +194,21 @@ double one_way_per_second(const ActorMesh<Echo>& echo, int n) {
 int run_throughput() {
   auto procs = this_host().spawn_procs({{"procs", 1}});
   auto echo = procs.spawn<Echo>("echo");
+  std::vector<double> shm;
   for (int i = 0; i < 3; ++i) {
-    print_figure("proc_throughput_shm", one_way_per_second(echo, 500000), "msg/s");
+    shm.push_back(one_way_per_second(echo, 500000));
+    print_figure("proc_throughput_shm", shm.back(), "msg/s");
   }
   procs.stop().get();
+  // The baseline: the same over the unix socket alone.
+  ::setenv("BATON_SHM", "0", 1);
+  auto unix_procs = this_host().spawn_procs({{"procs", 1}});
+  ::unsetenv("BATON_SHM");
+  auto unix_echo = unix_procs.spawn<Echo>("echo");
+  const double unix = one_way_per_second(unix_echo, 200000);
+  unix_procs.stop().get();
+  print_figure("proc_throughput_unix", unix, "msg/s");
+  print_figure("proc_throughput_shm_ratio", percentile(shm, 0.5) / unix, "x");
   return 0;
 }
 

@@ -104,8 +104,8 @@ std::vector<CastChild> children_of(const CastNode& node) {
 
 void learn_cast_node(Proc& proc, std::uint64_t key, CastNode node) {
   auto children = children_of(node);
-  auto known =
-      std::make_shared<const cast_impl::KnownNode>(cast_impl::KnownNode{std::move(node), children});
+  auto known = std::make_shared<const cast_impl::KnownNode>(
+      cast_impl::KnownNode{std::move(node), std::move(children)});
   auto table = state_of(proc).extension<cast_impl::NodeTable>();
   std::lock_guard lock(table->mu);
   table->by_key[key] = std::move(known);
