@@ -9,6 +9,10 @@
 #include <string_view>
 #include <vector>
 
+namespace baton {
+class Runtime;
+}  // namespace baton
+
 namespace baton::bench {
 
 struct InprocFigures {
@@ -41,6 +45,8 @@ int run_rdma();
 int run_allreduce();
 /// `baton-bench ddp`: ddp_train's samples/s per trainer against one plain libtorch process.
 int run_ddp();
+/// `baton-bench scale`: a call and a reduce over 10^3 .. 10^6 actors in simulated procs.
+int run_scale(Runtime& rt);
 /// `baton-bench hosts`: three namespace hosts against this host and raw TCP (needs root).
 int run_hosts();
 /// The TCP echo server `run_hosts` starts in a namespace (BATON_BENCH_TCP_ECHO=port).

@@ -71,6 +71,7 @@ int main(int argc, char** argv) {
     if (which == "rdma") return baton::bench::run_rdma();
     if (which == "allreduce") return baton::bench::run_allreduce();
     if (which == "ddp") return baton::bench::run_ddp();
+    if (which == "scale") return baton::bench::run_scale(rt);
     if (which == "hosts") {
       const int rc = baton::bench::run_hosts();
       std::filesystem::remove_all(credentials);
@@ -85,8 +86,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "baton-bench: %s\n", e.what());
     return 1;
   }
-  std::fprintf(
-      stderr,
-      "usage: baton-bench inproc|rtt|throughput|cast|spawn|failure|rdma|allreduce|ddp|hosts|all\n");
+  std::fprintf(stderr,
+               "usage: baton-bench "
+               "inproc|rtt|throughput|cast|spawn|failure|rdma|allreduce|ddp|hosts|scale|all\n");
   return 2;
 }

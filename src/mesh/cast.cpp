@@ -128,6 +128,17 @@ void backpressure(const std::shared_ptr<net::Link>& from, net::Link& to) {
   if (!full) from->resume_reading();
 }
 
+/// The envelope that carries `hop` and the call's arguments to `head`'s proc.
+Envelope hop_envelope(const ActorId& sender, const ProcId& head, const Hop& hop, const Body& args) {
+  Envelope env;
+  env.sender = sender;
+  env.dest = PortId{ActorId{head, "proc", 0}, kCastPort};
+  env.body = encode(hop);
+  env.body.head += args.head;
+  env.body.parts = args.parts;
+  return env;
+}
+
 /// The member at a location of the subtree a node forwards to.
 using MemberAt = std::function<const CastMember&(std::size_t loc)>;
 
@@ -170,6 +181,14 @@ void send_child(const std::shared_ptr<ProcState>& local, const ActorId& sender, 
   Done child_done;
   if (gather) child_done = [gather](std::vector<CastItem> items) { gather->add(std::move(items)); };
   if (auto there = find_proc(head)) {
+    if (local && simulating()) {  // baton-bench scale: as if `there` were in another process
+      if (gather) {
+        hop.reply_to =
+            open_reply_port(*local, head, std::make_shared<ChildResult>(gather, view, child));
+      }
+      simulate_hop(*local, there, hop_envelope(sender, head, hop, args));
+      return;
+    }
     run_node(there, sender, hop, view, args, std::move(child_done));
     return;
   }
@@ -191,12 +210,7 @@ void send_child(const std::shared_ptr<ProcState>& local, const ActorId& sender, 
     hop.reply_to =
         open_reply_port(*owner, head, std::make_shared<ChildResult>(gather, view, child));
   }
-  Envelope env;
-  env.sender = sender;
-  env.dest = PortId{ActorId{head, "proc", 0}, kCastPort};
-  env.body = encode(hop);
-  env.body.head += args.head;
-  env.body.parts = args.parts;
+  Envelope env = hop_envelope(sender, head, hop, args);
   owner->envelopes_sent.fetch_add(1, std::memory_order_relaxed);
   std::string failed;
   try {
@@ -294,8 +308,10 @@ void run_node(const std::shared_ptr<ProcState>& local, const ActorId& sender, co
           from);
 }
 
-void on_cast(const std::shared_ptr<ProcState>& local, const std::shared_ptr<net::Link>& link,
-             Envelope env) {
+}  // namespace
+
+void cast_impl::on_cast(const std::shared_ptr<ProcState>& local,
+                        const std::shared_ptr<net::Link>& link, Envelope env) {
   Hop hop;
   Body args;
   try {
@@ -308,18 +324,24 @@ void on_cast(const std::shared_ptr<ProcState>& local, const std::shared_ptr<net:
     args.head = env.body.head.substr(ar.position());
     args.parts = std::move(env.body.parts);
   } catch (const std::exception& e) {
-    link->close(std::string("malformed cast: ") + e.what());
-    return;
+    if (link) link->close(std::string("malformed cast: ") + e.what());
+    return;  // (a simulated link carries only what this process encoded)
   }
   Done done;
-  if (hop.mode != CastMode::none && hop.reply_to) {
+  if (hop.mode != CastMode::none && hop.reply_to && link) {
     done = [to = *hop.reply_to, from = local->client](const std::vector<CastItem>& items) {
       send_items(to, items, from);
+    };
+  } else if (hop.mode != CastMode::none && hop.reply_to) {
+    done = [to = *hop.reply_to, from = local->client](const std::vector<CastItem>& items) {
+      simulate_result(to, encode(items), from);
     };
   }
   auto view = std::make_shared<const ViewIndex>(hop.view);
   run_node(local, env.sender, hop, view, args, std::move(done), link);
 }
+
+namespace {
 
 /// The root's children: the heads of the chunks of the whole base.
 std::vector<CastChild> root_children(const std::vector<CastMember>& base) {

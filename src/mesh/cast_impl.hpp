@@ -41,6 +41,13 @@ class ViewIndex {
       if (auto rank = view_.rank_of_location(loc)) f(loc, *rank);
     }
   }
+  /// Whether the member of rank `rank` in the view is at a location in [b, e): constant time,
+  /// for each item of a result that may hold a whole subtree's.
+  bool rank_in(std::size_t rank, std::size_t b, std::size_t e) const {
+    if (rank >= view_.len()) return false;
+    const std::size_t loc = view_.location_of_rank(rank);
+    return loc >= b && loc < e;
+  }
   /// Whether the view has a location in [b, e).
   bool any_in(std::size_t b, std::size_t e) const {
     const std::size_t first = std::max(b, lo_);
@@ -171,10 +178,9 @@ class ChildResult final : public ReplySinkBase {
     try {
       items = decode<std::vector<CastItem>>(body);
       for (const auto& it : items) {
-        bool ours = false;
-        view_->each_in(child_.loc, child_.end,
-                       [&](std::size_t, std::size_t rank) { ours = ours || rank == it.rank; });
-        if (!ours) throw DecodeError("a cast result names a rank outside its subtree");
+        if (!view_->rank_in(it.rank, child_.loc, child_.end)) {
+          throw DecodeError("a cast result names a rank outside its subtree");
+        }
       }
     } catch (const std::exception& e) {
       items = failures(*view_, child_, std::string("malformed result: ") + e.what());
@@ -219,5 +225,18 @@ struct NodeTable {
 
 /// The proc a cast starts from: the calling actor's, else the one that links this process.
 std::shared_ptr<ProcState> root_proc(const std::vector<CastMember>& base);
+
+/// Serves a cast hop that came over `link`; a null `link` says it came over a simulated one
+/// (simulate.hpp), and the node's result goes back the same way.
+void on_cast(const std::shared_ptr<ProcState>& local, const std::shared_ptr<net::Link>& link,
+             Envelope env);
+
+/// Whether links between the procs of this process are simulated (simulate.hpp).
+bool simulating();
+/// Carries a framed hop from `from` to `to` over a simulated link (run here if the simulation
+/// just stopped).
+void simulate_hop(const ProcState& from, const std::shared_ptr<ProcState>& to, const Envelope& env);
+/// Carries a node's result to reply port `to` over a simulated link, as simulate_hop does.
+void simulate_result(const PortId& to, Body body, const ActorId& sender);
 
 }  // namespace baton::detail::cast_impl
