@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -83,7 +84,7 @@ TEST(CastTree, ACastsBytesDoNotGrowWithTheMesh) {  // CA-3
 
 // A node answers which of its subtree's locations a cast addresses from the view's Slice alone;
 // it must agree with the list of the whole view, for views of every kind.
-TEST(CastTree, ANodeFindsTheAddressedLocationsOfItsSubtreeFromTheSliceAlone) {
+TEST(CastTree, ANodeFindsTheAddressedLocationsAndRanksOfItsSubtreeFromTheSliceAlone) {
   const Shape mesh = Shape::of({{"hosts", 4}, {"gpus", 6}});
   std::vector<Slice> views = {
       mesh.slice(),                                                // the whole mesh: contiguous
@@ -111,6 +112,14 @@ TEST(CastTree, ANodeFindsTheAddressedLocationsOfItsSubtreeFromTheSliceAlone) {
         ASSERT_EQ(got, want) << view.to_string() << " [" << b << ", " << e << ")";
         ASSERT_EQ(index.any_in(b, e), !want.empty())
             << view.to_string() << " [" << b << ", " << e << ")";
+        // A result's ranks are checked against the subtree it came from, ranks past the view's
+        // end included.
+        for (std::size_t r = 0; r < view.len() + 2; ++r) {
+          const bool ours =
+              std::any_of(want.begin(), want.end(), [&](const auto& at) { return at.second == r; });
+          ASSERT_EQ(index.rank_in(r, b, e), ours)
+              << view.to_string() << " rank " << r << " [" << b << ", " << e << ")";
+        }
       }
     }
   }
