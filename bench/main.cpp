@@ -65,6 +65,10 @@ int main(int argc, char** argv) {
     if (which == "inproc") return run_inproc();
     if (which == "rtt") return baton::bench::run_rtt();
     if (which == "throughput") return baton::bench::run_throughput();
+    if (which == "tls") {  // the TLS part of `rtt` alone
+      baton::bench::run_tls_rtt();
+      return 0;
+    }
     if (which == "cast") return baton::bench::run_cast();
     if (which == "spawn") return baton::bench::run_spawn();
     if (which == "failure") return baton::bench::run_failure();
@@ -88,6 +92,6 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr,
                "usage: baton-bench "
-               "inproc|rtt|throughput|cast|spawn|failure|rdma|allreduce|ddp|hosts|scale|all\n");
+               "inproc|rtt|throughput|tls|cast|spawn|failure|rdma|allreduce|ddp|hosts|scale|all\n");
   return 2;
 }

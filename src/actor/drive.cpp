@@ -1,6 +1,6 @@
 // How a thread outside actors waits for a reply: it runs the event loop its reply comes in on
-// (the links of the proc that dials from this process), instead of sleeping until the I/O
-// thread hands the reply over.
+// (the links of the proc that carried the call, else of the proc that dials from this process),
+// instead of sleeping until the I/O thread hands the reply over.
 
 #include "actor/cell.hpp"
 #include "actor/node.hpp"
@@ -10,14 +10,17 @@ namespace baton::detail {
 
 bool drive_until_ready(StateBase& s, const std::chrono::steady_clock::time_point* deadline) {
   if (current_cell() != nullptr || net::on_io_thread()) return false;
-  const auto node = Node::current();
-  Router* router = node ? node->router() : nullptr;
-  const auto home = router != nullptr ? router->home() : nullptr;
-  if (!home) return false;
+  auto proc = std::static_pointer_cast<ProcState>(s.reply_route());
+  if (!proc) {
+    const auto node = Node::current();
+    Router* router = node ? node->router() : nullptr;
+    proc = router != nullptr ? router->home() : nullptr;
+  }
+  if (!proc) return false;
   net::IoThread* io = nullptr;
   {
-    std::lock_guard lock(home->mu);
-    io = home->io.get();
+    std::lock_guard lock(proc->mu);
+    io = proc->io.get();
   }
   if (io == nullptr) return false;
   return net::drive_until(

@@ -17,8 +17,10 @@
 #include <numeric>
 #include <thread>
 
+#include "actor/proc_state.hpp"
 #include "actor/remote_impl.hpp"
 #include "baton/actor/proc.hpp"
+#include "net/io_thread.hpp"
 
 namespace baton {
 namespace {
@@ -122,6 +124,32 @@ class RemoteProc {
   std::string address_;
   pid_t pid_ = -1;
 };
+
+// A caller outside actors waits by running the event loop its reply comes in on: that of the
+// proc whose link carried the call, which need not be the proc that dials for this process.
+TEST(Remote, ACallerOutsideActorsRunsTheLoopOfTheProcThatCarriedItsCall) {
+  RemoteProc remote;
+  Proc client(ProcOptions{.name = "client", .threads = 1});
+  client.connect(ProcId{"remote"}, remote.address());
+  // A proc that serves after it is the one that dials from this process.
+  Proc home(ProcOptions{.name = "home", .threads = 1});
+  const std::string home_path = "/tmp/baton-home-" + std::to_string(::getpid()) + ".sock";
+  home.serve(Address::parse("unix://" + home_path));
+  net::IoThread* io = nullptr;
+  {
+    auto& s = detail::state_of(client);
+    std::lock_guard lock(s.mu);
+    io = s.io.get();
+  }
+  ASSERT_NE(io, nullptr);
+  const std::uint64_t before = net::guest_turns(*io);
+  ActorRef<Worker> w(ActorId{ProcId{"remote"}, "worker", 0});
+  constexpr int kCalls = 20;
+  for (int i = 0; i < kCalls; ++i) ASSERT_EQ(w.call(&Worker::add, i, 1).get(), i + 1);
+  // Each wait ran the client's loop (a reply that came before the wait needs none).
+  EXPECT_GE(net::guest_turns(*io) - before, kCalls / 2);
+  ::unlink(home_path.c_str());
+}
 
 // A message is handled on the I/O thread that read it when its actor is idle; one that runs long
 // there must not hold up the proc's other actors (the event loop moves to another thread).

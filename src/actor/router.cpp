@@ -227,6 +227,7 @@ bool RemoteRouter::route_call(const ActorId& target, const EndpointInfo& endpoin
   }
   std::optional<PortId> reply_to;
   if (reply) {
+    reply->set_reply_route(local);  // a caller outside actors waits on this proc's event loop
     reply_to =
         open_reply_port(*local, target.proc, remote_reply_port(reply, std::string(endpoint.name)));
   }

@@ -219,14 +219,20 @@ bool drive_until(IoThread& io, const std::function<bool()>& done,
     impl->leading = false;
     ++impl->guest_turns;
   }
+  // The parked loop thread is not woken: it takes the loop back once no guest came for a while
+  // (park), and a wake per call would only cost the caller a core on a small machine.
   impl->guest = false;
   lock.unlock();
-  impl->lead_cv.notify_all();
   return done() || past();
 }
 
 void spin_for_tests(IoThread& io, std::chrono::microseconds window, bool force) {
   io.impl().spinners.set_for_tests(window, force);
+}
+
+std::uint64_t guest_turns(IoThread& io) {
+  std::lock_guard lock(io.impl().lead_mu);
+  return io.impl().guest_turns;
 }
 
 SpinCounts spin_counts(IoThread& io) {

@@ -45,6 +45,8 @@ struct SpinCounts {
   int watched = 0;
 };
 SpinCounts spin_counts(IoThread& io);
+/// Tests: the waits in which a caller ran `io`'s loop itself (drive_until), so far.
+std::uint64_t guest_turns(IoThread& io);
 
 /// The calling thread, running work an I/O thread woke, is about to block: another thread
 /// takes that I/O thread's event loop over now. Does nothing on other threads.

@@ -152,10 +152,22 @@ class StateBase {
   std::function<void()> callback_;  // the first; most futures have one
   std::vector<std::function<void()>> more_callbacks_;
 
+  std::weak_ptr<void> route_;  // see set_reply_route
+
  public:
   /// Futures and continuations that may read the value (see Reader); F-1 lets one move it out
   /// only while it is the sole reader.
   std::atomic<int> readers{0};
+  /// Where the reply comes in: the runtime's record of the proc whose link carries the call, so
+  /// that a thread waiting for it outside actors runs that proc's event loop (drive_until_ready).
+  void set_reply_route(std::weak_ptr<void> route) {
+    std::lock_guard lock(mu_);
+    route_ = std::move(route);
+  }
+  std::shared_ptr<void> reply_route() const {
+    std::lock_guard lock(mu_);
+    return route_.lock();
+  }
 };
 
 /// A counted reader of a state: what a Future holds, and what a continuation holds once the
