@@ -192,8 +192,10 @@ void ChildWatcher::run() {
         oom_file_.erase(pids[i]);
         exited_[pids[i]] = what;
       }
-      cv_.notify_all();
+      // The runtime hears of the exit before a wait for it returns: whoever stopped the child
+      // then finds it recorded as gone.
       on_exit_(pids[i], what);
+      cv_.notify_all();
     }
   }
 }
@@ -227,7 +229,9 @@ void Runtime::child_exited(pid_t pid, const std::string& what) {
     auto n = state_->names.find(pid);
     if (n == state_->names.end()) return;
     name = n->second;
-    c = state_->children.at(name);
+    auto& child = state_->children.at(name);
+    child.exited = true;
+    c = child;
   }
   if (c.stopping->load() || !c.started) {  // a stop, or a failed spawn (which throws)
     (void)detail::take_hosted(name);       // forgotten, however it ended

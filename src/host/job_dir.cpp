@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -61,9 +62,9 @@ bool controller_alive(pid_t pid, const std::filesystem::path& file) {
   return recorded_pid == pid && recorded_start == *started;
 }
 
-/// Removes the job directories in `tmp` of this user whose controller is dead: a controller
-/// killed too hard to clean up left them, and they hold its job's key.
-void remove_stale_job_dirs(const std::filesystem::path& tmp) {
+/// Calls f(directory, controller pid) for each job directory of this user in `tmp`.
+template <class F>
+void each_job_dir(const std::filesystem::path& tmp, F f) {
   std::error_code ec;
   const std::string prefix = kJobDirPrefix;
   for (const auto& entry : std::filesystem::directory_iterator(tmp, ec)) {
@@ -78,16 +79,38 @@ void remove_stale_job_dirs(const std::filesystem::path& tmp) {
         st.st_uid != ::geteuid()) {
       continue;
     }
-    const auto pid = static_cast<pid_t>(std::stol(digits));
-    if (controller_alive(pid, entry.path() / kControllerFile)) continue;
-    if (remove_tree(entry.path().string())) {
-      detail::log_info("removed {}: its controller (pid {}) is gone", entry.path().string(),
-                       static_cast<int>(pid));
-    }
+    f(entry.path(), static_cast<pid_t>(std::stol(digits)));
   }
 }
 
+/// Removes the job directories in `tmp` of this user whose controller is dead: a controller
+/// killed too hard to clean up left them, and they hold its job's key.
+void remove_stale_job_dirs(const std::filesystem::path& tmp) {
+  each_job_dir(tmp, [](const std::filesystem::path& dir, pid_t pid) {
+    if (controller_alive(pid, dir / kControllerFile)) return;
+    if (remove_tree(dir.string())) {
+      detail::log_info("removed {}: its controller (pid {}) is gone", dir.string(),
+                       static_cast<int>(pid));
+    }
+  });
+}
+
 }  // namespace
+
+std::vector<RunningJob> running_jobs() {
+  std::vector<RunningJob> out;
+  each_job_dir(std::filesystem::temp_directory_path(),
+               [&](const std::filesystem::path& dir, pid_t pid) {
+                 if (!controller_alive(pid, dir / kControllerFile)) return;
+                 RunningJob job{dir, static_cast<int>(pid), {}};
+                 std::ifstream in(dir / kAdminAddressFile);
+                 std::getline(in, job.admin_url);
+                 out.push_back(std::move(job));
+               });
+  std::sort(out.begin(), out.end(),
+            [](const RunningJob& a, const RunningJob& b) { return a.pid < b.pid; });
+  return out;
+}
 
 /// Makes the job's directory (only this user may enter it) and records who made it.
 std::filesystem::path make_job_dir() {

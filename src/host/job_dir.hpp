@@ -9,11 +9,23 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace baton::internal {
 
 /// Makes the job's directory (only this user may enter it) and records who made it.
 std::filesystem::path make_job_dir();
+
+/// A job of this user whose controller runs: its directory, the controller's pid, and the URL
+/// of its admin API ("" if it serves none).
+struct RunningJob {
+  std::filesystem::path dir;
+  int pid = 0;
+  std::string admin_url;
+};
+/// The running jobs of this user on this host (their directories in the temporary directory),
+/// by controller pid.
+std::vector<RunningJob> running_jobs();
 /// Removes the directory tree at `path`; false if some of it stayed. Not
 /// std::filesystem::remove_all: a library loaded beside the runtime may export its own copy of
 /// that symbol, built against another libstdc++ (PyTorch's pip wheels do, and a call through it

@@ -2,9 +2,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <tuple>
 
 #include "actor/failures.hpp"
 #include "actor/node.hpp"
@@ -144,7 +146,44 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
         stop_on_signal(sig);
       },
       [this](int sig) { kill_on_signal(sig); });
+  if (const auto admin = admin_address_from_env()) {
+    state_->admin = std::make_unique<AdminServer>(
+        *admin, state_->dir, [st = state_.get()] { return st->admin_snapshot(); });
+    detail::log_info("admin at {} (token in {})", state_->admin->url(),
+                     (state_->dir / kAdminTokenFile).string());
+  }
   state_->node->extension<RuntimeSlot>()->runtime.store(this);
+}
+
+internal::AdminSnapshot Runtime::State::admin_snapshot() {
+  internal::AdminSnapshot s;
+  s.controller = proc->id().name;
+  s.controller_pid = static_cast<int>(::getpid());
+  s.uptime_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  s.envelopes_sent = proc->envelopes_sent();
+  {
+    std::lock_guard lock(children_mu);
+    for (const auto& [name, c] : children) {
+      internal::AdminProc p{name, static_cast<int>(c.pid), c.mesh, c.rank, c.host, "running", ""};
+      if (c.report) {
+        p.state = "failed";
+        p.report = *c.report;
+      } else if (c.stopping && c.stopping->load()) {
+        p.state = c.exited ? "stopped" : "stopping";
+      } else if (c.exited) {
+        p.state = "exited";
+      } else if (!c.started) {
+        p.state = "starting";
+      }
+      s.procs.push_back(std::move(p));
+    }
+  }
+  std::sort(s.procs.begin(), s.procs.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.mesh, a.rank) < std::tie(b.mesh, b.rank);
+  });
+  std::lock_guard lock(mu);
+  s.failures.assign(failures.begin(), failures.end());
+  return s;
 }
 
 void Runtime::unhandled(const MeshFailure& event) {
@@ -153,6 +192,8 @@ void Runtime::unhandled(const MeshFailure& event) {
   {
     std::lock_guard lock(state_->mu);
     handler = state_->supervise;
+    state_->failures.push_back(event.to_string());  // for the admin API
+    if (state_->failures.size() > State::kFailuresKept) state_->failures.pop_front();
   }
   if (handler) {
     try {
@@ -172,6 +213,7 @@ void Runtime::unhandled(const MeshFailure& event) {
 }
 
 Runtime::~Runtime() {
+  state_->admin.reset();  // it reads the state below
   {
     std::lock_guard lock(state_->life->mu);
     state_->life->alive = false;  // handles left behind are inert from now on

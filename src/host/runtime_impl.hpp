@@ -19,6 +19,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -33,6 +34,7 @@
 
 #include "actor/node.hpp"
 #include "baton/host/runtime.hpp"
+#include "host/admin.hpp"
 #include "host/children.hpp"
 #include "host/credentials.hpp"
 #include "host/job_dir.hpp"
@@ -145,6 +147,7 @@ struct Runtime::State {
     bool started = false;              // linked: a death before is a failed spawn, not a failure
     std::optional<ActorId> report_to;  // agent mode: the controller's host client
     std::string host;                  // on another host: its agent's proc name
+    bool exited = false;               // its process is gone (whatever the report)
   };
 
   std::once_flag own_agent;  // this_proc(): the agent that spawns actors in this process's proc
@@ -202,6 +205,13 @@ struct Runtime::State {
   // spawn_procs_async calls whose workers are not all up yet, by pid (under children_mu).
   std::unordered_map<pid_t, std::shared_ptr<internal::ProcStart>> starting;
   std::unique_ptr<internal::StopSignals> signals;  // the controller's
+  /// The controller's admin API (null in workers, or with BATON_ADMIN=off), and what it shows.
+  std::unique_ptr<internal::AdminServer> admin;
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  std::deque<std::string> failures;  // that reached the controller's hook, newest last (under mu)
+  static constexpr std::size_t kFailuresKept = 1000;
+  /// What the admin API shows now.
+  internal::AdminSnapshot admin_snapshot();
 
   /// Starts the workers of one proc mesh; the future completes once all have linked.
   Future<ProcMesh> spawn(const Shape& shape, const internal::LaunchSpec& spec);

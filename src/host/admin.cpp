@@ -1,0 +1,260 @@
+// The controller's admin API (see admin.hpp): Boost.Beast parses and writes HTTP on an event loop
+// of its own (Boost.Asio, one thread), nlohmann::json writes the bodies. The only translation unit
+// that includes either.
+
+#include "host/admin.hpp"
+
+#include <fcntl.h>
+#include <openssl/crypto.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>  // before Boost.Asio, which configures its allocation from the standard library
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+#include <utility>  // Boost 1.74's awaitable.hpp uses std::exchange without it
+
+#include <boost/asio.hpp>
+#include <boost/beast.hpp>
+#include <nlohmann/json.hpp>
+
+#include "baton/actor/errors.hpp"
+#include "baton/net/link.hpp"
+
+namespace baton::internal {
+namespace {
+
+constexpr const char* kAdminVar = "BATON_ADMIN";
+constexpr int kReadTimeoutS = 5;  // a connection that sends no whole request is dropped
+
+/// Writes `text` to a new file at `path` that only this user may read.
+void write_private(const std::filesystem::path& path, const std::string& text) {
+  ::unlink(path.c_str());  // a file left by an earlier server of this job
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0 || ::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+    const std::string why = std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    throw std::runtime_error("cannot write " + path.string() + ": " + why);
+  }
+  ::close(fd);
+}
+
+bool is_loopback(const std::string& host) {
+  return host == "127.0.0.1" || host == "localhost" || host == "::1" || host.starts_with("127.");
+}
+
+/// Prometheus' text format: one metric family.
+void family(std::string& out, const std::string& name, const std::string& type,
+            const std::string& help) {
+  out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+}
+
+std::string metrics_text(const AdminSnapshot& s) {
+  std::string out;
+  family(out, "baton_up", "gauge", "1 while the job's controller serves this API.");
+  out += "baton_up 1\n";
+  family(out, "baton_uptime_seconds", "gauge", "Seconds since the controller's runtime started.");
+  out += "baton_uptime_seconds " + std::to_string(s.uptime_s) + "\n";
+  family(out, "baton_procs", "gauge", "The job's worker procs, by state.");
+  for (const char* state : {"starting", "running", "stopping", "stopped", "exited", "failed"}) {
+    std::size_t n = 0;
+    for (const auto& p : s.procs) n += p.state == state ? 1 : 0;
+    out += std::string("baton_procs{state=\"") + state + "\"} " + std::to_string(n) + "\n";
+  }
+  family(out, "baton_envelopes_sent_total", "counter",
+         "Messages the controller's proc sent over links.");
+  out += "baton_envelopes_sent_total " + std::to_string(s.envelopes_sent) + "\n";
+  family(out, "baton_unhandled_failures_total", "counter",
+         "Failures that reached the controller with nothing to handle them.");
+  out += "baton_unhandled_failures_total " + std::to_string(s.failures.size()) + "\n";
+  return out;
+}
+
+nlohmann::json procs_json(const AdminSnapshot& s) {
+  nlohmann::json procs = nlohmann::json::array();
+  procs.push_back({{"name", s.controller},
+                   {"pid", s.controller_pid},
+                   {"mesh", ""},
+                   {"rank", 0},
+                   {"host", ""},
+                   {"state", "running"},
+                   {"controller", true}});
+  for (const auto& p : s.procs) {
+    nlohmann::json j = {{"name", p.name},     {"pid", p.pid},   {"mesh", p.mesh},
+                        {"rank", p.rank},     {"host", p.host}, {"state", p.state},
+                        {"controller", false}};
+    if (!p.report.empty()) j["report"] = p.report;
+    procs.push_back(std::move(j));
+  }
+  return procs;
+}
+
+}  // namespace
+
+std::optional<std::string> admin_address_from_env() {
+  const char* v = std::getenv(kAdminVar);
+  if (v == nullptr || *v == '\0') return std::string("127.0.0.1:0");
+  const std::string s = v;
+  if (s == "off" || s == "0") return std::nullopt;
+  const auto colon = s.rfind(':');
+  const std::string host = colon == std::string::npos ? "" : s.substr(0, colon);
+  const std::string port = colon == std::string::npos ? "" : s.substr(colon + 1);
+  char* end = nullptr;
+  const unsigned long p = std::strtoul(port.c_str(), &end, 10);
+  if (host.empty() || port.empty() || *end != '\0' || p > 65535) {
+    throw UsageError(std::string(kAdminVar) + "=" + s +
+                     " is not HOST:PORT or off (e.g. 127.0.0.1:0 for a free port on the "
+                     "loopback, the default)");
+  }
+  if (!is_loopback(host)) {
+    throw UsageError(std::string(kAdminVar) + "=" + s +
+                     ": the admin API serves only the loopback for now (TLS for other addresses "
+                     "is not there yet); reach it from another host through ssh -L");
+  }
+  return s;
+}
+
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+using tcp = boost::asio::ip::tcp;
+
+struct AdminServer::Impl {
+  std::function<AdminSnapshot()> snapshot;
+  std::string token;
+  std::filesystem::path dir;
+  std::string url;
+  boost::asio::io_context ctx{1};
+  tcp::acceptor acceptor{ctx};
+  std::thread thread;
+
+  /// Whether `req` carries the token ("Authorization: Bearer TOKEN"), compared in constant time.
+  bool authorized(const http::request<http::string_body>& req) const {
+    const auto it = req.find(http::field::authorization);
+    if (it == req.end()) return false;
+    const std::string_view header(it->value().data(), it->value().size());
+    constexpr std::string_view kBearer = "Bearer ";
+    if (!header.starts_with(kBearer)) return false;
+    const std::string_view given = header.substr(kBearer.size());
+    return given.size() == token.size() &&
+           CRYPTO_memcmp(given.data(), token.data(), token.size()) == 0;
+  }
+
+  /// The response to one request.
+  http::response<http::string_body> answer(const http::request<http::string_body>& req) {
+    http::response<http::string_body> res{http::status::ok, req.version()};
+    res.keep_alive(req.keep_alive());
+    auto json = [&res](http::status status, const nlohmann::json& body) {
+      res.result(status);
+      res.set(http::field::content_type, "application/json");
+      res.body() = body.dump(2) + "\n";
+    };
+    const std::string path(req.target().data(), req.target().size());
+    if (!authorized(req)) {
+      json(http::status::unauthorized,
+           {{"error",
+             "missing or wrong admin token: send the header 'Authorization: Bearer "
+             "TOKEN' with the token in " +
+                 (dir / kAdminTokenFile).string()}});
+    } else if (req.method() != http::verb::get) {
+      json(http::status::method_not_allowed, {{"error", "the admin API takes GET only"}});
+    } else if (path == "/api") {
+      json(http::status::ok,
+           {{"resources", {"/api/job", "/api/procs", "/api/failures", "/metrics"}}});
+    } else if (path == "/api/job") {
+      const AdminSnapshot s = snapshot();
+      json(http::status::ok, {{"controller", s.controller},
+                              {"pid", s.controller_pid},
+                              {"uptime_s", s.uptime_s},
+                              {"procs", s.procs.size() + 1},
+                              {"directory", dir.string()}});
+    } else if (path == "/api/procs") {
+      json(http::status::ok, procs_json(snapshot()));
+    } else if (path == "/api/failures") {
+      const AdminSnapshot s = snapshot();
+      nlohmann::json out = nlohmann::json::array();
+      for (auto it = s.failures.rbegin(); it != s.failures.rend(); ++it) out.push_back(*it);
+      json(http::status::ok, out);
+    } else if (path == "/metrics") {
+      res.set(http::field::content_type, "text/plain; version=0.0.4");
+      res.body() = metrics_text(snapshot());
+    } else {
+      json(http::status::not_found, {{"error", "no resource " + path + " (GET /api lists them)"}});
+    }
+    res.prepare_payload();
+    return res;
+  }
+
+  void accept() {
+    acceptor.async_accept([this](beast::error_code ec, tcp::socket socket) {
+      if (ec == boost::asio::error::operation_aborted) return;  // stopping
+      if (!ec) serve(std::make_shared<beast::tcp_stream>(std::move(socket)));
+      accept();
+    });
+  }
+
+  /// Reads requests from one connection and answers each, until it closes, errs or idles.
+  void serve(const std::shared_ptr<beast::tcp_stream>& stream) {
+    auto buffer = std::make_shared<beast::flat_buffer>();
+    auto req = std::make_shared<http::request<http::string_body>>();
+    stream->expires_after(std::chrono::seconds(kReadTimeoutS));
+    http::async_read(
+        *stream, *buffer, *req, [this, stream, buffer, req](beast::error_code ec, std::size_t) {
+          if (ec) return;  // closed, garbage or too slow: the connection just goes
+          auto res = std::make_shared<http::response<http::string_body>>(answer(*req));
+          http::async_write(*stream, *res, [this, stream, res](beast::error_code e, std::size_t) {
+            if (e || !res->keep_alive()) {
+              beast::error_code ignored;
+              stream->socket().shutdown(tcp::socket::shutdown_both, ignored);
+              return;
+            }
+            serve(stream);
+          });
+        });
+  }
+};
+
+AdminServer::AdminServer(const std::string& address, const std::filesystem::path& dir,
+                         std::function<AdminSnapshot()> snapshot)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.snapshot = std::move(snapshot);
+  m.token = net::new_job_secret();
+  m.dir = dir;
+  const auto colon = address.rfind(':');
+  std::string host = address.substr(0, colon);
+  if (host == "localhost") host = "127.0.0.1";
+  const auto port = static_cast<unsigned short>(std::atoi(address.c_str() + colon + 1));
+  try {
+    const tcp::endpoint at(boost::asio::ip::make_address(host), port);
+    m.acceptor.open(at.protocol());
+    m.acceptor.set_option(tcp::acceptor::reuse_address(true));
+    m.acceptor.bind(at);
+    m.acceptor.listen();
+    ::fcntl(m.acceptor.native_handle(), F_SETFD, FD_CLOEXEC);  // no program it starts holds it
+  } catch (const std::exception& e) {
+    throw std::runtime_error("the admin API cannot listen on " + address + ": " + e.what() +
+                             " (set BATON_ADMIN to a free HOST:PORT, or to off)");
+  }
+  m.url = "http://" + host + ":" + std::to_string(m.acceptor.local_endpoint().port());
+  write_private(dir / kAdminTokenFile, m.token + "\n");
+  write_private(dir / kAdminAddressFile, m.url + "\n");
+  m.accept();
+  m.thread = std::thread([&m] { m.ctx.run(); });
+}
+
+AdminServer::~AdminServer() {
+  boost::asio::post(impl_->ctx, [m = impl_.get()] {
+    beast::error_code ignored;
+    m->acceptor.close(ignored);
+  });
+  impl_->ctx.stop();  // connections still open go with the context
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+const std::string& AdminServer::url() const {
+  return impl_->url;
+}
+
+}  // namespace baton::internal

@@ -1,0 +1,236 @@
+// The controller's admin API, over real HTTP on the loopback: the token, what it shows of a job
+// with workers, Prometheus' format, and garbage from a hostile client.
+
+#include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "baton/baton.hpp"
+#include "host/admin.hpp"
+#include "host/job_dir.hpp"
+
+namespace baton {
+namespace {
+
+using ::testing::HasSubstr;
+
+class Echo : public Actor {
+ public:
+  int echo(int x) { return x; }
+  static constexpr auto endpoints = baton::endpoints<&Echo::echo>();
+};
+
+/// This test's own job (its controller is this process).
+internal::RunningJob this_job() {
+  for (auto& job : internal::running_jobs()) {
+    if (job.pid == static_cast<int>(::getpid())) return job;
+  }
+  throw std::runtime_error("this process's job is not among the running jobs");
+}
+
+std::string token_of(const internal::RunningJob& job) {
+  std::ifstream in(job.dir / internal::kAdminTokenFile);
+  std::string token;
+  std::getline(in, token);
+  return token;
+}
+
+/// A connection to the admin API of `job` (its URL is http://127.0.0.1:PORT).
+int connect_to(const internal::RunningJob& job) {
+  const auto colon = job.admin_url.rfind(':');
+  const int port = std::stoi(job.admin_url.substr(colon + 1));
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_port = htons(static_cast<std::uint16_t>(port));
+  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&at), sizeof at) != 0) {
+    ::close(fd);
+    throw std::runtime_error("cannot connect to " + job.admin_url);
+  }
+  return fd;
+}
+
+void send_all(int fd, const std::string& bytes) {
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::send(fd, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+    if (n <= 0) return;  // the server hung up: what it said is still there to read
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+std::string read_to_end(int fd) {
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  return out;
+}
+
+struct Reply {
+  int status = 0;
+  std::string body;
+};
+
+/// GET `path` with `headers` (each ending "\r\n"); the connection closes after it.
+Reply get(const internal::RunningJob& job, const std::string& path, const std::string& headers) {
+  const int fd = connect_to(job);
+  send_all(fd, "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + headers +
+                   "\r\n");
+  const std::string text = read_to_end(fd);
+  ::close(fd);
+  Reply r;
+  const auto sp = text.find(' ');
+  if (sp != std::string::npos) r.status = std::atoi(text.c_str() + sp + 1);
+  const auto split = text.find("\r\n\r\n");
+  if (split != std::string::npos) r.body = text.substr(split + 4);
+  return r;
+}
+
+Reply get(const internal::RunningJob& job, const std::string& path) {
+  return get(job, path, "Authorization: Bearer " + token_of(job) + "\r\n");
+}
+
+TEST(Admin, ARequestWithoutTheTokenOrWithAWrongOneGets401AndNothingElse) {
+  const auto job = this_job();
+  ASSERT_THAT(job.admin_url, ::testing::StartsWith("http://127.0.0.1:"));
+  struct stat st {};
+  ASSERT_EQ(::stat((job.dir / internal::kAdminTokenFile).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600U);  // only this user reads the token
+
+  for (const std::string& headers : {std::string(), std::string("Authorization: Bearer wrong\r\n"),
+                                     "Authorization: Bearer " + token_of(job) + "x\r\n",
+                                     "Authorization: Basic " + token_of(job) + "\r\n"}) {
+    const Reply r = get(job, "/api/procs", headers);
+    EXPECT_EQ(r.status, 401) << headers;
+    EXPECT_THAT(r.body, HasSubstr((job.dir / internal::kAdminTokenFile).string()));
+    EXPECT_THAT(r.body, ::testing::Not(HasSubstr("\"pid\"")));  // nothing of the job
+  }
+  const Reply ok = get(job, "/api/job");
+  EXPECT_EQ(ok.status, 200);
+  EXPECT_THAT(ok.body, HasSubstr("\"pid\": " + std::to_string(::getpid())));
+  const Reply missing = get(job, "/api/nothing");
+  EXPECT_EQ(missing.status, 404);
+  EXPECT_THAT(missing.body, HasSubstr("GET /api lists them"));
+}
+
+TEST(Admin, TheProcsOfTheJobAndTheirStatesAreListed) {
+  const auto job = this_job();
+  auto procs = this_host().spawn_procs({{"gpus", 2}});
+  auto echo = procs.spawn<Echo>("echo");
+  ASSERT_EQ(echo.call(&Echo::echo, 7).get().values(), (std::vector<int>{7, 7}));
+  const Reply r = get(job, "/api/procs");
+  ASSERT_EQ(r.status, 200);
+  // The controller and both workers, each with its pid; the workers running.
+  std::smatch m;
+  const std::regex running("\"state\": \"running\"");
+  std::size_t n = 0;
+  for (auto it = std::sregex_iterator(r.body.begin(), r.body.end(), running);
+       it != std::sregex_iterator(); ++it) {
+    ++n;
+  }
+  EXPECT_EQ(n, 3U) << r.body;
+  EXPECT_THAT(r.body, HasSubstr("\"controller\": true"));
+  EXPECT_THAT(r.body, HasSubstr("\"rank\": 1"));
+  const Reply after = [&] {
+    procs.stop().get();
+    return get(job, "/api/procs");
+  }();
+  // Stopped on purpose, and their processes gone (a stop waits for them).
+  EXPECT_THAT(after.body, HasSubstr("\"state\": \"stopped\"")) << after.body;
+  EXPECT_THAT(after.body, ::testing::Not(HasSubstr("\"state\": \"stopping\""))) << after.body;
+}
+
+TEST(Admin, MetricsAreInPrometheusTextFormatAndCountTheCallsMade) {
+  const auto job = this_job();
+  auto procs = this_host().spawn_procs({{"gpus", 1}});
+  auto echo = procs.spawn<Echo>("echo");
+  (void)echo.call(&Echo::echo, 1).get();
+  auto count = [&job] {
+    const Reply r = get(job, "/metrics");
+    EXPECT_EQ(r.status, 200);
+    // Every line is a comment (# HELP or # TYPE) or "name{labels} number".
+    const std::regex line(
+        R"(^(# (HELP|TYPE) [a-z_]+ .+|[a-z_]+(\{[a-z_]+="[^"]*"\})? [0-9.e+-]+)$)");
+    std::istringstream in(r.body);
+    std::string l;
+    double sent = -1;
+    while (std::getline(in, l)) {
+      EXPECT_TRUE(std::regex_match(l, line)) << "not Prometheus text: " << l;
+      if (l.starts_with("baton_envelopes_sent_total ")) sent = std::stod(l.substr(l.find(' ')));
+    }
+    EXPECT_THAT(r.body, HasSubstr("baton_procs{state=\"running\"} 1"));
+    return sent;
+  };
+  const double before = count();
+  for (int i = 0; i < 10; ++i) (void)echo.call(&Echo::echo, i).get();
+  EXPECT_GE(count() - before, 10);  // each call sent at least one message from the controller
+  procs.stop().get();
+}
+
+TEST(Admin, GarbageHalfRequestsAndDroppedConnectionsLeaveTheApiServing) {
+  const auto job = this_job();
+  std::mt19937 rng(7);
+  for (int i = 0; i < 20; ++i) {  // random bytes
+    const int fd = connect_to(job);
+    std::string junk(1 + rng() % 4096, '\0');
+    for (auto& c : junk) c = static_cast<char>(rng());
+    send_all(fd, junk);
+    ::shutdown(fd, SHUT_WR);
+    (void)read_to_end(fd);  // an error, or the connection closed: never a hang
+    ::close(fd);
+  }
+  for (int i = 0; i < 20; ++i) {  // half a request, then gone
+    const int fd = connect_to(job);
+    send_all(fd, "GET /api/procs HTTP/1.1\r\nAuthorization: Bea");
+    ::close(fd);
+  }
+  for (int i = 0; i < 1000; ++i) ::close(connect_to(job));  // opened and dropped
+  // A header too long for any request.
+  const Reply huge = get(job, "/api/job", "X-Big: " + std::string(1 << 20, 'a') + "\r\n");
+  EXPECT_NE(huge.status, 200);
+  const Reply ok = get(job, "/api/job");
+  EXPECT_EQ(ok.status, 200);
+}
+
+TEST(Admin, BatonAdminSaysWhatItTakes) {
+  ::setenv("BATON_ADMIN", "somewhere", 1);
+  EXPECT_THROW(internal::admin_address_from_env(), UsageError);
+  ::setenv("BATON_ADMIN", "10.1.2.3:80", 1);
+  try {
+    (void)internal::admin_address_from_env();
+    ADD_FAILURE() << "a non-loopback address was taken";
+  } catch (const UsageError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("loopback"));
+  }
+  ::setenv("BATON_ADMIN", "off", 1);
+  EXPECT_EQ(internal::admin_address_from_env(), std::nullopt);
+  ::setenv("BATON_ADMIN", "127.0.0.1:0", 1);
+  EXPECT_EQ(internal::admin_address_from_env(), "127.0.0.1:0");
+  ::unsetenv("BATON_ADMIN");
+  EXPECT_EQ(internal::admin_address_from_env(), "127.0.0.1:0");
+}
+
+}  // namespace
+}  // namespace baton
+
+int main(int argc, char** argv) {
+  baton::Runtime rt(argc, argv);  // a worker serves here and never returns
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
