@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -19,6 +20,7 @@
 #include "baton/baton.hpp"
 #include "host/admin.hpp"
 #include "host/job_dir.hpp"
+#include "host/self_spawn.test.hpp"
 
 namespace baton {
 namespace {
@@ -206,6 +208,65 @@ TEST(Admin, GarbageHalfRequestsAndDroppedConnectionsLeaveTheApiServing) {
   EXPECT_NE(huge.status, 200);
   const Reply ok = get(job, "/api/job");
   EXPECT_EQ(ok.status, 200);
+}
+
+/// Runs the `baton` command with `args` to its end: its exit status and what it wrote on
+/// `stream`.
+test::SelfRun baton_cli(const std::vector<std::string>& args, int stream = STDOUT_FILENO) {
+  const test::SelfChild child =
+      test::start_self_as(BATON_CLI_BIN, "baton", args, test::environment(), stream);
+  test::SelfRun run;
+  run.text = test::read_to_end(child.from);
+  ::waitpid(child.pid, &run.status, 0);
+  return run;
+}
+
+TEST(BatonCommand, ListsTheJobsProcsAsATreeAndAsJsonAndPrintsItsMetrics) {
+  auto procs = this_host().spawn_procs({{"gpus", 2}});
+  auto echo = procs.spawn<Echo>("echo");
+  (void)echo.call(&Echo::echo, 1).get();
+  const std::string pid = std::to_string(::getpid());
+  const auto jobs = baton_cli({"jobs"});
+  EXPECT_EQ(jobs.status, 0);
+  EXPECT_THAT(jobs.text, HasSubstr(pid + "  http://127.0.0.1:"));
+  // Other tests' jobs may run beside this one: name it.
+  const auto tree = baton_cli({"--job", pid, "ls"});
+  EXPECT_EQ(tree.status, 0) << tree.text;
+  EXPECT_THAT(tree.text, HasSubstr("ctl (pid " + pid + ")  controller"));
+  EXPECT_THAT(tree.text, HasSubstr("└─ procs"));
+  EXPECT_THAT(tree.text, HasSubstr(", rank 1)  running"));
+  const auto as_json = baton_cli({"--job", pid, "ls", "--json"});
+  EXPECT_EQ(as_json.status, 0);
+  EXPECT_THAT(as_json.text, HasSubstr("\"controller\": true"));
+  const auto metrics = baton_cli({"--job", pid, "metrics"});
+  EXPECT_EQ(metrics.status, 0);
+  EXPECT_THAT(metrics.text, HasSubstr("baton_procs{state=\"running\"} 2"));
+  procs.stop().get();
+}
+
+TEST(BatonCommand, SaysWhatIsWrongAndExitsWithOne) {
+  const auto job = this_job();
+  const auto no_job = baton_cli({"--job", "1", "ls"}, STDERR_FILENO);
+  EXPECT_EQ(WEXITSTATUS(no_job.status), 1);
+  EXPECT_THAT(no_job.text, HasSubstr("no job of this user with controller pid 1"));
+  const std::string token = (job.dir / internal::kAdminTokenFile).string();
+  const auto gone =
+      baton_cli({"--addr", "http://127.0.0.1:1", "--token", token, "ls"}, STDERR_FILENO);
+  EXPECT_EQ(WEXITSTATUS(gone.status), 1);
+  EXPECT_THAT(gone.text, HasSubstr("it has ended, or the address is wrong"));
+  const std::string wrong = (job.dir / "wrong-token").string();
+  {
+    std::ofstream out(wrong);
+    out << "not-the-token\n";
+  }
+  const auto refused = baton_cli({"--addr", job.admin_url, "--token", wrong, "ls"}, STDERR_FILENO);
+  EXPECT_EQ(WEXITSTATUS(refused.status), 1);
+  EXPECT_THAT(refused.text, HasSubstr("refused the token"));
+  const auto no_token = baton_cli({"--addr", job.admin_url, "ls"}, STDERR_FILENO);
+  EXPECT_THAT(no_token.text, HasSubstr("--addr needs --token FILE"));
+  const auto help = baton_cli({"--help"});
+  EXPECT_EQ(help.status, 0);
+  EXPECT_THAT(help.text, HasSubstr("failures"));
 }
 
 TEST(Admin, BatonAdminSaysWhatItTakes) {
