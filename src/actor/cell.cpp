@@ -358,9 +358,11 @@ void Cell::handle_call(Message& m) {
   }
   const EndpointInfo& ep = *m.endpoint;
   HandlerResult result;
+  handler_began(ep);
   try {
     result = ep.fn(*actor_, m.body);
   } catch (...) {
+    handler_ended();
     threw(std::current_exception(), m.reply, ep.name);
     return;
   }
@@ -374,6 +376,7 @@ void Cell::handle_call(Message& m) {
     after_resume();
     return;
   }
+  handler_ended();
   if (m.reply) m.reply->set_body(result.body);
 }
 
@@ -382,6 +385,7 @@ void Cell::after_resume() {
 }
 
 void Cell::finish_task() {
+  handler_ended();
   awaiting_ = false;
   task_serial_.store(0, std::memory_order_release);
   auto reply = std::move(task_reply_);

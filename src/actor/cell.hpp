@@ -54,6 +54,17 @@ class Cell final : public Runnable,
   void on_drained(std::function<void()> f);
   /// Remembers a port this actor opened, closed when it ends.
   void add_port(std::uint64_t port);
+
+  /// What this actor does, for whoever looks inside the job (read on any thread).
+  struct Activity {
+    std::string_view type;      // the actor's type
+    std::uint64_t handled = 0;  // calls and messages its endpoints handled
+    std::string_view running;   // the endpoint running now, "" if none
+    double running_s = 0;       // for how long
+    double mean_ms = 0;         // an endpoint's mean time, and its longest
+    double max_ms = 0;
+  };
+  Activity activity() const;
   /// Queues a port delivery to run on this actor.
   void post_port(std::function<void()> thunk);
 
@@ -103,6 +114,16 @@ class Cell final : public Runnable,
   std::mutex children_mu_;
   std::vector<std::weak_ptr<Cell>> children_;
   std::vector<std::uint64_t> ports_;  // under children_mu_
+
+  // What activity() reports: the endpoint running (a coroutine one until its task ends), since
+  // when, and the times of those that ended.
+  std::atomic<const EndpointInfo*> running_{nullptr};
+  std::atomic<std::int64_t> running_since_ns_{0};
+  std::atomic<std::uint64_t> handled_{0};
+  std::atomic<std::uint64_t> handler_ns_{0};
+  std::atomic<std::uint64_t> max_handler_ns_{0};
+  void handler_began(const EndpointInfo& ep);
+  void handler_ended();
 
   // Backpressure on links delivering here (see ProcOptions::mailbox_limit).
   std::atomic<std::size_t> queued_{0};

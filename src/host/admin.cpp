@@ -121,7 +121,7 @@ namespace http = boost::beast::http;
 using tcp = boost::asio::ip::tcp;
 
 struct AdminServer::Impl {
-  std::function<AdminSnapshot()> snapshot;
+  std::function<AdminSnapshot(bool with_actors)> snapshot;
   std::string token;
   std::filesystem::path dir;
   std::string url;
@@ -161,24 +161,44 @@ struct AdminServer::Impl {
       json(http::status::method_not_allowed, {{"error", "the admin API takes GET only"}});
     } else if (path == "/api") {
       json(http::status::ok,
-           {{"resources", {"/api/job", "/api/procs", "/api/failures", "/metrics"}}});
+           {{"resources", {"/api/job", "/api/procs", "/api/actors", "/api/failures", "/metrics"}}});
     } else if (path == "/api/job") {
-      const AdminSnapshot s = snapshot();
+      const AdminSnapshot s = snapshot(false);
       json(http::status::ok, {{"controller", s.controller},
                               {"pid", s.controller_pid},
                               {"uptime_s", s.uptime_s},
                               {"procs", s.procs.size() + 1},
                               {"directory", dir.string()}});
     } else if (path == "/api/procs") {
-      json(http::status::ok, procs_json(snapshot()));
+      json(http::status::ok, procs_json(snapshot(false)));
+    } else if (path == "/api/actors") {
+      const AdminSnapshot s = snapshot(true);
+      nlohmann::json actors = nlohmann::json::array();
+      for (const auto& a : s.actors) {
+        actors.push_back({{"proc", a.proc},
+                          {"id", a.id},
+                          {"type", a.type},
+                          {"status", a.status},
+                          {"handled", a.handled},
+                          {"queued", a.queued},
+                          {"running", a.running},
+                          {"running_s", a.running_s},
+                          {"mean_ms", a.mean_ms},
+                          {"max_ms", a.max_ms}});
+      }
+      nlohmann::json unanswered = nlohmann::json::array();
+      for (const auto& [proc, why] : s.unanswered) {
+        unanswered.push_back({{"proc", proc}, {"why", why}});
+      }
+      json(http::status::ok, {{"actors", actors}, {"unanswered", unanswered}});
     } else if (path == "/api/failures") {
-      const AdminSnapshot s = snapshot();
+      const AdminSnapshot s = snapshot(false);
       nlohmann::json out = nlohmann::json::array();
       for (auto it = s.failures.rbegin(); it != s.failures.rend(); ++it) out.push_back(*it);
       json(http::status::ok, out);
     } else if (path == "/metrics") {
       res.set(http::field::content_type, "text/plain; version=0.0.4");
-      res.body() = metrics_text(snapshot());
+      res.body() = metrics_text(snapshot(false));
     } else {
       json(http::status::not_found, {{"error", "no resource " + path + " (GET /api lists them)"}});
     }
@@ -216,7 +236,7 @@ struct AdminServer::Impl {
 };
 
 AdminServer::AdminServer(const std::string& address, const std::filesystem::path& dir,
-                         std::function<AdminSnapshot()> snapshot)
+                         std::function<AdminSnapshot(bool with_actors)> snapshot)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.snapshot = std::move(snapshot);

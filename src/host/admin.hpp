@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace baton::internal {
@@ -27,6 +28,20 @@ struct AdminProc {
   std::string report;  // how it ended, once it did
 };
 
+/// An actor of the job, as its proc reported it.
+struct AdminActor {
+  std::string proc;
+  std::string id;  // "proc/name[index]"
+  std::string type;
+  std::string status;  // "starting", "running", "stopped" or "failed"
+  std::uint64_t handled = 0;
+  std::uint64_t queued = 0;
+  std::string running;  // the endpoint running now, "" if none
+  double running_s = 0;
+  double mean_ms = 0;
+  double max_ms = 0;
+};
+
 /// What the runtime knows of the job at one moment.
 struct AdminSnapshot {
   std::string controller;  // the controller's proc
@@ -35,6 +50,10 @@ struct AdminSnapshot {
   std::vector<AdminProc> procs;
   std::uint64_t envelopes_sent = 0;   // by the controller's proc, over links
   std::vector<std::string> failures;  // reports of failures nothing handled, newest last
+  /// Only when asked for (each running proc is asked): every actor, and the procs that did not
+  /// answer, each with why.
+  std::vector<AdminActor> actors;
+  std::vector<std::pair<std::string, std::string>> unanswered;
 };
 
 /// The admin files in a job's directory: the token, and the address the API serves.
@@ -50,7 +69,7 @@ class AdminServer {
   /// Serves on `address` ("host:port", port 0 for a free one) with a fresh token, written with
   /// the address into `dir`; throws std::runtime_error if it cannot listen there.
   AdminServer(const std::string& address, const std::filesystem::path& dir,
-              std::function<AdminSnapshot()> snapshot);
+              std::function<AdminSnapshot(bool with_actors)> snapshot);
   /// Stops serving; a request in progress finishes first.
   ~AdminServer();
   AdminServer(const AdminServer&) = delete;

@@ -15,6 +15,7 @@
 #include <random>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "baton/baton.hpp"
@@ -30,7 +31,12 @@ using ::testing::HasSubstr;
 class Echo : public Actor {
  public:
   int echo(int x) { return x; }
-  static constexpr auto endpoints = baton::endpoints<&Echo::echo>();
+  /// Works for `ms` milliseconds (a long endpoint, as a slow step of training is).
+  int work(int ms) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    return ms;
+  }
+  static constexpr auto endpoints = baton::endpoints<&Echo::echo, &Echo::work>();
 };
 
 /// This test's own job (its controller is this process).
@@ -108,6 +114,17 @@ Reply get(const internal::RunningJob& job, const std::string& path) {
   return get(job, path, "Authorization: Bearer " + token_of(job) + "\r\n");
 }
 
+/// Runs the `baton` command with `args` to its end: its exit status and what it wrote on
+/// `stream`.
+test::SelfRun baton_cli(const std::vector<std::string>& args, int stream = STDOUT_FILENO) {
+  const test::SelfChild child =
+      test::start_self_as(BATON_CLI_BIN, "baton", args, test::environment(), stream);
+  test::SelfRun run;
+  run.text = test::read_to_end(child.from);
+  ::waitpid(child.pid, &run.status, 0);
+  return run;
+}
+
 TEST(Admin, ARequestWithoutTheTokenOrWithAWrongOneGets401AndNothingElse) {
   const auto job = this_job();
   ASSERT_THAT(job.admin_url, ::testing::StartsWith("http://127.0.0.1:"));
@@ -156,6 +173,44 @@ TEST(Admin, TheProcsOfTheJobAndTheirStatesAreListed) {
   // Stopped on purpose, and their processes gone (a stop waits for them).
   EXPECT_THAT(after.body, HasSubstr("\"state\": \"stopped\"")) << after.body;
   EXPECT_THAT(after.body, ::testing::Not(HasSubstr("\"state\": \"stopping\""))) << after.body;
+}
+
+TEST(Admin, EachActorSaysWhatItDoesAndWhatItHandled) {
+  const auto job = this_job();
+  auto procs = this_host().spawn_procs({{"gpus", 2}});
+  auto echo = procs.spawn<Echo>("echo");
+  for (int i = 0; i < 5; ++i) (void)echo.call(&Echo::echo, i).get();
+  const Reply idle = get(job, "/api/actors");
+  ASSERT_EQ(idle.status, 200);
+  const std::regex member(R"re("id": "procs[0-9]+\.[01]/echo\[0\]")re");
+  EXPECT_EQ(std::distance(std::sregex_iterator(idle.body.begin(), idle.body.end(), member),
+                          std::sregex_iterator()),
+            2)
+      << idle.body;
+  // Both members handled their five calls and are idle; the runtime's agents are listed too.
+  const std::regex handled(R"re("handled": 5,)re");
+  EXPECT_EQ(std::distance(std::sregex_iterator(idle.body.begin(), idle.body.end(), handled),
+                          std::sregex_iterator()),
+            2)
+      << idle.body;
+  EXPECT_THAT(idle.body, HasSubstr("/agent[0]\""));
+  EXPECT_THAT(idle.body, HasSubstr("\"unanswered\": []"));
+  // One member inside a long endpoint: it says which, and for how long so far.
+  auto busy = echo.at(1).call(&Echo::work, 3000);
+  Reply during;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  do {
+    during = get(job, "/api/actors");
+  } while (during.body.find("::work\"") == std::string::npos &&
+           std::chrono::steady_clock::now() < until);
+  EXPECT_THAT(during.body, HasSubstr("Echo::work\",\n      \"running_s\"")) << during.body;
+  EXPECT_EQ(std::move(busy).get(), 3000);
+  // The `baton` command shows the same under each proc, without the agents.
+  const auto tree = baton_cli({"--job", std::to_string(::getpid()), "ls"});
+  EXPECT_THAT(tree.text, HasSubstr("/echo[0]  "));
+  EXPECT_THAT(tree.text, HasSubstr("idle  handled 6"));
+  EXPECT_THAT(tree.text, ::testing::Not(HasSubstr("/agent[0]")));
+  procs.stop().get();
 }
 
 TEST(Admin, MetricsAreInPrometheusTextFormatAndCountTheCallsMade) {
@@ -208,17 +263,6 @@ TEST(Admin, GarbageHalfRequestsAndDroppedConnectionsLeaveTheApiServing) {
   EXPECT_NE(huge.status, 200);
   const Reply ok = get(job, "/api/job");
   EXPECT_EQ(ok.status, 200);
-}
-
-/// Runs the `baton` command with `args` to its end: its exit status and what it wrote on
-/// `stream`.
-test::SelfRun baton_cli(const std::vector<std::string>& args, int stream = STDOUT_FILENO) {
-  const test::SelfChild child =
-      test::start_self_as(BATON_CLI_BIN, "baton", args, test::environment(), stream);
-  test::SelfRun run;
-  run.text = test::read_to_end(child.from);
-  ::waitpid(child.pid, &run.status, 0);
-  return run;
 }
 
 TEST(BatonCommand, ListsTheJobsProcsAsATreeAndAsJsonAndPrintsItsMetrics) {

@@ -1,7 +1,7 @@
 // `baton`: looks inside a running job through its controller's admin API (src/host/admin.hpp).
 //
 //   baton jobs                 the running jobs of this user on this host
-//   baton ls [--json]          the job's procs, as a tree by proc mesh
+//   baton ls [--json] [--all]  the job's procs, as a tree by proc mesh, with their actors
 //   baton failures [--json]    the failures that reached the controller, newest first
 //   baton metrics              the job's metrics, in Prometheus' text format
 //
@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstddef>  // before Boost.Asio, which configures its allocation from the standard library
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -17,6 +18,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>  // Boost 1.74's awaitable.hpp uses std::exchange without it
+#include <vector>
 
 #include <boost/asio.hpp>
 #include <boost/beast.hpp>
@@ -157,8 +159,40 @@ void print_jobs(bool as_json) {
   }
 }
 
-/// The procs as a tree: the controller, then each proc mesh with its procs by rank.
-void print_tree(const json& procs) {
+/// One actor's line: its id, type, what it does, what it handled.
+void print_actor(const json& a, const std::string& indent) {
+  std::cout << indent << a.at("id").get<std::string>() << "  " << a.at("type").get<std::string>()
+            << "  ";
+  const std::string running = a.at("running").get<std::string>();
+  if (a.at("status").get<std::string>() != "running") {
+    std::cout << a.at("status").get<std::string>();
+  } else if (!running.empty()) {
+    std::cout << "in " << running << " for " << a.at("running_s").get<double>() << " s";
+  } else {
+    std::cout << "idle";
+  }
+  std::cout << "  handled " << a.at("handled").get<std::uint64_t>();
+  if (a.at("queued").get<std::uint64_t>() > 0) {
+    std::cout << ", " << a.at("queued").get<std::uint64_t>() << " queued";
+  }
+  if (a.at("handled").get<std::uint64_t>() > 0) {
+    std::cout << " (mean " << a.at("mean_ms").get<double>() << " ms, max "
+              << a.at("max_ms").get<double>() << " ms)";
+  }
+  std::cout << "\n";
+}
+
+/// The procs as a tree: the controller, then each proc mesh with its procs by rank, each with
+/// its actors (the runtime's own agents only with `all`).
+void print_tree(const json& procs, const json& actors, bool all) {
+  auto actors_of = [&](const std::string& proc, const std::string& indent) {
+    for (const json& a : actors.at("actors")) {
+      if (a.at("proc").get<std::string>() != proc) continue;
+      const std::string id = a.at("id").get<std::string>();
+      if (!all && id.find("/agent[") != std::string::npos) continue;
+      print_actor(a, indent);
+    }
+  };
   std::string mesh = "\x01";  // none yet
   std::vector<const json*> in_mesh;
   auto flush = [&] {
@@ -173,6 +207,7 @@ void print_tree(const json& procs) {
       }
       std::cout << "\n";
       if (p.contains("report")) std::cout << "      " << p.at("report").get<std::string>() << "\n";
+      actors_of(p.at("name").get<std::string>(), last ? "         " : "   │     ");
     }
     in_mesh.clear();
   };
@@ -180,6 +215,7 @@ void print_tree(const json& procs) {
     if (p.value("controller", false)) {
       std::cout << p.at("name").get<std::string>() << " (pid " << p.at("pid").get<int>()
                 << ")  controller\n";
+      actors_of(p.at("name").get<std::string>(), "      ");
       continue;
     }
     const std::string m = p.at("mesh").get<std::string>();
@@ -191,6 +227,10 @@ void print_tree(const json& procs) {
     in_mesh.push_back(&p);
   }
   flush();
+  for (const json& u : actors.at("unanswered")) {
+    std::cout << "(" << u.at("proc").get<std::string>()
+              << " did not say what its actors do: " << u.at("why").get<std::string>() << ")\n";
+  }
 }
 
 }  // namespace
@@ -207,10 +247,12 @@ int main(int argc, char** argv) {
   app.add_option("--token", token_file, "with --addr: the job's admin-token file");
   app.add_option("--job", pid, "the job's controller pid, when several run on this host");
   auto* jobs = app.add_subcommand("jobs", "the running jobs of this user on this host");
-  auto* ls = app.add_subcommand("ls", "the job's procs, as a tree by proc mesh");
+  auto* ls = app.add_subcommand("ls", "the job's procs by proc mesh, with what each actor does");
   auto* failures = app.add_subcommand("failures", "failures that reached the controller");
   auto* metrics = app.add_subcommand("metrics", "the job's metrics (Prometheus' text format)");
   for (auto* sub : {jobs, ls, failures}) sub->add_flag("--json", as_json, "print JSON");
+  bool all = false;
+  ls->add_flag("--all", all, "the runtime's own agents too");
   CLI11_PARSE(app, argc, argv);
   try {
     if (jobs->parsed()) {
@@ -219,11 +261,16 @@ int main(int argc, char** argv) {
     }
     const Target t = find_target(addr, token_file, pid);
     if (ls->parsed()) {
-      const std::string body = get(t, "/api/procs");
+      const json procs = json::parse(get(t, "/api/procs"));
+      const json actors = json::parse(get(t, "/api/actors"));
       if (as_json) {
-        std::cout << body;
+        std::cout << json{{"procs", procs},
+                          {"actors", actors.at("actors")},
+                          {"unanswered", actors.at("unanswered")}}
+                         .dump(2)
+                  << "\n";
       } else {
-        print_tree(json::parse(body));
+        print_tree(procs, actors, all);
       }
     } else if (failures->parsed()) {
       const std::string body = get(t, "/api/failures");

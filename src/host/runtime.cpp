@@ -148,14 +148,24 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
       [this](int sig) { kill_on_signal(sig); });
   if (const auto admin = admin_address_from_env()) {
     state_->admin = std::make_unique<AdminServer>(
-        *admin, state_->dir, [st = state_.get()] { return st->admin_snapshot(); });
+        *admin, state_->dir,
+        [st = state_.get()](bool with_actors) { return st->admin_snapshot(with_actors); });
     detail::log_info("admin at {} (token in {})", state_->admin->url(),
                      (state_->dir / kAdminTokenFile).string());
   }
   state_->node->extension<RuntimeSlot>()->runtime.store(this);
 }
 
-internal::AdminSnapshot Runtime::State::admin_snapshot() {
+namespace {
+
+internal::AdminActor admin_actor(const std::string& proc, const detail::ActorReport& r) {
+  return {proc,     r.id.to_string(), r.type,      r.status,  r.handled,
+          r.queued, r.running,        r.running_s, r.mean_ms, r.max_ms};
+}
+
+}  // namespace
+
+internal::AdminSnapshot Runtime::State::admin_snapshot(bool with_actors) {
   internal::AdminSnapshot s;
   s.controller = proc->id().name;
   s.controller_pid = static_cast<int>(::getpid());
@@ -181,8 +191,28 @@ internal::AdminSnapshot Runtime::State::admin_snapshot() {
   std::sort(s.procs.begin(), s.procs.end(), [](const auto& a, const auto& b) {
     return std::tie(a.mesh, a.rank) < std::tie(b.mesh, b.rank);
   });
-  std::lock_guard lock(mu);
-  s.failures.assign(failures.begin(), failures.end());
+  {
+    std::lock_guard lock(mu);
+    s.failures.assign(failures.begin(), failures.end());
+  }
+  if (!with_actors) return s;
+  for (const auto& r : detail::actor_reports(*proc))
+    s.actors.push_back(admin_actor(s.controller, r));
+  std::vector<std::pair<std::string, Future<std::vector<detail::ActorReport>>>> asked;
+  for (const auto& p : s.procs) {
+    if (p.state != "running") continue;
+    asked.emplace_back(p.name, detail::agent_of(ProcId{p.name}).call(&detail::ProcAgent::actors));
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  for (auto& [name, reply] : asked) {
+    try {
+      const auto left = std::max(std::chrono::steady_clock::duration::zero(),
+                                 deadline - std::chrono::steady_clock::now());
+      for (const auto& r : std::move(reply).get(left)) s.actors.push_back(admin_actor(name, r));
+    } catch (const std::exception& e) {
+      s.unanswered.emplace_back(name, e.what());
+    }
+  }
   return s;
 }
 

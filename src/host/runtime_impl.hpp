@@ -210,8 +210,9 @@ struct Runtime::State {
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   std::deque<std::string> failures;  // that reached the controller's hook, newest last (under mu)
   static constexpr std::size_t kFailuresKept = 1000;
-  /// What the admin API shows now.
-  internal::AdminSnapshot admin_snapshot();
+  /// What the admin API shows now; with `with_actors`, each running proc is asked for its
+  /// actors (up to 2 s each, all at once).
+  internal::AdminSnapshot admin_snapshot(bool with_actors);
 
   /// Starts the workers of one proc mesh; the future completes once all have linked.
   Future<ProcMesh> spawn(const Shape& shape, const internal::LaunchSpec& spec);

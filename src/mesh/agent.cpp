@@ -2,10 +2,14 @@
 
 #include "mesh/agent.hpp"
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
+#include <tuple>
 
+#include "actor/cell.hpp"
 #include "actor/node.hpp"
+#include "actor/proc_state.hpp"
 #include "baton/actor/errors.hpp"
 #include "baton/actor/proc.hpp"
 
@@ -37,6 +41,29 @@ void run_shutdown_hook() {
     hook = h->hook;
   }
   if (hook) hook();
+}
+
+std::vector<ActorReport> actor_reports(Proc& proc) {
+  ProcState& st = state_of(proc);
+  std::vector<CellPtr> cells;
+  {
+    std::lock_guard lock(st.mu);
+    cells.reserve(st.actors.size());
+    for (const auto& [id, cell] : st.actors) cells.push_back(cell);
+  }
+  std::vector<ActorReport> out;
+  out.reserve(cells.size());
+  for (const auto& cell : cells) {
+    static constexpr const char* kStatus[] = {"starting", "running", "stopped", "failed"};
+    const Cell::Activity a = cell->activity();
+    out.push_back({cell->id(), std::string(a.type),
+                   kStatus[static_cast<std::size_t>(cell->status())], a.handled, cell->queued(),
+                   std::string(a.running), a.running_s, a.mean_ms, a.max_ms});
+  }
+  std::sort(out.begin(), out.end(), [](const ActorReport& a, const ActorReport& b) {
+    return std::tie(a.id.name, a.id.index) < std::tie(b.id.name, b.id.index);
+  });
+  return out;
 }
 
 ActorId ProcAgent::spawn(std::uint64_t factory, const std::string& head,

@@ -22,6 +22,27 @@ namespace baton::detail {
 void set_shutdown_hook(std::function<void()> hook);
 void run_shutdown_hook();
 
+/// One actor of a proc, as whoever looks inside the job sees it (the admin API).
+struct ActorReport {
+  ActorId id;
+  std::string type;
+  std::string status;         // "starting", "running", "stopped" or "failed"
+  std::uint64_t handled = 0;  // messages its endpoints handled
+  std::uint64_t queued = 0;   // messages in its mailbox
+  std::string running;        // the endpoint running now, "" if none
+  double running_s = 0;       // for how long
+  double mean_ms = 0;         // an endpoint's mean time, and its longest
+  double max_ms = 0;
+
+  template <class Ar>
+  void serialize(Ar& ar) {
+    ar(id, type, status, handled, queued, running, running_s, mean_ms, max_ms);
+  }
+};
+
+/// The live actors of `proc`, by id.
+std::vector<ActorReport> actor_reports(Proc& proc);
+
 /// The runtime's agent in every proc ("agent"): spawns and stops actors there for the
 /// controller.
 class ProcAgent : public Actor {
@@ -39,9 +60,12 @@ class ProcAgent : public Actor {
   /// Orderly stop of the whole proc: the proc meshes it owns stop first, then every actor
   /// after the messages already queued for it, running its on_stop hook.
   Task<int> shutdown();
+  /// This proc's actors and what each does (see actor_reports).
+  std::vector<ActorReport> actors() { return actor_reports(proc()); }
   static constexpr auto endpoints =
       baton::endpoints<&ProcAgent::spawn, &ProcAgent::learn, &ProcAgent::ping,
-                       &ProcAgent::stop_actor, &ProcAgent::forget, &ProcAgent::shutdown>();
+                       &ProcAgent::stop_actor, &ProcAgent::forget, &ProcAgent::shutdown,
+                       &ProcAgent::actors>();
 };
 
 /// A reference to the agent of `proc`.

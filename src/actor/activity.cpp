@@ -1,0 +1,53 @@
+// What an actor does, for whoever looks inside the job (the admin API): the endpoint running and
+// since when, how many handled and how long they took. Written by the actor's own thread around
+// each handler (two clock reads), read on any thread.
+
+#include <algorithm>
+#include <chrono>
+
+#include "actor/cell.hpp"
+
+namespace baton::detail {
+
+namespace {
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+void Cell::handler_began(const EndpointInfo& ep) {
+  running_since_ns_.store(now_ns(), std::memory_order_relaxed);
+  running_.store(&ep, std::memory_order_release);
+}
+
+void Cell::handler_ended() {
+  const auto took = static_cast<std::uint64_t>(
+      std::max<std::int64_t>(0, now_ns() - running_since_ns_.load(std::memory_order_relaxed)));
+  running_.store(nullptr, std::memory_order_release);
+  handled_.fetch_add(1, std::memory_order_relaxed);
+  handler_ns_.fetch_add(took, std::memory_order_relaxed);
+  if (took > max_handler_ns_.load(std::memory_order_relaxed)) {
+    max_handler_ns_.store(took, std::memory_order_relaxed);  // its own thread alone writes it
+  }
+}
+
+Cell::Activity Cell::activity() const {
+  Activity a;
+  a.type = type_ != nullptr ? type_->name : std::string_view();
+  a.handled = handled_.load(std::memory_order_relaxed);
+  if (const EndpointInfo* ep = running_.load(std::memory_order_acquire)) {
+    a.running = ep->name;
+    a.running_s =
+        static_cast<double>(now_ns() - running_since_ns_.load(std::memory_order_relaxed)) / 1e9;
+  }
+  if (a.handled > 0) {
+    a.mean_ms = static_cast<double>(handler_ns_.load(std::memory_order_relaxed)) / 1e6 /
+                static_cast<double>(a.handled);
+  }
+  a.max_ms = static_cast<double>(max_handler_ns_.load(std::memory_order_relaxed)) / 1e6;
+  return a;
+}
+
+}  // namespace baton::detail
