@@ -18,6 +18,7 @@
 
 #include "baton/baton.hpp"
 #include "figures.hpp"
+#include "mesh/cast_impl.hpp"
 #include "mesh/simulate.hpp"
 
 namespace baton::bench {
@@ -35,18 +36,15 @@ class Shard : public Actor {
   std::int64_t rank_;
 };
 
-/// The depth of the cast tree over `members`: the most hops from the controller to a member.
-std::size_t tree_depth(const std::vector<detail::CastNode>& nodes) {
+/// The depth of the cast tree over `base`: the most hops from the controller to a member.
+std::size_t tree_depth(const std::vector<detail::CastMember>& base,
+                       const std::vector<detail::CastNode>& nodes) {
+  // The root's children (the heads it sends to) are at depth 1; a node's children lie after
+  // it, so one pass in location order sees each parent before its children.
   std::vector<std::size_t> depth(nodes.size(), 0);
+  for (auto [b, e] : detail::cast_impl::root_split(base)) depth[b] = 1;
   std::size_t deepest = 0;
-  // A node's children lie after it, so one pass in location order sees each parent first;
-  // the root's children (the heads it sends to) are at depth 1.
-  std::vector<bool> child(nodes.size(), false);
-  for (const auto& n : nodes) {
-    for (const auto& c : detail::children_of(n)) child[c.loc] = true;
-  }
   for (std::size_t loc = 0; loc < nodes.size(); ++loc) {
-    if (!child[loc]) depth[loc] = 1;
     for (const auto& c : detail::children_of(nodes[loc])) depth[c.loc] = depth[loc] + 1;
     deepest = std::max(deepest, depth[loc]);
   }
@@ -86,7 +84,7 @@ Sized run_size(std::size_t n, int rounds) {
   for (const auto& r : refs) base.push_back({r.id(), ""});
   {
     auto nodes = detail::cast_tree(base);
-    out.depth = tree_depth(nodes);
+    out.depth = tree_depth(base, nodes);
     for (std::size_t i = 0; i < n; ++i)
       detail::learn_cast_node(*procs[i], key, std::move(nodes[i]));
   }

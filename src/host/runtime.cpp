@@ -82,6 +82,8 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
   state_->stops = std::make_unique<StopWorker>();
   state_->timers = std::make_unique<Timers>();
   if (std::getenv(kProcVar) != nullptr) run_worker();
+  // Read before anything is made: a bad value leaves no job directory behind.
+  const std::optional<std::string> admin_at = admin_address_from_env();
   std::string name = options.name;
   state_->dir = make_job_dir();
   state_->own_dir = true;
@@ -146,9 +148,9 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
         stop_on_signal(sig);
       },
       [this](int sig) { kill_on_signal(sig); });
-  if (const auto admin = admin_address_from_env()) {
+  if (admin_at) {
     state_->admin = std::make_unique<AdminServer>(
-        *admin, state_->dir,
+        *admin_at, state_->dir,
         [st = state_.get()](bool with_actors) { return st->admin_snapshot(with_actors); });
     detail::log_info("admin at {} (token in {})", state_->admin->url(),
                      (state_->dir / kAdminTokenFile).string());
