@@ -10,7 +10,7 @@ DEB_PACKAGES := build-essential cmake ninja-build pkg-config clang libclang-rt-1
   libucx-dev libamdhip64-5 \
   clang-format clang-tidy libgtest-dev libgmock-dev libbenchmark-dev libasio-dev \
   libssl-dev libcereal-dev libspdlog-dev libfmt-dev libcli11-dev libcaf-dev iproute2 \
-  libboost-dev nlohmann-json3-dev \
+  libboost-dev nlohmann-json3-dev libdw-dev tmux \
   openssh-client openssh-server slurm-wlm munge python3-yaml libgloo-dev python3-torch libtorch-dev \
   python3-sklearn zlib1g-dev \
   pybind11-dev python3-dev python3-pytest python3-cloudpickle python3-numpy \

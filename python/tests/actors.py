@@ -3,6 +3,7 @@
 import asyncio
 import contextvars
 import os
+import time
 
 import baton
 
@@ -243,3 +244,12 @@ class Blocker(baton.Actor):
     @baton.endpoint
     def wait_for(self, holder, fifo):
         return holder.hold.call_one(fifo).get(timeout=60)
+
+
+class Sleeper(baton.Actor):
+    """An actor that naps inside its endpoint, for the tests that look inside a job."""
+
+    @baton.endpoint
+    def nap(self, seconds):
+        time.sleep(seconds)  # the line its stack shows
+        return seconds

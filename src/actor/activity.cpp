@@ -39,14 +39,15 @@ Cell::Activity Cell::activity() const {
   a.handled = handled_.load(std::memory_order_relaxed);
   if (const EndpointInfo* ep = running_.load(std::memory_order_acquire)) {
     a.running = ep->name;
-    a.running_s =
-        static_cast<double>(now_ns() - running_since_ns_.load(std::memory_order_relaxed)) / 1e9;
+    a.since_ns = running_since_ns_.load(std::memory_order_relaxed);
+    a.running_s = static_cast<double>(now_ns() - a.since_ns) / 1e9;
   }
   if (a.handled > 0) {
     a.mean_ms = static_cast<double>(handler_ns_.load(std::memory_order_relaxed)) / 1e6 /
                 static_cast<double>(a.handled);
   }
   a.max_ms = static_cast<double>(max_handler_ns_.load(std::memory_order_relaxed)) / 1e6;
+  a.thread = thread_.load(std::memory_order_relaxed);
   return a;
 }
 

@@ -63,6 +63,8 @@ class Cell final : public Runnable,
     double running_s = 0;       // for how long
     double mean_ms = 0;         // an endpoint's mean time, and its longest
     double max_ms = 0;
+    int thread = 0;             // the thread running it now (its id), 0 if none
+    std::int64_t since_ns = 0;  // when the endpoint running began (steady clock), 0 if none
   };
   Activity activity() const;
   /// Queues a port delivery to run on this actor.
@@ -122,6 +124,7 @@ class Cell final : public Runnable,
   std::atomic<std::uint64_t> handled_{0};
   std::atomic<std::uint64_t> handler_ns_{0};
   std::atomic<std::uint64_t> max_handler_ns_{0};
+  std::atomic<int> thread_{0};  // the thread in run(), 0 if none
   void handler_began(const EndpointInfo& ep);
   void handler_ended();
 

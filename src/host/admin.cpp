@@ -8,11 +8,14 @@
 #include <openssl/crypto.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstddef>  // before Boost.Asio, which configures its allocation from the standard library
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <stdexcept>
+#include <string_view>
 #include <thread>
 #include <utility>  // Boost 1.74's awaitable.hpp uses std::exchange without it
 
@@ -72,6 +75,84 @@ std::string metrics_text(const AdminSnapshot& s) {
   return out;
 }
 
+/// A request's target split into its path and its query's parameters, percent-decoded.
+struct Target {
+  std::string path;
+  std::map<std::string, std::string> query;
+};
+
+std::string percent_decoded(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '+') {
+      out += ' ';
+    } else if (s[i] == '%' && i + 2 < s.size() &&
+               std::isxdigit(static_cast<unsigned char>(s[i + 1])) != 0 &&
+               std::isxdigit(static_cast<unsigned char>(s[i + 2])) != 0) {
+      out += static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+Target split_target(std::string_view target) {
+  Target t;
+  const auto q = target.find('?');
+  t.path = percent_decoded(target.substr(0, q));
+  if (q == std::string_view::npos) return t;
+  std::string_view rest = target.substr(q + 1);
+  while (!rest.empty()) {
+    const auto amp = rest.find('&');
+    const std::string_view pair = rest.substr(0, amp);
+    const auto eq = pair.find('=');
+    t.query[percent_decoded(pair.substr(0, eq))] =
+        eq == std::string_view::npos ? "" : percent_decoded(pair.substr(eq + 1));
+    rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
+  }
+  return t;
+}
+
+std::string param(const Target& t, const std::string& name) {
+  const auto it = t.query.find(name);
+  return it == t.query.end() ? "" : it->second;
+}
+
+nlohmann::json stacks_json(const std::vector<AdminStacks>& procs) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& p : procs) {
+    nlohmann::json threads = nlohmann::json::array();
+    for (const auto& t : p.threads) {
+      threads.push_back({{"tid", t.tid},
+                         {"name", t.name},
+                         {"actors", t.actors},
+                         {"native", t.native},
+                         {"python", t.python},
+                         {"note", t.note}});
+    }
+    nlohmann::json j = {{"proc", p.proc}, {"pid", p.pid}, {"threads", threads}};
+    if (!p.error.empty()) j["error"] = p.error;
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+nlohmann::json logs_json(const std::vector<AdminLogLine>& lines) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& l : lines) {
+    out.push_back({{"proc", l.proc},
+                   {"stream", l.stream},
+                   {"level", l.level},
+                   {"time", l.time},
+                   {"seq", l.seq},
+                   {"text", l.text}});
+  }
+  return out;
+}
+
 nlohmann::json procs_json(const AdminSnapshot& s) {
   nlohmann::json procs = nlohmann::json::array();
   procs.push_back({{"name", s.controller},
@@ -80,12 +161,19 @@ nlohmann::json procs_json(const AdminSnapshot& s) {
                    {"rank", 0},
                    {"host", ""},
                    {"state", "running"},
-                   {"controller", true}});
+                   {"controller", true},
+                   {"cpu_s", s.controller_cpu_s},
+                   {"rss_mb", s.controller_rss_mb},
+                   {"uptime_s", s.uptime_s}});
   for (const auto& p : s.procs) {
     nlohmann::json j = {{"name", p.name},     {"pid", p.pid},   {"mesh", p.mesh},
                         {"rank", p.rank},     {"host", p.host}, {"state", p.state},
                         {"controller", false}};
     if (!p.report.empty()) j["report"] = p.report;
+    // Known for the procs of this host only.
+    if (p.cpu_s >= 0) j["cpu_s"] = p.cpu_s;
+    if (p.rss_mb >= 0) j["rss_mb"] = p.rss_mb;
+    if (p.uptime_s >= 0) j["uptime_s"] = p.uptime_s;
     procs.push_back(std::move(j));
   }
   return procs;
@@ -121,7 +209,7 @@ namespace http = boost::beast::http;
 using tcp = boost::asio::ip::tcp;
 
 struct AdminServer::Impl {
-  std::function<AdminSnapshot(bool with_actors)> snapshot;
+  AdminSource source;
   std::string token;
   std::filesystem::path dir;
   std::string url;
@@ -150,29 +238,70 @@ struct AdminServer::Impl {
       res.set(http::field::content_type, "application/json");
       res.body() = body.dump(2) + "\n";
     };
-    const std::string path(req.target().data(), req.target().size());
+    const Target target = split_target(std::string_view(req.target().data(), req.target().size()));
+    const std::string& path = target.path;
     if (!authorized(req)) {
       json(http::status::unauthorized,
            {{"error",
              "missing or wrong admin token: send the header 'Authorization: Bearer "
              "TOKEN' with the token in " +
                  (dir / kAdminTokenFile).string()}});
+    } else if (path == "/api/kill") {
+      if (req.method() != http::verb::post) {
+        json(http::status::method_not_allowed,
+             {{"error", "POST /api/kill?proc=NAME kills a proc"}});
+      } else {
+        try {
+          json(http::status::ok,
+               {{"killed", param(target, "proc")}, {"how", source.kill(param(target, "proc"))}});
+        } catch (const AdminNotFound& e) {
+          json(http::status::not_found, {{"error", e.what()}});
+        }
+      }
     } else if (req.method() != http::verb::get) {
-      json(http::status::method_not_allowed, {{"error", "the admin API takes GET only"}});
+      json(http::status::method_not_allowed,
+           {{"error", "the admin API takes GET, and POST for /api/kill"}});
     } else if (path == "/api") {
       json(http::status::ok,
-           {{"resources", {"/api/job", "/api/procs", "/api/actors", "/api/failures", "/metrics"}}});
+           {{"resources",
+             {"/api/job", "/api/procs", "/api/actors", "/api/failures",
+              "/api/stacks?proc=P|actor=A", "/api/logs?proc=P&level=L&lines=N&since=SEQ",
+              "/api/kill?proc=P (POST)", "/metrics"}}});
+    } else if (path == "/api/stacks") {
+      try {
+        json(http::status::ok,
+             stacks_json(source.stacks(param(target, "proc"), param(target, "actor"))));
+      } catch (const AdminNotFound& e) {
+        json(http::status::not_found, {{"error", e.what()}});
+      }
+    } else if (path == "/api/logs") {
+      const std::string lines = param(target, "lines");
+      char* end = nullptr;
+      const unsigned long n = lines.empty() ? 100 : std::strtoul(lines.c_str(), &end, 10);
+      try {
+        if (!lines.empty() && (*end != '\0' || n == 0)) {
+          throw UsageError("lines=" + lines + " is not a count of lines (e.g. lines=100)");
+        }
+        const std::uint64_t since = std::strtoull(param(target, "since").c_str(), nullptr, 10);
+        json(http::status::ok,
+             logs_json(source.logs(param(target, "proc"), param(target, "level"), n, since)));
+      } catch (const AdminNotFound& e) {
+        json(http::status::not_found, {{"error", e.what()}});
+      } catch (const UsageError& e) {
+        json(http::status::bad_request, {{"error", e.what()}});
+      }
     } else if (path == "/api/job") {
-      const AdminSnapshot s = snapshot(false);
+      const AdminSnapshot s = source.snapshot(false);
       json(http::status::ok, {{"controller", s.controller},
                               {"pid", s.controller_pid},
                               {"uptime_s", s.uptime_s},
                               {"procs", s.procs.size() + 1},
+                              {"stall_after_s", s.stall_after_s},
                               {"directory", dir.string()}});
     } else if (path == "/api/procs") {
-      json(http::status::ok, procs_json(snapshot(false)));
+      json(http::status::ok, procs_json(source.snapshot(false)));
     } else if (path == "/api/actors") {
-      const AdminSnapshot s = snapshot(true);
+      const AdminSnapshot s = source.snapshot(true);
       nlohmann::json actors = nlohmann::json::array();
       for (const auto& a : s.actors) {
         actors.push_back({{"proc", a.proc},
@@ -184,7 +313,8 @@ struct AdminServer::Impl {
                           {"running", a.running},
                           {"running_s", a.running_s},
                           {"mean_ms", a.mean_ms},
-                          {"max_ms", a.max_ms}});
+                          {"max_ms", a.max_ms},
+                          {"stalled", s.stall_after_s > 0 && a.running_s >= s.stall_after_s}});
       }
       nlohmann::json unanswered = nlohmann::json::array();
       for (const auto& [proc, why] : s.unanswered) {
@@ -192,13 +322,13 @@ struct AdminServer::Impl {
       }
       json(http::status::ok, {{"actors", actors}, {"unanswered", unanswered}});
     } else if (path == "/api/failures") {
-      const AdminSnapshot s = snapshot(false);
+      const AdminSnapshot s = source.snapshot(false);
       nlohmann::json out = nlohmann::json::array();
       for (auto it = s.failures.rbegin(); it != s.failures.rend(); ++it) out.push_back(*it);
       json(http::status::ok, out);
     } else if (path == "/metrics") {
       res.set(http::field::content_type, "text/plain; version=0.0.4");
-      res.body() = metrics_text(snapshot(false));
+      res.body() = metrics_text(source.snapshot(false));
     } else {
       json(http::status::not_found, {{"error", "no resource " + path + " (GET /api lists them)"}});
     }
@@ -236,10 +366,10 @@ struct AdminServer::Impl {
 };
 
 AdminServer::AdminServer(const std::string& address, const std::filesystem::path& dir,
-                         std::function<AdminSnapshot(bool with_actors)> snapshot)
+                         AdminSource source)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
-  m.snapshot = std::move(snapshot);
+  m.source = std::move(source);
   m.token = net::new_job_secret();
   m.dir = dir;
   const auto colon = address.rfind(':');

@@ -9,9 +9,12 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "actor/stacks.hpp"
 
 namespace baton::internal {
 
@@ -26,6 +29,10 @@ struct AdminProc {
   /// "failed" (with a report)
   std::string state;
   std::string report;  // how it ended, once it did
+  // From /proc, for a proc of this host (else negative): its CPU time, memory and age.
+  double cpu_s = -1;
+  double rss_mb = -1;
+  double uptime_s = -1;
 };
 
 /// An actor of the job, as its proc reported it.
@@ -47,6 +54,9 @@ struct AdminSnapshot {
   std::string controller;  // the controller's proc
   int controller_pid = 0;
   double uptime_s = 0;
+  double stall_after_s = 0;  // an endpoint running longer is a stall (0: none is)
+  double controller_cpu_s = -1;
+  double controller_rss_mb = -1;
   std::vector<AdminProc> procs;
   std::uint64_t envelopes_sent = 0;   // by the controller's proc, over links
   std::vector<std::string> failures;  // reports of failures nothing handled, newest last
@@ -54,6 +64,45 @@ struct AdminSnapshot {
   /// answer, each with why.
   std::vector<AdminActor> actors;
   std::vector<std::pair<std::string, std::string>> unanswered;
+};
+
+/// The threads of one proc and their stacks, or why the proc did not give them.
+struct AdminStacks {
+  std::string proc;
+  int pid = 0;
+  std::vector<detail::ThreadStack> threads;
+  std::string error;
+};
+
+/// One line a worker wrote.
+struct AdminLogLine {
+  std::string proc;
+  std::string stream;     // "stdout" or "stderr"
+  std::string level;      // "debug", "info", "warn" or "error"
+  double time = 0;        // seconds since the epoch, when the controller read it
+  std::uint64_t seq = 0;  // the line's place among all the job's lines kept (1, 2, ...)
+  std::string text;
+};
+
+/// A request names something the job does not have; what() says what it has.
+class AdminNotFound : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Where the admin API reads the job and acts on it.
+struct AdminSource {
+  std::function<AdminSnapshot(bool with_actors)> snapshot;
+  /// The stacks of every running proc (both empty), of one proc, or of the thread running one
+  /// actor (`actor` its id, "proc/name[0]").
+  std::function<std::vector<AdminStacks>(const std::string& proc, const std::string& actor)> stacks;
+  /// The last `lines` lines of the workers (of `proc` alone if not empty) at `level` or above,
+  /// after the line `since` (0: from the first kept).
+  std::function<std::vector<AdminLogLine>(const std::string& proc, const std::string& level,
+                                          std::size_t lines, std::uint64_t since)>
+      logs;
+  /// Kills the process of `proc`, as a crash would; says what it did.
+  std::function<std::string(const std::string& proc)> kill;
 };
 
 /// The admin files in a job's directory: the token, and the address the API serves.
@@ -68,8 +117,7 @@ class AdminServer {
  public:
   /// Serves on `address` ("host:port", port 0 for a free one) with a fresh token, written with
   /// the address into `dir`; throws std::runtime_error if it cannot listen there.
-  AdminServer(const std::string& address, const std::filesystem::path& dir,
-              std::function<AdminSnapshot(bool with_actors)> snapshot);
+  AdminServer(const std::string& address, const std::filesystem::path& dir, AdminSource source);
   /// Stops serving; a request in progress finishes first.
   ~AdminServer();
   AdminServer(const AdminServer&) = delete;

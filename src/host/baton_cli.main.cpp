@@ -1,143 +1,39 @@
 // `baton`: looks inside a running job through its controller's admin API (src/host/admin.hpp).
 //
-//   baton jobs                 the running jobs of this user on this host
-//   baton ls [--json] [--all]  the job's procs, as a tree by proc mesh, with their actors
-//   baton failures [--json]    the failures that reached the controller, newest first
-//   baton metrics              the job's metrics, in Prometheus' text format
+//   baton jobs                    the running jobs of this user on this host
+//   baton ls [--json] [--all]     the job's procs, as a tree by proc mesh, with their actors
+//   baton top                     the same, live, with CPU, memory and rates; q quits
+//   baton stack [PROC|ACTOR]      every thread's native and Python stack
+//   baton logs [--proc P] [-f]    the workers' last lines
+//   baton failures [--json]       the failures that reached the controller, newest first
+//   baton metrics                 the job's metrics, in Prometheus' text format
+//   baton kill PROC               kills a proc as a crash would: supervision hears of it
 //
 // It finds the job from the job directories of this user (with several, --job PID picks one), or
 // takes --addr URL and --token FILE for one elsewhere (through ssh -L, say).
 
 #include <CLI/CLI.hpp>
-#include <cstddef>  // before Boost.Asio, which configures its allocation from the standard library
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
-#include <optional>
-#include <stdexcept>
 #include <string>
-#include <utility>  // Boost 1.74's awaitable.hpp uses std::exchange without it
+#include <thread>
 #include <vector>
 
-#include <boost/asio.hpp>
-#include <boost/beast.hpp>
 #include <nlohmann/json.hpp>
 
-#include "host/admin.hpp"
+#include "host/cli_client.hpp"
 #include "host/job_dir.hpp"
 
 namespace {
 
-namespace http = boost::beast::http;
-using tcp = boost::asio::ip::tcp;
+using baton::cli::Failure;
+using baton::cli::get;
+using baton::cli::Target;
+using baton::cli::url_encoded;
 using nlohmann::json;
-
-constexpr const char* kVersion = "0.1.0";
-
-/// A failure to report as "baton: WHAT" and exit with status 1.
-struct Failure : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-struct Target {
-  std::string url;    // http://HOST:PORT
-  std::string token;  // the admin token
-  std::string name;   // how to name the job in errors
-};
-
-std::string read_token(const std::string& file) {
-  std::ifstream in(file);
-  std::string token;
-  if (!std::getline(in, token) || token.empty()) {
-    throw Failure("cannot read an admin token from " + file +
-                  " (the job may have just ended, or this user may not read it)");
-  }
-  return token;
-}
-
-/// The job to talk to: --addr (with --token), --job, or the only one running.
-Target find_target(const std::string& addr, const std::string& token_file, int pid) {
-  if (!addr.empty()) {
-    if (token_file.empty()) throw Failure("--addr needs --token FILE (the job's admin-token)");
-    return {addr, read_token(token_file), addr};
-  }
-  const auto jobs = baton::internal::running_jobs();
-  std::optional<baton::internal::RunningJob> job;
-  if (pid != 0) {
-    for (const auto& j : jobs) {
-      if (j.pid == pid) job = j;
-    }
-    if (!job) {
-      std::string known;
-      for (const auto& j : jobs) known += " " + std::to_string(j.pid);
-      throw Failure("no job of this user with controller pid " + std::to_string(pid) +
-                    (jobs.empty() ? " (none runs on this host)"
-                                  : " (running:" + known + "; see baton jobs)"));
-    }
-  } else if (jobs.empty()) {
-    throw Failure(
-        "no baton job of this user runs on this host (start one, or give --addr URL "
-        "--token FILE for one elsewhere)");
-  } else if (jobs.size() > 1) {
-    std::string list;
-    for (const auto& j : jobs) list += "\n  " + std::to_string(j.pid) + "  " + j.dir.string();
-    throw Failure("several jobs run on this host; pick one with --job PID:" + list);
-  } else {
-    job = jobs.front();
-  }
-  if (job->admin_url.empty()) {
-    throw Failure("the job of controller " + std::to_string(job->pid) +
-                  " serves no admin API (it was started with BATON_ADMIN=off)");
-  }
-  return {job->admin_url, read_token((job->dir / baton::internal::kAdminTokenFile).string()),
-          "the job of controller " + std::to_string(job->pid)};
-}
-
-/// GET `path` from the job's admin API; its body. Fails saying why on anything but 200.
-std::string get(const Target& t, const std::string& path) {
-  constexpr std::string_view kHttp = "http://";
-  if (!t.url.starts_with(kHttp)) throw Failure("--addr " + t.url + " is not http://HOST:PORT");
-  const std::string hostport = t.url.substr(kHttp.size());
-  const auto colon = hostport.rfind(':');
-  if (colon == std::string::npos) throw Failure(t.url + " names no port");
-  boost::asio::io_context ctx;
-  boost::beast::tcp_stream stream(ctx);
-  stream.expires_after(std::chrono::seconds(10));
-  try {
-    tcp::resolver resolver(ctx);
-    stream.connect(resolver.resolve(hostport.substr(0, colon), hostport.substr(colon + 1)));
-  } catch (const std::exception& e) {
-    throw Failure("cannot reach " + t.name + " at " + t.url + " (" + e.what() +
-                  "): it has ended, or the address is wrong");
-  }
-  http::request<http::empty_body> req{http::verb::get, path, 11};
-  req.set(http::field::host, hostport);
-  req.set(http::field::authorization, "Bearer " + t.token);
-  req.set(http::field::user_agent, std::string("baton/") + kVersion);
-  http::response<http::string_body> res;
-  try {
-    http::write(stream, req);
-    boost::beast::flat_buffer buffer;
-    http::read(stream, buffer, res);
-  } catch (const std::exception& e) {
-    throw Failure(t.name + " stopped answering (" + std::string(e.what()) + "): it has ended?");
-  }
-  if (res.result() == http::status::unauthorized) {
-    throw Failure(t.name +
-                  " refused the token: it is not this job's (another job's file, or "
-                  "a job started again since?)");
-  }
-  if (res.result() != http::status::ok) {
-    std::string why = res.body();
-    try {
-      why = json::parse(res.body()).at("error").get<std::string>();
-    } catch (const std::exception&) {
-    }
-    throw Failure(path + ": " + std::to_string(res.result_int()) + " " + why);
-  }
-  return res.body();
-}
 
 void print_jobs(bool as_json) {
   const auto jobs = baton::internal::running_jobs();
@@ -167,7 +63,8 @@ void print_actor(const json& a, const std::string& indent) {
   if (a.at("status").get<std::string>() != "running") {
     std::cout << a.at("status").get<std::string>();
   } else if (!running.empty()) {
-    std::cout << "in " << running << " for " << a.at("running_s").get<double>() << " s";
+    std::cout << (a.value("stalled", false) ? "STALLED " : "") << "in " << running << " for "
+              << a.at("running_s").get<double>() << " s";
   } else {
     std::cout << "idle";
   }
@@ -233,11 +130,59 @@ void print_tree(const json& procs, const json& actors, bool all) {
   }
 }
 
+void print_stacks(const json& procs) {
+  for (const json& p : procs) {
+    std::cout << "== " << p.at("proc").get<std::string>() << " (pid " << p.at("pid").get<int>()
+              << ")\n";
+    if (p.contains("error")) std::cout << "   " << p.at("error").get<std::string>() << "\n";
+    for (const json& t : p.at("threads")) {
+      std::cout << "\nthread " << t.at("tid").get<int>() << " \"" << t.at("name").get<std::string>()
+                << "\"";
+      for (const json& a : t.at("actors")) std::cout << "  runs " << a.get<std::string>();
+      std::cout << "\n";
+      if (!t.at("note").get<std::string>().empty()) {
+        std::cout << "  (" << t.at("note").get<std::string>() << ")\n";
+      }
+      int i = 0;
+      for (const json& f : t.at("native")) {
+        std::cout << "  #" << i++ << " " << f.get<std::string>() << "\n";
+      }
+      if (!t.at("python").empty()) {
+        std::cout << "  Python (most recent call last):\n";
+        for (const json& f : t.at("python")) {
+          std::string frame = f.get<std::string>();
+          std::string indented = "    ";
+          for (const char c : frame)
+            indented += c == '\n' ? std::string("\n      ") : std::string(1, c);
+          std::cout << indented << "\n";
+        }
+      }
+    }
+    std::cout << "\n";
+  }
+}
+
+/// Prints the lines after `since`; returns the last one's place.
+std::uint64_t print_logs(const json& lines, bool as_json) {
+  std::uint64_t last = 0;
+  for (const json& l : lines) {
+    last = l.at("seq").get<std::uint64_t>();
+    if (as_json) {
+      std::cout << l.dump() << "\n";
+    } else {
+      std::cout << "[" << l.at("proc").get<std::string>() << "] " << l.at("text").get<std::string>()
+                << "\n";
+    }
+  }
+  std::cout.flush();
+  return last;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"baton: look inside a running job through its controller's admin API"};
-  app.set_version_flag("--version", std::string("baton ") + kVersion);
+  app.set_version_flag("--version", std::string("baton ") + baton::cli::kVersion);
   app.require_subcommand(1);
   std::string addr;
   std::string token_file;
@@ -250,7 +195,30 @@ int main(int argc, char** argv) {
   auto* ls = app.add_subcommand("ls", "the job's procs by proc mesh, with what each actor does");
   auto* failures = app.add_subcommand("failures", "failures that reached the controller");
   auto* metrics = app.add_subcommand("metrics", "the job's metrics (Prometheus' text format)");
-  for (auto* sub : {jobs, ls, failures}) sub->add_flag("--json", as_json, "print JSON");
+  auto* top = app.add_subcommand("top", "a live view of the job's procs and actors (q quits)");
+  double interval = 1.0;
+  top->add_option("--interval", interval, "seconds between refreshes")
+      ->check(CLI::Range(0.1, 3600.0));
+  auto* stack = app.add_subcommand(
+      "stack", "every thread's native and Python stack: of all procs, of one, or of one actor");
+  std::string stack_of;
+  stack->add_option("target", stack_of, "a proc's name, or an actor's id (proc/name[0])");
+  auto* logs = app.add_subcommand("logs", "the workers' last lines (stdout and stderr)");
+  std::string log_proc;
+  std::string log_level;
+  std::size_t log_lines = 100;
+  bool follow = false;
+  logs->add_option("--proc", log_proc, "one proc's lines only");
+  logs->add_option("--level", log_level, "at this level or above")
+      ->check(CLI::IsMember({"debug", "info", "warn", "error"}));
+  logs->add_option("-n,--lines", log_lines, "how many of the last lines")
+      ->check(CLI::Range(1, 100000));
+  logs->add_flag("-f,--follow", follow, "then print new lines as they come, until the job ends");
+  auto* kill = app.add_subcommand("kill", "kill a proc as a crash would (supervision hears of it)");
+  std::string kill_proc;
+  kill->add_option("proc", kill_proc, "the proc's name (see baton ls)")->required();
+  for (auto* sub : {jobs, ls, failures, stack, logs})
+    sub->add_flag("--json", as_json, "print JSON");
   bool all = false;
   ls->add_flag("--all", all, "the runtime's own agents too");
   CLI11_PARSE(app, argc, argv);
@@ -259,7 +227,7 @@ int main(int argc, char** argv) {
       print_jobs(as_json);
       return 0;
     }
-    const Target t = find_target(addr, token_file, pid);
+    const Target t = baton::cli::find_target(addr, token_file, pid);
     if (ls->parsed()) {
       const json procs = json::parse(get(t, "/api/procs"));
       const json actors = json::parse(get(t, "/api/actors"));
@@ -283,6 +251,42 @@ int main(int argc, char** argv) {
       }
     } else if (metrics->parsed()) {
       std::cout << get(t, "/metrics");
+    } else if (top->parsed()) {
+      return baton::cli::run_top(t, interval);
+    } else if (stack->parsed()) {
+      std::string path = "/api/stacks";
+      if (stack_of.find('/') != std::string::npos) {
+        path += "?actor=" + url_encoded(stack_of);
+      } else if (!stack_of.empty()) {
+        path += "?proc=" + url_encoded(stack_of);
+      }
+      const std::string body = get(t, path);
+      if (as_json) {
+        std::cout << body;
+      } else {
+        print_stacks(json::parse(body));
+      }
+    } else if (logs->parsed()) {
+      auto path = [&](std::uint64_t since) {
+        return "/api/logs?lines=" + std::to_string(log_lines) + "&proc=" + url_encoded(log_proc) +
+               "&level=" + url_encoded(log_level) + "&since=" + std::to_string(since);
+      };
+      std::uint64_t since = print_logs(json::parse(get(t, path(0))), as_json);
+      while (follow) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));  // a poll, not a wait
+        try {
+          const std::uint64_t last = print_logs(json::parse(get(t, path(since))), as_json);
+          since = std::max(since, last);
+        } catch (const Failure&) {
+          std::cerr << "baton: the job ended\n";
+          return 0;
+        }
+      }
+    } else if (kill->parsed()) {
+      const json done =
+          json::parse(baton::cli::request(t, "POST", "/api/kill?proc=" + url_encoded(kill_proc)));
+      std::cout << "killed " << done.at("killed").get<std::string>() << " ("
+                << done.at("how").get<std::string>() << ")\n";
     }
   } catch (const Failure& e) {
     std::cerr << "baton: " << e.what() << "\n";

@@ -51,6 +51,8 @@ struct OutputForwarder::State {
   std::condition_variable cv;
   std::vector<Pipe> added;  // handed over to the reader thread on its next turn
   std::map<std::pair<std::string, std::size_t>, std::deque<std::string>> recent;  // stderr
+  std::deque<KeptLine> kept_lines;  // every stream, every rank (under mu)
+  std::uint64_t kept_seq = 0;
   std::uint64_t flush_asked = 0;
   std::uint64_t flush_done = 0;
   bool stopping = false;
@@ -72,7 +74,16 @@ struct OutputForwarder::State {
     return options.window;
   }
 
+  void keep(const OutputLine& line) {
+    std::lock_guard lock(mu);
+    kept_lines.push_back({line, std::chrono::system_clock::now(), ++kept_seq});
+    KeptLine& last = kept_lines.back();
+    if (last.line.text.size() > kKeptChars) last.line.text.resize(kKeptChars);
+    if (kept_lines.size() > kKeptLines) kept_lines.pop_front();
+  }
+
   void on_line(const Pipe& p, std::string text) {
+    keep(OutputLine{p.stream, p.mesh, {p.rank}, text});
     if (p.stream == 2) {
       std::lock_guard lock(mu);
       auto& r = recent[{p.mesh, p.rank}];
@@ -236,7 +247,13 @@ void OutputForwarder::print(const OutputLine& line) {
 }
 
 void OutputForwarder::emit(const OutputLine& line) {
+  state_->keep(line);
   state_->emit(line);
+}
+
+std::vector<KeptLine> OutputForwarder::kept() const {
+  std::lock_guard lock(state_->mu);
+  return {state_->kept_lines.begin(), state_->kept_lines.end()};
 }
 
 void OutputForwarder::flush() {

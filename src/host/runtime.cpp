@@ -14,6 +14,7 @@
 #include "host/hosts.hpp"
 #include "log/log.hpp"
 #include "mesh/agent.hpp"
+#include "mesh/stall.hpp"
 #include "runtime_impl.hpp"
 
 namespace baton {
@@ -84,6 +85,7 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
   if (std::getenv(kProcVar) != nullptr) run_worker();
   // Read before anything is made: a bad value leaves no job directory behind.
   const std::optional<std::string> admin_at = admin_address_from_env();
+  state_->stall_after = detail::stall_after_from_env();
   std::string name = options.name;
   state_->dir = make_job_dir();
   state_->own_dir = true;
@@ -129,6 +131,7 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
   proc_options.link.secret = state_->secret;
   proc_options.mailbox_limit = state_->mailbox_limit;
   state_->proc = std::make_unique<Proc>(std::move(proc_options));
+  state_->start_stall_watch();
   state_->address =
       state_->proc->serve(Address::parse("unix://" + (state_->dir / (name + ".sock")).string()));
   detail::set_exit_probe([this](const std::string& peer) {
@@ -149,73 +152,11 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
       },
       [this](int sig) { kill_on_signal(sig); });
   if (admin_at) {
-    state_->admin = std::make_unique<AdminServer>(
-        *admin_at, state_->dir,
-        [st = state_.get()](bool with_actors) { return st->admin_snapshot(with_actors); });
+    state_->admin = std::make_unique<AdminServer>(*admin_at, state_->dir, state_->admin_source());
     detail::log_info("admin at {} (token in {})", state_->admin->url(),
                      (state_->dir / kAdminTokenFile).string());
   }
   state_->node->extension<RuntimeSlot>()->runtime.store(this);
-}
-
-namespace {
-
-internal::AdminActor admin_actor(const std::string& proc, const detail::ActorReport& r) {
-  return {proc,     r.id.to_string(), r.type,      r.status,  r.handled,
-          r.queued, r.running,        r.running_s, r.mean_ms, r.max_ms};
-}
-
-}  // namespace
-
-internal::AdminSnapshot Runtime::State::admin_snapshot(bool with_actors) {
-  internal::AdminSnapshot s;
-  s.controller = proc->id().name;
-  s.controller_pid = static_cast<int>(::getpid());
-  s.uptime_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  s.envelopes_sent = proc->envelopes_sent();
-  {
-    std::lock_guard lock(children_mu);
-    for (const auto& [name, c] : children) {
-      internal::AdminProc p{name, static_cast<int>(c.pid), c.mesh, c.rank, c.host, "running", ""};
-      if (c.report) {
-        p.state = "failed";
-        p.report = *c.report;
-      } else if (c.stopping && c.stopping->load()) {
-        p.state = c.exited ? "stopped" : "stopping";
-      } else if (c.exited) {
-        p.state = "exited";
-      } else if (!c.started) {
-        p.state = "starting";
-      }
-      s.procs.push_back(std::move(p));
-    }
-  }
-  std::sort(s.procs.begin(), s.procs.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.mesh, a.rank) < std::tie(b.mesh, b.rank);
-  });
-  {
-    std::lock_guard lock(mu);
-    s.failures.assign(failures.begin(), failures.end());
-  }
-  if (!with_actors) return s;
-  for (const auto& r : detail::actor_reports(*proc))
-    s.actors.push_back(admin_actor(s.controller, r));
-  std::vector<std::pair<std::string, Future<std::vector<detail::ActorReport>>>> asked;
-  for (const auto& p : s.procs) {
-    if (p.state != "running") continue;
-    asked.emplace_back(p.name, detail::agent_of(ProcId{p.name}).call(&detail::ProcAgent::actors));
-  }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  for (auto& [name, reply] : asked) {
-    try {
-      const auto left = std::max(std::chrono::steady_clock::duration::zero(),
-                                 deadline - std::chrono::steady_clock::now());
-      for (const auto& r : std::move(reply).get(left)) s.actors.push_back(admin_actor(name, r));
-    } catch (const std::exception& e) {
-      s.unanswered.emplace_back(name, e.what());
-    }
-  }
-  return s;
 }
 
 void Runtime::unhandled(const MeshFailure& event) {
@@ -256,6 +197,7 @@ Runtime::~Runtime() {
   state_->stop_groups();
   state_->timers.reset();  // no start-up deadline may fire into what goes below
   state_->stops.reset();   // what is still queued finds its group stopped
+  state_->stall_watch.reset();
   state_->proc.reset();
   state_->spawner.reset();
   state_->watcher.reset();

@@ -39,6 +39,7 @@
 #include "host/credentials.hpp"
 #include "host/job_dir.hpp"
 #include "host/proc_group.hpp"
+#include "mesh/stall.hpp"
 #include "net/work_queue.hpp"
 
 namespace baton {
@@ -207,12 +208,26 @@ struct Runtime::State {
   std::unique_ptr<internal::StopSignals> signals;  // the controller's
   /// The controller's admin API (null in workers, or with BATON_ADMIN=off), and what it shows.
   std::unique_ptr<internal::AdminServer> admin;
+  /// How long an endpoint runs before it is logged as a stall (BATON_STALL_AFTER; none: never),
+  /// and what watches for it in this process's proc.
+  std::optional<std::chrono::milliseconds> stall_after;
+  std::unique_ptr<detail::StallWatch> stall_watch;
+  void start_stall_watch() {
+    if (stall_after) stall_watch = std::make_unique<detail::StallWatch>(*proc, *stall_after);
+  }
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   std::deque<std::string> failures;  // that reached the controller's hook, newest last (under mu)
   static constexpr std::size_t kFailuresKept = 1000;
   /// What the admin API shows now; with `with_actors`, each running proc is asked for its
   /// actors (up to 2 s each, all at once).
   internal::AdminSnapshot admin_snapshot(bool with_actors);
+  /// What the admin API reads and does (inspect.cpp).
+  internal::AdminSource admin_source();
+  std::vector<internal::AdminStacks> admin_stacks(const std::string& proc,
+                                                  const std::string& actor);
+  std::vector<internal::AdminLogLine> admin_logs(const std::string& proc, const std::string& level,
+                                                 std::size_t lines, std::uint64_t since);
+  std::string admin_kill(const std::string& proc);
 
   /// Starts the workers of one proc mesh; the future completes once all have linked.
   Future<ProcMesh> spawn(const Shape& shape, const internal::LaunchSpec& spec);

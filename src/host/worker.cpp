@@ -73,6 +73,8 @@ void Runtime::run_worker() {
     state_->proc = std::make_unique<Proc>(std::move(proc_options));
     Proc& proc = *state_->proc;
     proc.spawn<detail::ProcAgent>("agent");
+    state_->stall_after = detail::stall_after_from_env();
+    state_->start_stall_watch();
     state_->prefix = std::string(name) + "-";
     // Other workers link here when a cast or a passed reference sends them our way: over TCP
     // where procs on other hosts must reach us, else over a unix socket.

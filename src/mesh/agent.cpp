@@ -2,10 +2,15 @@
 
 #include "mesh/agent.hpp"
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <memory>
 #include <mutex>
 #include <tuple>
+
+#include <fmt/format.h>
 
 #include "actor/cell.hpp"
 #include "actor/node.hpp"
@@ -66,6 +71,29 @@ std::vector<ActorReport> actor_reports(Proc& proc) {
   return out;
 }
 
+std::vector<ThreadStack> proc_stacks(Proc& proc) {
+  std::vector<ThreadStack> stacks = thread_stacks();
+  ProcState& st = state_of(proc);
+  std::vector<CellPtr> cells;
+  {
+    std::lock_guard lock(st.mu);
+    for (const auto& [id, cell] : st.actors) cells.push_back(cell);
+  }
+  for (const auto& cell : cells) {
+    const Cell::Activity a = cell->activity();
+    if (a.thread == 0) continue;
+    for (auto& s : stacks) {
+      if (s.tid != a.thread) continue;
+      std::string what = cell->id().to_string();
+      if (!a.running.empty()) {
+        what += fmt::format(": endpoint {} for {:.1f} s", a.running, a.running_s);
+      }
+      s.actors.push_back(std::move(what));
+    }
+  }
+  return stacks;
+}
+
 ActorId ProcAgent::spawn(std::uint64_t factory, const std::string& head,
                          const std::vector<Bytes>& parts, const Supervisor& place) {
   Body args;
@@ -94,6 +122,10 @@ Task<int> ProcAgent::shutdown() {
   run_shutdown_hook();
   co_await stop_all_but(proc(), id());
   co_return 0;
+}
+
+void ProcAgent::die() {
+  ::kill(::getpid(), SIGKILL);
 }
 
 ActorRef<ProcAgent> agent_of(const ProcId& proc) {

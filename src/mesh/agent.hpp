@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "actor/stacks.hpp"
 #include "baton/actor/actor.hpp"
 #include "baton/actor/actor_ref.hpp"
 #include "baton/actor/task.hpp"
@@ -43,6 +44,10 @@ struct ActorReport {
 /// The live actors of `proc`, by id.
 std::vector<ActorReport> actor_reports(Proc& proc);
 
+/// Every thread of the process of `proc` and where it is, each marked with the actors of `proc`
+/// it runs now.
+std::vector<ThreadStack> proc_stacks(Proc& proc);
+
 /// The runtime's agent in every proc ("agent"): spawns and stops actors there for the
 /// controller.
 class ProcAgent : public Actor {
@@ -62,10 +67,14 @@ class ProcAgent : public Actor {
   Task<int> shutdown();
   /// This proc's actors and what each does (see actor_reports).
   std::vector<ActorReport> actors() { return actor_reports(proc()); }
+  /// Every thread of this proc and its stack (see proc_stacks).
+  std::vector<ThreadStack> stacks() { return proc_stacks(proc()); }
+  /// Ends this proc's process at once with SIGKILL, as a crash would (`baton kill`).
+  void die();
   static constexpr auto endpoints =
       baton::endpoints<&ProcAgent::spawn, &ProcAgent::learn, &ProcAgent::ping,
                        &ProcAgent::stop_actor, &ProcAgent::forget, &ProcAgent::shutdown,
-                       &ProcAgent::actors>();
+                       &ProcAgent::actors, &ProcAgent::stacks, &ProcAgent::die>();
 };
 
 /// A reference to the agent of `proc`.

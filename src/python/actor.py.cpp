@@ -2,8 +2,11 @@
 // Python runs; an `async def` endpoint runs on the process's event loop thread while the actor
 // waits for it (co_await), so the actor still handles one message at a time.
 
+#include <map>
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include <pybind11/stl.h>
 
@@ -34,6 +37,30 @@ std::string remote_text(const py::error_already_set& e) {
 }
 
 }  // namespace
+
+std::map<int, std::vector<std::string>> python_stacks() {
+  std::map<int, std::vector<std::string>> out;
+  if (Py_IsInitialized() == 0) return out;
+  // A thread state of its own, dropped after: the asking thread is made for one request.
+  const py::gil_scoped_acquire gil;
+  const py::object format = py::module_::import("traceback").attr("format_stack");
+  for (PyThreadState* t = PyInterpreterState_ThreadHead(PyInterpreterState_Get()); t != nullptr;
+       t = PyThreadState_Next(t)) {
+    PyFrameObject* frame = PyThreadState_GetFrame(t);  // a new reference, or null
+    if (frame == nullptr) continue;
+    const auto f = py::reinterpret_steal<py::object>(reinterpret_cast<PyObject*>(frame));
+    std::vector<std::string> frames;
+    for (const py::handle entry : format(f)) {
+      auto text = entry.cast<std::string>();
+      const auto first = text.find_first_not_of(' ');
+      text.erase(0, first == std::string::npos ? text.size() : first);
+      while (!text.empty() && text.back() == '\n') text.pop_back();
+      frames.push_back(std::move(text));
+    }
+    out[static_cast<int>(t->native_thread_id)] = std::move(frames);
+  }
+  return out;
+}
 
 std::shared_ptr<const void> keep(py::buffer_info* info) {
   return std::shared_ptr<const void>(info, [](const void* p) {

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "actor/directory.hpp"
+#include "actor/stacks.hpp"
 #include "baton/launch/job.hpp"
 #include "baton/rdma/rdma.hpp"
 #include "host/runtime_impl.hpp"
@@ -313,6 +314,7 @@ PYBIND11_MODULE(_baton, m) {
   m.doc() = "baton's runtime, for the baton package";
   py::register_exception_translator(translate);
   note_main_thread();
+  detail::set_python_stacks(&python_stacks);
 
   py::class_<Bytes>(m, "Buffer", py::buffer_protocol())
       .def_buffer([](Bytes& b) {

@@ -6,6 +6,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -47,6 +48,10 @@ py::tuple from_pickled(const Pickled& p);
 /// another holds the GIL and joins it (a collective group's threads, as the group is dropped)
 /// could never get. Threads end rarely (a runtime closing, a group dropped): a few hundred bytes
 /// each.
+/// The Python stack of every thread that runs Python, by native thread id, each frame as a
+/// traceback prints it (the stacks the admin API shows; see detail::set_python_stacks).
+std::map<int, std::vector<std::string>> python_stacks();
+
 class Gil {
  public:
   Gil() : kept_(keep_thread_state()), gil_() {}

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -28,6 +29,13 @@ struct OutputLine {
 
   /// "[mesh 3] text", or "[mesh 0-3,5] text (x5)" for several ranks.
   std::string to_string() const;
+};
+
+/// A worker's line as kept for whoever looks inside the job (the admin API's logs).
+struct KeptLine {
+  OutputLine line;
+  std::chrono::system_clock::time_point at;  // when it was read
+  std::uint64_t seq = 0;                     // 1 for the first line kept, then one more each
 };
 
 struct OutputOptions {
@@ -61,8 +69,15 @@ class OutputForwarder {
   /// The last few stderr lines of one rank (read so far; flush() first to have them all).
   std::vector<std::string> recent_stderr(const std::string& mesh, std::size_t rank) const;
 
+  /// The last lines of every worker, both streams, oldest first: up to kKeptLines in all,
+  /// each cut to kKeptChars.
+  std::vector<KeptLine> kept() const;
+
   /// Stderr lines kept per rank for failure reports.
   static constexpr std::size_t kRecentLines = 5;
+
+  static constexpr std::size_t kKeptLines = 10000;
+  static constexpr std::size_t kKeptChars = 1024;
 
   /// Lines longer than this are printed in pieces of this size.
   static constexpr std::size_t kMaxLine = std::size_t{64} * 1024;

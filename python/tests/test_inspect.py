@@ -1,0 +1,59 @@
+"""Looking inside a job of Python actors: a Python actor blocked in time.sleep shows that line
+of its endpoint in its stack, on the thread that runs it, through the `baton` command."""
+
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+import baton
+from actors import Sleeper
+
+
+def baton_cli(*args: str) -> subprocess.CompletedProcess:
+    exe = os.environ.get("BATON_CLI", "baton")
+    return subprocess.run(
+        [exe, "--job", str(os.getpid()), *args], capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.fixture(scope="module")
+def procs():
+    p = baton.this_host().spawn_procs({"gpus": 1})
+    yield p
+    p.stop().get(timeout=60)
+
+
+def thread_in_nap(stacks: list) -> dict:
+    """The thread whose Python stack is inside Sleeper.nap, or an empty dict."""
+    for proc in stacks:
+        for thread in proc["threads"]:
+            if any("in nap" in frame for frame in thread["python"]):
+                return thread
+    return {}
+
+
+def test_a_python_actor_in_time_sleep_shows_that_line_on_its_thread(procs):
+    sleeper = procs.spawn("sleeper", Sleeper)
+    assert sleeper.nap.call_one(0).get(timeout=30) == 0
+    napping = sleeper.nap.call_one(5)
+    deadline = time.monotonic() + 20
+    thread: dict = {}
+    while not thread and time.monotonic() < deadline:
+        run = baton_cli("stack", "--json")
+        assert run.returncode == 0, run.stderr
+        thread = thread_in_nap(json.loads(run.stdout))
+    assert thread, "no thread of the job showed Sleeper.nap"
+    nap = next(frame for frame in thread["python"] if "in nap" in frame)
+    assert "actors.py" in nap
+    assert "time.sleep(seconds)  # the line its stack shows" in nap
+    # The thread that runs the endpoint is the one marked with the actor.
+    assert any("/sleeper[0]" in actor for actor in thread["actors"]), thread
+    assert thread["native"], "the native stack of the same thread"
+    # As text: the Python stack, most recent call last.
+    text = baton_cli("stack").stdout
+    assert "Python (most recent call last):" in text
+    assert "time.sleep(seconds)" in text
+    assert napping.get(timeout=30) == 5

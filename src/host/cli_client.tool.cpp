@@ -1,0 +1,136 @@
+// The `baton` command's side of the admin API (see cli_client.hpp): Boost.Beast writes each
+// request and reads its response.
+
+#include "host/cli_client.hpp"
+
+#include <cctype>
+#include <chrono>
+#include <cstddef>  // before Boost.Asio, which configures its allocation from the standard library
+#include <fstream>
+#include <optional>
+#include <utility>  // Boost 1.74's awaitable.hpp uses std::exchange without it
+
+#include <boost/asio.hpp>
+#include <boost/beast.hpp>
+#include <nlohmann/json.hpp>
+
+#include "host/admin.hpp"
+#include "host/job_dir.hpp"
+
+namespace baton::cli {
+
+namespace {
+
+namespace http = boost::beast::http;
+using tcp = boost::asio::ip::tcp;
+
+std::string read_token(const std::string& file) {
+  std::ifstream in(file);
+  std::string token;
+  if (!std::getline(in, token) || token.empty()) {
+    throw Failure("cannot read an admin token from " + file +
+                  " (the job may have just ended, or this user may not read it)");
+  }
+  return token;
+}
+
+}  // namespace
+
+Target find_target(const std::string& addr, const std::string& token_file, int pid) {
+  if (!addr.empty()) {
+    if (token_file.empty()) throw Failure("--addr needs --token FILE (the job's admin-token)");
+    return {addr, read_token(token_file), addr};
+  }
+  const auto jobs = baton::internal::running_jobs();
+  std::optional<baton::internal::RunningJob> job;
+  if (pid != 0) {
+    for (const auto& j : jobs) {
+      if (j.pid == pid) job = j;
+    }
+    if (!job) {
+      std::string known;
+      for (const auto& j : jobs) known += " " + std::to_string(j.pid);
+      throw Failure("no job of this user with controller pid " + std::to_string(pid) +
+                    (jobs.empty() ? " (none runs on this host)"
+                                  : " (running:" + known + "; see baton jobs)"));
+    }
+  } else if (jobs.empty()) {
+    throw Failure(
+        "no baton job of this user runs on this host (start one, or give --addr URL "
+        "--token FILE for one elsewhere)");
+  } else if (jobs.size() > 1) {
+    std::string list;
+    for (const auto& j : jobs) list += "\n  " + std::to_string(j.pid) + "  " + j.dir.string();
+    throw Failure("several jobs run on this host; pick one with --job PID:" + list);
+  } else {
+    job = jobs.front();
+  }
+  if (job->admin_url.empty()) {
+    throw Failure("the job of controller " + std::to_string(job->pid) +
+                  " serves no admin API (it was started with BATON_ADMIN=off)");
+  }
+  return {job->admin_url, read_token((job->dir / baton::internal::kAdminTokenFile).string()),
+          "the job of controller " + std::to_string(job->pid)};
+}
+
+std::string request(const Target& t, const std::string& method, const std::string& path) {
+  constexpr std::string_view kHttp = "http://";
+  if (!t.url.starts_with(kHttp)) throw Failure("--addr " + t.url + " is not http://HOST:PORT");
+  const std::string hostport = t.url.substr(kHttp.size());
+  const auto colon = hostport.rfind(':');
+  if (colon == std::string::npos) throw Failure(t.url + " names no port");
+  boost::asio::io_context ctx;
+  boost::beast::tcp_stream stream(ctx);
+  stream.expires_after(std::chrono::seconds(10));
+  try {
+    tcp::resolver resolver(ctx);
+    stream.connect(resolver.resolve(hostport.substr(0, colon), hostport.substr(colon + 1)));
+  } catch (const std::exception& e) {
+    throw Failure("cannot reach " + t.name + " at " + t.url + " (" + e.what() +
+                  "): it has ended, or the address is wrong");
+  }
+  http::request<http::empty_body> req{http::string_to_verb(method), path, 11};
+  req.set(http::field::host, hostport);
+  req.set(http::field::authorization, "Bearer " + t.token);
+  req.set(http::field::user_agent, std::string("baton/") + kVersion);
+  http::response<http::string_body> res;
+  try {
+    http::write(stream, req);
+    boost::beast::flat_buffer buffer;
+    http::read(stream, buffer, res);
+  } catch (const std::exception& e) {
+    throw Failure(t.name + " stopped answering (" + std::string(e.what()) + "): it has ended?");
+  }
+  if (res.result() == http::status::unauthorized) {
+    throw Failure(t.name +
+                  " refused the token: it is not this job's (another job's file, or "
+                  "a job started again since?)");
+  }
+  if (res.result() != http::status::ok) {
+    std::string why = res.body();
+    try {
+      why = nlohmann::json::parse(res.body()).at("error").get<std::string>();
+    } catch (const std::exception&) {
+    }
+    throw Failure(path + ": " + std::to_string(res.result_int()) + " " + why);
+  }
+  return res.body();
+}
+
+std::string url_encoded(std::string_view s) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (std::isalnum(u) != 0 || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += c;
+    } else {
+      out += '%';
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+    }
+  }
+  return out;
+}
+
+}  // namespace baton::cli

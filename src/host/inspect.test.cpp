@@ -1,0 +1,315 @@
+// Looking inside a running job through the admin API and the `baton` command: every thread's
+// stack with the actor it runs, the workers' last lines, a proc killed as a crash would, and
+// `baton top` driven in a real terminal (tmux).
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "baton/baton.hpp"
+#include "host/admin.test.hpp"
+#include "log/log.hpp"
+#include "mesh/stall.hpp"
+
+namespace baton {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+class Worker : public Actor {
+ public:
+  int echo(int x) { return x; }
+  /// Works for `ms` milliseconds inside a function of its own, as a slow step of training does.
+  [[gnu::noinline]] int crunch_numbers(int ms) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    return ms;
+  }
+  /// Writes `n` lines on stdout and one warning on stderr.
+  int chatter(int n) {
+    for (int i = 0; i < n; ++i) std::printf("step %d of %d\n", i, n);
+    std::fflush(stdout);
+    detail::log_warn("loss went up at step {}", n);
+    return n;
+  }
+  static constexpr auto endpoints =
+      baton::endpoints<&Worker::echo, &Worker::crunch_numbers, &Worker::chatter>();
+};
+
+/// Asks until `done(reply)` or 20 s: the API reads a live job, which moves on its own.
+Reply get_until(const internal::RunningJob& job, const std::string& path,
+                const std::function<bool(const Reply&)>& done) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  Reply r;
+  do {
+    r = get(job, path);
+  } while (!done(r) && std::chrono::steady_clock::now() < until);
+  return r;
+}
+
+/// How many times `pattern` matches in `text`.
+std::ptrdiff_t count_of(const std::string& text, const std::string& pattern) {
+  const std::regex re(pattern);
+  return std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator());
+}
+
+std::string proc_name(const ActorMesh<Worker>& mesh, std::size_t rank) {
+  return mesh.at(rank).id().proc.name;
+}
+
+TEST(Stacks, TheThreadInsideALongEndpointShowsItsFunctionAndWhichActorItRuns) {
+  const auto job = this_job();
+  auto procs = this_host().spawn_procs({{"gpus", 2}});
+  auto workers = procs.spawn<Worker>("worker");
+  ASSERT_EQ(workers.call(&Worker::echo, 1).get().values(), (std::vector<int>{1, 1}));
+  const std::string busy_proc = proc_name(workers, 1);
+  const std::string actor = busy_proc + "/worker[0]";
+  auto busy = workers.at(1).call(&Worker::crunch_numbers, 4000);
+  const Reply r = get_until(job, "/api/stacks?proc=" + busy_proc, [](const Reply& x) {
+    return x.body.find("crunch_numbers") != std::string::npos;
+  });
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_THAT(r.body, HasSubstr("\"proc\": \"" + busy_proc + "\""));
+  EXPECT_THAT(r.body, HasSubstr(actor + ": endpoint "));
+  EXPECT_THAT(r.body, HasSubstr("Worker::crunch_numbers for "));
+  EXPECT_THAT(r.body, HasSubstr("Worker::crunch_numbers(int) (inspect.test.cpp:"));
+  // One actor: only the thread that runs it.
+  const Reply one = get(job, "/api/stacks?actor=" + actor);
+  ASSERT_EQ(one.status, 200) << one.body;
+  EXPECT_EQ(count_of(one.body, "\"tid\""), 1) << one.body;
+  // Every proc: the controller and both workers.
+  const Reply all = get(job, "/api/stacks");
+  for (const std::string& p : {proc_name(workers, 0), busy_proc}) {
+    EXPECT_THAT(all.body, HasSubstr("\"proc\": \"" + p + "\"")) << all.body;
+  }
+  // The command prints the same as text, the actor's thread marked.
+  const auto text = baton_cli({"--job", std::to_string(::getpid()), "stack", actor});
+  EXPECT_EQ(text.status, 0) << text.text;
+  EXPECT_THAT(text.text, HasSubstr("runs " + actor + ": endpoint"));
+  EXPECT_THAT(text.text, HasSubstr("  #"));
+  EXPECT_THAT(text.text, HasSubstr("Worker::crunch_numbers(int) (inspect.test.cpp:"));
+  EXPECT_EQ(std::move(busy).get(), 4000);
+  // Idle now: it runs on no thread, and says so.
+  const Reply idle = get(job, "/api/stacks?actor=" + actor);
+  EXPECT_THAT(idle.body, HasSubstr("runs on no thread now")) << idle.body;
+  procs.stop().get();
+}
+
+TEST(Stacks, AnActorOrProcThatDoesNotExistIsRefusedNamingTheOnesThatDo) {
+  const auto job = this_job();
+  auto procs = this_host().spawn_procs({{"gpus", 1}});
+  auto workers = procs.spawn<Worker>("worker");
+  (void)workers.call(&Worker::echo, 1).get();
+  const std::string p = proc_name(workers, 0);
+  const Reply no_actor = get(job, "/api/stacks?actor=" + p + "/nobody%5B0%5D");
+  EXPECT_EQ(no_actor.status, 404);
+  EXPECT_THAT(no_actor.body, HasSubstr("no actor " + p + "/nobody[0]"));
+  EXPECT_THAT(no_actor.body, HasSubstr(p + "/worker[0]"));
+  const Reply no_proc = get(job, "/api/stacks?proc=nowhere.3");
+  EXPECT_EQ(no_proc.status, 404);
+  EXPECT_THAT(no_proc.body, HasSubstr("no proc nowhere.3 in this job; its procs: "));
+  EXPECT_THAT(no_proc.body, HasSubstr(p));
+  const auto cli =
+      baton_cli({"--job", std::to_string(::getpid()), "stack", p + "/nobody[0]"}, STDERR_FILENO);
+  EXPECT_EQ(WEXITSTATUS(cli.status), 1);
+  EXPECT_THAT(cli.text, HasSubstr("no actor " + p + "/nobody[0]"));
+  procs.stop().get();
+}
+
+TEST(Logs, TheWorkersLastLinesByProcAndLevelAndOnlyTheNewOnes) {
+  const auto job = this_job();
+  auto procs = this_host().spawn_procs({{"gpus", 2}});
+  auto workers = procs.spawn<Worker>("worker");
+  (void)workers.at(0).call(&Worker::chatter, 3).get();
+  (void)workers.at(1).call(&Worker::chatter, 2).get();
+  Runtime::get().flush_output();  // what the workers wrote has been read
+  const std::string p0 = proc_name(workers, 0);
+  const Reply r = get(job, "/api/logs?proc=" + p0);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_THAT(r.body, HasSubstr("\"text\": \"step 2 of 3\""));
+  EXPECT_THAT(r.body, HasSubstr("\"stream\": \"stdout\""));
+  EXPECT_THAT(r.body, Not(HasSubstr("of 2\"")));  // the other proc's
+  const Reply warn = get(job, "/api/logs?level=warn");
+  EXPECT_THAT(warn.body, HasSubstr("loss went up at step 3"));
+  EXPECT_THAT(warn.body, HasSubstr("loss went up at step 2"));
+  EXPECT_THAT(warn.body, HasSubstr("\"level\": \"warn\""));
+  EXPECT_THAT(warn.body, Not(HasSubstr("step 0 of")));
+  // Only what came after a line already seen.
+  const std::string seen = [&] {
+    const std::regex seq("\"seq\": ([0-9]+)");
+    std::string s;
+    for (auto it = std::sregex_iterator(r.body.begin(), r.body.end(), seq);
+         it != std::sregex_iterator(); ++it) {
+      s = (*it)[1];
+    }
+    return s;
+  }();
+  ASSERT_FALSE(seen.empty()) << r.body;
+  (void)workers.at(0).call(&Worker::chatter, 1).get();
+  Runtime::get().flush_output();
+  const Reply newer = get(job, "/api/logs?proc=" + p0 + "&since=" + seen);
+  EXPECT_THAT(newer.body, HasSubstr("step 0 of 1"));
+  EXPECT_THAT(newer.body, Not(HasSubstr("of 3\"")));
+  const Reply bad = get(job, "/api/logs?level=loud");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_THAT(bad.body, HasSubstr("not one of debug, info, warn, error"));
+  const auto cli =
+      baton_cli({"--job", std::to_string(::getpid()), "logs", "--proc", p0, "-n", "2"});
+  EXPECT_EQ(cli.status, 0);
+  EXPECT_THAT(cli.text, HasSubstr("[" + p0 + "] step 0 of 1"));
+  EXPECT_EQ(std::count(cli.text.begin(), cli.text.end(), '\n'), 2) << cli.text;
+  procs.stop().get();
+}
+
+TEST(Kill, AProcKilledThroughTheCommandIsAFailureSupervisionHearsOf) {
+  const auto job = this_job();
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::string> heard;
+  Runtime::get().set_supervise([&](const MeshFailure& e) {
+    std::lock_guard lock(mu);
+    heard.push_back(e.to_string());
+    cv.notify_all();
+    return true;
+  });
+  auto procs = this_host().spawn_procs({{"gpus", 2}});
+  auto workers = procs.spawn<Worker>("worker");
+  (void)workers.call(&Worker::echo, 1).get();
+  const std::string victim = proc_name(workers, 1);
+  const auto killed = baton_cli({"--job", std::to_string(::getpid()), "kill", victim});
+  EXPECT_EQ(killed.status, 0) << killed.text;
+  EXPECT_THAT(killed.text, HasSubstr("killed " + victim + " (SIGKILL to pid "));
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return !heard.empty(); }));
+    EXPECT_THAT(heard.front(), HasSubstr(victim));
+    EXPECT_THAT(heard.front(), HasSubstr("SIGKILL"));
+  }
+  const Reply after = get_until(job, "/api/procs", [](const Reply& x) {
+    return x.body.find("\"state\": \"failed\"") != std::string::npos;
+  });
+  EXPECT_THAT(after.body, HasSubstr("\"state\": \"failed\"")) << after.body;
+  // Killing it again, or a proc that never was, says what can be killed.
+  const auto again =
+      baton_cli({"--job", std::to_string(::getpid()), "kill", victim}, STDERR_FILENO);
+  EXPECT_EQ(WEXITSTATUS(again.status), 1);
+  EXPECT_THAT(again.text, HasSubstr("has already ended"));
+  const Reply none = request(job, "POST", "/api/kill?proc=nowhere.0",
+                             "Authorization: Bearer " + token_of(job) + "\r\n");
+  EXPECT_EQ(none.status, 404);
+  EXPECT_THAT(none.body, HasSubstr(proc_name(workers, 0)));
+  const Reply by_get = get(job, "/api/kill?proc=" + proc_name(workers, 0));
+  EXPECT_EQ(by_get.status, 405);  // a GET never kills
+  Runtime::get().set_supervise(nullptr);
+  procs.stop().get();
+}
+
+TEST(Stalls, AnEndpointRunningLongerThanStallAfterIsLoggedOnceWithItsStackAndMarked) {
+  const auto job = this_job();
+  auto procs = this_host().spawn_procs({{"gpus", 1}});
+  auto workers = procs.spawn<Worker>("worker");
+  (void)workers.call(&Worker::echo, 1).get();
+  const std::string p = proc_name(workers, 0);
+  const std::string actor = p + "/worker[0]";
+  auto busy = workers.at(0).call(&Worker::crunch_numbers, 8000);
+  const std::string logs = "/api/logs?level=warn&proc=" + p;
+  const Reply logged = get_until(job, logs, [](const Reply& x) {
+    return x.body.find("(inspect.test.cpp:") != std::string::npos;  // its stack's lines too
+  });
+  EXPECT_THAT(logged.body, HasSubstr(actor + " has been in endpoint "));
+  EXPECT_THAT(logged.body, HasSubstr("Worker::crunch_numbers for "));
+  EXPECT_THAT(logged.body, HasSubstr("longer than BATON_STALL_AFTER=2 s"));
+  EXPECT_THAT(logged.body, HasSubstr("Worker::crunch_numbers(int) (inspect.test.cpp:"));
+  // Marked where people look: the API, and so baton ls and top.
+  const Reply marked = get(job, "/api/actors");
+  EXPECT_THAT(marked.body, HasSubstr("\"stalled\": true")) << marked.body;
+  EXPECT_EQ(std::move(busy).get(), 8000);
+  Runtime::get().flush_output();
+  const Reply after = get(job, logs);
+  EXPECT_EQ(count_of(after.body, "/worker\\[0\\] has been in endpoint"), 1)
+      << "logged once, not at every look: " << after.body;
+  EXPECT_THAT(get(job, "/api/actors").body, Not(HasSubstr("\"stalled\": true")));
+  procs.stop().get();
+}
+
+TEST(Stalls, BatonStallAfterSaysWhatItTakes) {
+  ::setenv("BATON_STALL_AFTER", "soon", 1);
+  try {
+    (void)detail::stall_after_from_env();
+    ADD_FAILURE() << "a value that is not seconds was taken";
+  } catch (const UsageError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("is not a number of seconds"));
+  }
+  ::setenv("BATON_STALL_AFTER", "off", 1);
+  EXPECT_EQ(detail::stall_after_from_env(), std::nullopt);
+  ::setenv("BATON_STALL_AFTER", "0.5", 1);
+  EXPECT_EQ(detail::stall_after_from_env(), std::chrono::milliseconds(500));
+  ::unsetenv("BATON_STALL_AFTER");
+  EXPECT_EQ(detail::stall_after_from_env(), std::chrono::seconds(60));
+  ::setenv("BATON_STALL_AFTER", "2", 1);  // this binary's, for the tests above
+}
+
+/// Runs `command` through the shell; its output.
+std::string shell(const std::string& command) {
+  std::string out;
+  FILE* p = ::popen(command.c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[4096];
+  std::size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  ::pclose(p);
+  return out;
+}
+
+TEST(Top, ShowsTheProcsAndActorsInARealTerminalAndQuitsOnQ) {
+  ASSERT_FALSE(shell("command -v tmux").empty()) << "tmux is not installed (make deps)";
+  auto procs = this_host().spawn_procs({{"gpus", 2}});
+  auto workers = procs.spawn<Worker>("worker");
+  (void)workers.call(&Worker::echo, 1).get();
+  auto busy = workers.at(0).call(&Worker::crunch_numbers, 3000);
+  const std::string session = "baton-top-test-" + std::to_string(::getpid());
+  const std::string status_file = ::testing::TempDir() + session + ".status";
+  std::remove(status_file.c_str());
+  // When top ends, the session writes its status and signals the channel the test waits on.
+  shell("tmux new-session -d -s " + session + " -x 160 -y 40 '" + BATON_CLI_BIN + " --job " +
+        std::to_string(::getpid()) + " top --interval 0.2; echo $? > " + status_file +
+        "; tmux wait-for -S " + session + "'");
+  std::string screen;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < until) {
+    screen = shell("tmux capture-pane -p -t " + session);
+    if (screen.find("crunch_numbers") != std::string::npos) break;
+  }
+  EXPECT_THAT(screen, HasSubstr("baton top: job of ctl"));
+  EXPECT_THAT(screen, HasSubstr(proc_name(workers, 1)));
+  EXPECT_THAT(screen, HasSubstr("/worker[0]"));
+  EXPECT_THAT(screen, HasSubstr("crunch_numbers"));
+  EXPECT_THAT(screen, HasSubstr("(q quits)"));
+  shell("tmux send-keys -t " + session + " q");
+  shell("timeout 10 tmux wait-for " + session);
+  std::string status;
+  std::getline(std::ifstream(status_file), status);
+  EXPECT_EQ(status, "0") << "baton top did not quit on q";
+  shell("tmux kill-session -t " + session + " 2>/dev/null");
+  (void)std::move(busy).get();
+  procs.stop().get();
+}
+
+}  // namespace
+}  // namespace baton
+
+int main(int argc, char** argv) {
+  // An endpoint of more than 2 s is a stall in this job: the tests' long ones are.
+  ::setenv("BATON_STALL_AFTER", "2", /*overwrite=*/0);
+  baton::Runtime rt(argc, argv);  // a worker serves here and never returns
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
