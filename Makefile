@@ -10,23 +10,31 @@ DEB_PACKAGES := build-essential cmake ninja-build pkg-config clang libclang-rt-1
   libucx-dev libamdhip64-5 \
   clang-format clang-tidy libgtest-dev libgmock-dev libbenchmark-dev libasio-dev \
   libssl-dev libcereal-dev libspdlog-dev libfmt-dev libcli11-dev libcaf-dev iproute2 \
-  libboost-dev nlohmann-json3-dev libdw-dev tmux \
+  libboost-dev nlohmann-json3-dev libdw-dev libjs-chart.js \
   openssh-client openssh-server slurm-wlm munge python3-yaml libgloo-dev python3-torch libtorch-dev \
   python3-sklearn zlib1g-dev \
   pybind11-dev python3-dev python3-pytest python3-cloudpickle python3-numpy \
   python3-venv python3-pip python3-setuptools flake8 python3-mypy
 
+# What only the tests use: a real browser for the dashboard, Prometheus' checker, a terminal.
+TEST_PACKAGES := chromium fonts-liberation prometheus tmux
+
 # `import baton` from the build tree: PYTHONPATH=python:$(BUILD)/python (see the README).
 python: $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS) --target python
 
-.PHONY: python all deps build install test test-asan test-tsan test-sanitizers-core demo bench format format-check tidy clean
+.PHONY: python all deps deps-build build install test test-asan test-tsan test-sanitizers-core demo bench format format-check tidy clean
 
 all: build
 
-# Installs what the build needs; apt-get update runs only when something is missing.
+# Installs what the build and the tests need (deps-build: the build alone); apt-get update runs
+# only when something is missing.
 deps:
-	@missing=$$(for p in $(DEB_PACKAGES); do \
+	@$(MAKE) --no-print-directory deps-build PACKAGES="$(DEB_PACKAGES) $(TEST_PACKAGES)"
+
+PACKAGES ?= $(DEB_PACKAGES)
+deps-build:
+	@missing=$$(for p in $(PACKAGES); do \
 	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  echo "make deps: installing$$(echo ' '$$missing)"; \
@@ -77,7 +85,10 @@ test-sanitizers-core:
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:suppressions=$(CURDIR)/tsan.supp \
 	  ctest --output-on-failure -j $(JOBS) -R '$(CORE_REGEX)'
 
-demo: deps build
+# Only what the demo runs: the example and the libraries under it, and `baton` to look inside it
+# (not the tests, fuzzers, header checks and other examples a full build makes).
+demo: deps-build $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS) --target ddp_train baton-cli
 	./$(BUILD)/bin/ddp_train
 
 bench: build

@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -16,9 +17,11 @@
 #include <vector>
 
 #include "actor/extensions.hpp"
+#include "actor/metrics.hpp"
 #include "actor/node.hpp"
 #include "baton/actor/proc.hpp"
 #include "baton/net/link.hpp"
+#include "net/counters.hpp"
 #include "net/work_queue.hpp"
 
 namespace baton::detail {
@@ -67,8 +70,25 @@ class ProcState : public std::enable_shared_from_this<ProcState> {
   std::unique_ptr<net::IoThread> io;
   std::vector<std::unique_ptr<net::Listener>> listeners;  // one per serve()
   std::atomic<std::uint64_t> envelopes_sent{0};           // over links, by this proc
+  /// Round trips of this proc's remote calls, by endpoint (metrics.hpp).
+  CallTimes call_times;
+  /// What links of this proc carried before they closed, by kind of link (metrics.hpp).
+  void retire_traffic(const std::string& kind, const net::LinkCounters& c) {
+    std::lock_guard lock(traffic_mu_);
+    net::LinkCounters& k = retired_[kind];
+    k.sent_messages += c.sent_messages;
+    k.sent_bytes += c.sent_bytes;
+    k.received_messages += c.received_messages;
+    k.received_bytes += c.received_bytes;
+  }
+  std::map<std::string, net::LinkCounters> retired_traffic() const {
+    std::lock_guard lock(traffic_mu_);
+    return retired_;
+  }
 
  private:
+  mutable std::mutex traffic_mu_;
+  std::map<std::string, net::LinkCounters> retired_;
   Extensions extensions_;
   net::JobQueue background_;
   std::unordered_map<ActorId, Ended> ended_;  // under mu

@@ -36,9 +36,14 @@ Body encode_failure(std::exception_ptr e) {
 /// The caller's side of a remote call: completes the future from the status-tagged reply.
 class RemoteReplyPort final : public ReplySinkBase {
  public:
-  RemoteReplyPort(std::shared_ptr<StateBase> state, std::string endpoint)
-      : state_(std::move(state)), endpoint_(std::move(endpoint)) {}
+  RemoteReplyPort(std::shared_ptr<StateBase> state, std::string endpoint, CallHistogram* times)
+      : state_(std::move(state)), endpoint_(std::move(endpoint)), times_(times) {}
   bool deliver(const Body& body) override {
+    if (times_ != nullptr) {
+      times_->observe(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now() - sent_)
+                          .count());
+    }
     complete_from_reply(*state_, body, endpoint_);
     return true;
   }
@@ -51,6 +56,8 @@ class RemoteReplyPort final : public ReplySinkBase {
  private:
   std::shared_ptr<StateBase> state_;
   std::string endpoint_;
+  CallHistogram* times_;  // the proc's, which outlives its reply ports
+  std::chrono::steady_clock::time_point sent_ = std::chrono::steady_clock::now();
 };
 
 /// The callee's side: what the handler produces, tagged with its status, goes to `out`.
@@ -102,8 +109,9 @@ std::shared_ptr<StateBase> reply_over(std::shared_ptr<net::Link> link, ActorId f
 
 }  // namespace
 
-PortSinkPtr remote_reply_port(std::shared_ptr<StateBase> state, std::string endpoint) {
-  return std::make_shared<RemoteReplyPort>(std::move(state), std::move(endpoint));
+PortSinkPtr remote_reply_port(std::shared_ptr<StateBase> state, std::string endpoint,
+                              CallHistogram* times) {
+  return std::make_shared<RemoteReplyPort>(std::move(state), std::move(endpoint), times);
 }
 
 void deliver_envelope(const std::shared_ptr<ProcState>& local,

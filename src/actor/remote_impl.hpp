@@ -24,6 +24,7 @@
 #include "actor/cell.hpp"
 #include "actor/directory.hpp"
 #include "actor/failures.hpp"
+#include "actor/metrics.hpp"
 #include "actor/node.hpp"
 #include "actor/routing.hpp"
 
@@ -126,7 +127,9 @@ void deliver_envelope(const std::shared_ptr<ProcState>& local,
 /// Returns the one-way calls a link never delivered to their senders.
 void return_unsent(const std::string& peer, const std::string& reason,
                    const std::vector<Envelope>& envs);
-/// The reply sink of a call sent over a link: completes `state` from the status-tagged reply.
-PortSinkPtr remote_reply_port(std::shared_ptr<StateBase> state, std::string endpoint);
+/// The reply sink of a call sent over a link: completes `state` from the status-tagged reply,
+/// and counts the round trip in `times` (if not null).
+PortSinkPtr remote_reply_port(std::shared_ptr<StateBase> state, std::string endpoint,
+                              CallHistogram* times = nullptr);
 
 }  // namespace baton::detail::remote

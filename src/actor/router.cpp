@@ -72,6 +72,10 @@ void RemoteRouter::link_closed(const std::string& peer, const std::shared_ptr<ne
     if (it == routes.end() || it->second.link != link) return;
     pending = std::move(it->second.pending);
     local = it->second.local.lock();
+    if (local) {
+      const std::string t = link->transport();
+      local->retire_traffic(t == "unix" || t == "shm" ? "host" : t, net::counters_of(*link));
+    }
     routes.erase(it);
     if (closed_why.insert_or_assign(peer, reason).second) closed_order.push_back(peer);
     if (closed_order.size() > kFailuresKept) {
@@ -228,8 +232,9 @@ bool RemoteRouter::route_call(const ActorId& target, const EndpointInfo& endpoin
   std::optional<PortId> reply_to;
   if (reply) {
     reply->set_reply_route(local);  // a caller outside actors waits on this proc's event loop
-    reply_to =
-        open_reply_port(*local, target.proc, remote_reply_port(reply, std::string(endpoint.name)));
+    reply_to = open_reply_port(
+        *local, target.proc,
+        remote_reply_port(reply, std::string(endpoint.name), &local->call_times.of(endpoint.name)));
   }
   Envelope env;
   env.sender = sender;

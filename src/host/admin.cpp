@@ -11,8 +11,11 @@
 #include <cctype>
 #include <cerrno>
 #include <cstddef>  // before Boost.Asio, which configures its allocation from the standard library
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <stdexcept>
 #include <string_view>
@@ -25,6 +28,7 @@
 
 #include "baton/actor/errors.hpp"
 #include "baton/net/link.hpp"
+#include "host/dashboard.hpp"
 
 namespace baton::internal {
 namespace {
@@ -52,6 +56,40 @@ bool is_loopback(const std::string& host) {
 void family(std::string& out, const std::string& name, const std::string& type,
             const std::string& help) {
   out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+}
+
+/// The procs' own metrics, each sample labelled with its proc, grouped by family as the format
+/// asks.
+void procs_metrics_text(std::string& out,
+                        const std::vector<std::pair<std::string, detail::ProcMetrics>>& procs) {
+  std::vector<const detail::MetricFamily*> families;
+  std::map<std::string, std::string> lines;  // by family
+  for (const auto& [proc, m] : procs) {
+    for (const auto& f : m.families) {
+      if (lines.try_emplace(f.name).second) families.push_back(&f);
+    }
+  }
+  for (const auto& [proc, m] : procs) {
+    const std::string proc_label = detail::label("proc", proc);
+    for (const auto& sm : m.samples) {
+      std::string name = sm.name;
+      auto it = lines.find(name);
+      for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+        if (it != lines.end()) break;
+        if (name.ends_with(suffix))
+          it = lines.find(name.substr(0, name.size() - std::strlen(suffix)));
+      }
+      if (it == lines.end()) continue;  // a sample of no family: not valid text
+      char value[40];
+      std::snprintf(value, sizeof value, "%.17g", sm.value);
+      it->second += name + "{" + proc_label + (sm.labels.empty() ? "" : "," + sm.labels) + "} " +
+                    value + "\n";
+    }
+  }
+  for (const auto* f : families) {
+    family(out, f->name, f->type, f->help);
+    out += lines[f->name];
+  }
 }
 
 std::string metrics_text(const AdminSnapshot& s) {
@@ -229,6 +267,27 @@ struct AdminServer::Impl {
            CRYPTO_memcmp(given.data(), token.data(), token.size()) == 0;
   }
 
+  /// The dashboard's files, and Chart.js from where Debian installs it; false for any other path.
+  static bool serve_file(const std::string& path, http::response<http::string_body>& res) {
+    for (std::size_t i = 0; i < kDashboardFileCount; ++i) {
+      if (path != kDashboardFiles[i].path) continue;
+      res.set(http::field::content_type, kDashboardFiles[i].type);
+      res.set(http::field::cache_control, "no-cache");
+      res.body() = kDashboardFiles[i].text;
+      return true;
+    }
+    if (path != "/js/chart.min.js") return false;
+    std::ifstream in(kChartJs, std::ios::binary);
+    if (!in) {
+      res.result(http::status::not_found);
+      res.body() = "// Chart.js is not installed here (Debian: apt-get install libjs-chart.js)\n";
+    } else {
+      res.body().assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    res.set(http::field::content_type, "text/javascript; charset=utf-8");
+    return true;
+  }
+
   /// The response to one request.
   http::response<http::string_body> answer(const http::request<http::string_body>& req) {
     http::response<http::string_body> res{http::status::ok, req.version()};
@@ -240,6 +299,11 @@ struct AdminServer::Impl {
     };
     const Target target = split_target(std::string_view(req.target().data(), req.target().size()));
     const std::string& path = target.path;
+    // The dashboard's page and script hold nothing of the job: they ask the API with the token.
+    if (req.method() == http::verb::get && serve_file(path, res)) {
+      res.prepare_payload();
+      return res;
+    }
     if (!authorized(req)) {
       json(http::status::unauthorized,
            {{"error",
@@ -329,6 +393,7 @@ struct AdminServer::Impl {
     } else if (path == "/metrics") {
       res.set(http::field::content_type, "text/plain; version=0.0.4");
       res.body() = metrics_text(source.snapshot(false));
+      procs_metrics_text(res.body(), source.metrics());
     } else {
       json(http::status::not_found, {{"error", "no resource " + path + " (GET /api lists them)"}});
     }

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "actor/metrics.hpp"
 #include "actor/stacks.hpp"
 
 namespace baton::internal {
@@ -101,6 +102,9 @@ struct AdminSource {
   std::function<std::vector<AdminLogLine>(const std::string& proc, const std::string& level,
                                           std::size_t lines, std::uint64_t since)>
       logs;
+  /// The metrics of the controller and of every running proc (one that does not answer is
+  /// left out), by proc.
+  std::function<std::vector<std::pair<std::string, detail::ProcMetrics>>()> metrics;
   /// Kills the process of `proc`, as a crash would; says what it did.
   std::function<std::string(const std::string& proc)> kill;
 };

@@ -10,10 +10,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -127,30 +130,76 @@ TEST(Admin, EachActorSaysWhatItDoesAndWhatItHandled) {
   procs.stop().get();
 }
 
-TEST(Admin, MetricsAreInPrometheusTextFormatAndCountTheCallsMade) {
+/// The value of the sample whose line starts with `prefix` (its name and labels), or -1.
+double sample(const std::string& text, const std::string& prefix) {
+  std::istringstream in(text);
+  std::string l;
+  while (std::getline(in, l)) {
+    if (l.starts_with(prefix + " ")) return std::stod(l.substr(prefix.size() + 1));
+  }
+  return -1;
+}
+
+/// Runs `command` through the shell with `input` on its standard input; its status and output.
+std::pair<int, std::string> shell_with_input(const std::string& command, const std::string& input) {
+  const std::string file = ::testing::TempDir() + "metrics-" + std::to_string(::getpid());
+  {
+    std::ofstream out(file);
+    out << input;
+  }
+  std::string output;
+  FILE* p = ::popen((command + " < " + file + " 2>&1").c_str(), "r");
+  char buf[4096];
+  std::size_t n = 0;
+  while (p != nullptr && (n = std::fread(buf, 1, sizeof buf, p)) > 0) output.append(buf, n);
+  const int status = p != nullptr ? ::pclose(p) : -1;
+  std::remove(file.c_str());
+  return {status, output};
+}
+
+TEST(Admin, MetricsPassPromtoolAndCountTheCallsMadeByEndpointLinkAndActor) {
   const auto job = this_job();
   auto procs = this_host().spawn_procs({{"gpus", 1}});
   auto echo = procs.spawn<Echo>("echo");
   (void)echo.call(&Echo::echo, 1).get();
-  auto count = [&job] {
+  const std::string worker = echo.at(0).id().proc.name;
+  const std::regex calls(
+      R"re(baton_call_duration_seconds_count\{proc="ctl",endpoint="[^"]*Echo::echo"\})re");
+  auto read = [&job] {
     const Reply r = get(job, "/metrics");
     EXPECT_EQ(r.status, 200);
-    // Every line is a comment (# HELP or # TYPE) or "name{labels} number".
-    const std::regex line(
-        R"(^(# (HELP|TYPE) [a-z_]+ .+|[a-z_]+(\{[a-z_]+="[^"]*"\})? [0-9.e+-]+)$)");
-    std::istringstream in(r.body);
-    std::string l;
-    double sent = -1;
-    while (std::getline(in, l)) {
-      EXPECT_TRUE(std::regex_match(l, line)) << "not Prometheus text: " << l;
-      if (l.starts_with("baton_envelopes_sent_total ")) sent = std::stod(l.substr(l.find(' ')));
-    }
-    EXPECT_THAT(r.body, HasSubstr("baton_procs{state=\"running\"} 1"));
-    return sent;
+    return r.body;
   };
-  const double before = count();
+  const std::string before = read();
+  // Prometheus' own checker takes it, with no complaint.
+  const auto [status, complaints] = shell_with_input("promtool check metrics", before);
+  EXPECT_EQ(status, 0) << complaints << before;
+  EXPECT_EQ(complaints, "") << before;
+  EXPECT_THAT(before, HasSubstr("baton_procs{state=\"running\"} 1"));
+  EXPECT_THAT(before, HasSubstr("# TYPE baton_call_duration_seconds histogram"));
+  std::smatch found;
+  ASSERT_TRUE(std::regex_search(before, found, calls)) << before;
+  const std::string series = found[0];
+  const std::string sent = "baton_messages_sent_total{proc=\"ctl\",link=\"host\"}";
+  const std::string handled =
+      "baton_messages_handled_total{proc=\"" + worker + "\",actor=\"" + worker + "/echo[0]\"}";
   for (int i = 0; i < 10; ++i) (void)echo.call(&Echo::echo, i).get();
-  EXPECT_GE(count() - before, 10);  // each call sent at least one message from the controller
+  const std::string after = read();
+  // Each call: one round trip of the controller's, one message handled by the member.
+  EXPECT_EQ(sample(after, series) - sample(before, series), 10) << after;
+  EXPECT_EQ(sample(after, handled) - sample(before, handled), 10) << after;
+  EXPECT_GE(sample(after, sent) - sample(before, sent), 10) << after;
+  EXPECT_GT(sample(after, "baton_bytes_received_total{proc=\"" + worker + "\",link=\"host\"}"), 0);
+  EXPECT_GE(
+      sample(after, "baton_envelopes_sent_total") - sample(before, "baton_envelopes_sent_total"),
+      10);
+  // Every round trip is in some bucket: +Inf counts them all.
+  const std::string inf = series.substr(0, series.size() - 1);  // drop the closing brace
+  EXPECT_EQ(
+      sample(after, std::string(inf).replace(0, std::strlen("baton_call_duration_seconds_count"),
+                                             "baton_call_duration_seconds_bucket") +
+                        ",le=\"+Inf\"}"),
+      sample(after, series));
   procs.stop().get();
 }
 

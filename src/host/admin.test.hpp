@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <stdexcept>
@@ -102,6 +103,18 @@ inline Reply get(const internal::RunningJob& job, const std::string& path,
 /// GET `path` with the job's token.
 inline Reply get(const internal::RunningJob& job, const std::string& path) {
   return get(job, path, "Authorization: Bearer " + token_of(job) + "\r\n");
+}
+
+/// Runs `command` through the shell; its standard output.
+inline std::string shell(const std::string& command) {
+  std::string out;
+  FILE* p = ::popen(command.c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[4096];
+  std::size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  ::pclose(p);
+  return out;
 }
 
 /// Runs the `baton` command with `args` to its end: its exit status and what it wrote on

@@ -8,6 +8,7 @@
 //   baton failures [--json]       the failures that reached the controller, newest first
 //   baton metrics                 the job's metrics, in Prometheus' text format
 //   baton kill PROC               kills a proc as a crash would: supervision hears of it
+//   baton dashboard               the web dashboard's address, with the token for a browser
 //
 // It finds the job from the job directories of this user (with several, --job PID picks one), or
 // takes --addr URL and --token FILE for one elsewhere (through ssh -L, say).
@@ -217,8 +218,11 @@ int main(int argc, char** argv) {
   auto* kill = app.add_subcommand("kill", "kill a proc as a crash would (supervision hears of it)");
   std::string kill_proc;
   kill->add_option("proc", kill_proc, "the proc's name (see baton ls)")->required();
-  for (auto* sub : {jobs, ls, failures, stack, logs})
+  auto* dashboard =
+      app.add_subcommand("dashboard", "the web dashboard's address, with the token in it");
+  for (auto* sub : {jobs, ls, failures, stack, logs}) {
     sub->add_flag("--json", as_json, "print JSON");
+  }
   bool all = false;
   ls->add_flag("--all", all, "the runtime's own agents too");
   CLI11_PARSE(app, argc, argv);
@@ -282,6 +286,10 @@ int main(int argc, char** argv) {
           return 0;
         }
       }
+    } else if (dashboard->parsed()) {
+      (void)get(t, "/api/job");  // the job answers, and takes the token
+      // In the fragment: a browser keeps it to itself, and the page drops it from the bar.
+      std::cout << t.url << "/#token=" << url_encoded(t.token) << "\n";
     } else if (kill->parsed()) {
       const json done =
           json::parse(baton::cli::request(t, "POST", "/api/kill?proc=" + url_encoded(kill_proc)));

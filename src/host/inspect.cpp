@@ -171,6 +171,7 @@ AdminSource Runtime::State::admin_source() {
   s.logs = [this](const std::string& p, const std::string& level, std::size_t n,
                   std::uint64_t since) { return admin_logs(p, level, n, since); };
   s.kill = [this](const std::string& p) { return admin_kill(p); };
+  s.metrics = [this] { return admin_metrics(); };
   return s;
 }
 
@@ -273,6 +274,26 @@ std::vector<AdminLogLine> Runtime::State::admin_logs(const std::string& want_pro
     }
   }
   if (out.size() > lines) out.erase(out.begin(), out.end() - static_cast<std::ptrdiff_t>(lines));
+  return out;
+}
+
+std::vector<std::pair<std::string, detail::ProcMetrics>> Runtime::State::admin_metrics() {
+  const AdminSnapshot snap = admin_snapshot(false);
+  std::vector<std::pair<std::string, detail::ProcMetrics>> out;
+  out.emplace_back(snap.controller, detail::proc_metrics(*proc));
+  std::vector<std::pair<std::string, Future<detail::ProcMetrics>>> asked;
+  for (const auto& p : snap.procs) {
+    if (p.state != "running") continue;
+    asked.emplace_back(p.name, detail::agent_of(ProcId{p.name}).call(&detail::ProcAgent::metrics));
+  }
+  gather_replies(
+      asked, std::chrono::seconds(2),
+      [&out](const std::string& name, detail::ProcMetrics m) {
+        out.emplace_back(name, std::move(m));
+      },
+      [](const std::string& name, const std::string& why) {
+        detail::log_debug("metrics: proc {} did not answer: {}", name, why);
+      });
   return out;
 }
 

@@ -257,18 +257,6 @@ TEST(Stalls, BatonStallAfterSaysWhatItTakes) {
   ::setenv("BATON_STALL_AFTER", "2", 1);  // this binary's, for the tests above
 }
 
-/// Runs `command` through the shell; its output.
-std::string shell(const std::string& command) {
-  std::string out;
-  FILE* p = ::popen(command.c_str(), "r");
-  if (p == nullptr) return out;
-  char buf[4096];
-  std::size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  ::pclose(p);
-  return out;
-}
-
 TEST(Top, ShowsTheProcsAndActorsInARealTerminalAndQuitsOnQ) {
   ASSERT_FALSE(shell("command -v tmux").empty()) << "tmux is not installed (make deps)";
   auto procs = this_host().spawn_procs({{"gpus", 2}});

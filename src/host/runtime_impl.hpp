@@ -228,6 +228,7 @@ struct Runtime::State {
   std::vector<internal::AdminLogLine> admin_logs(const std::string& proc, const std::string& level,
                                                  std::size_t lines, std::uint64_t since);
   std::string admin_kill(const std::string& proc);
+  std::vector<std::pair<std::string, detail::ProcMetrics>> admin_metrics();
 
   /// Starts the workers of one proc mesh; the future completes once all have linked.
   Future<ProcMesh> spawn(const Shape& shape, const internal::LaunchSpec& spec);

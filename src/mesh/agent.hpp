@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "actor/metrics.hpp"
 #include "actor/stacks.hpp"
 #include "baton/actor/actor.hpp"
 #include "baton/actor/actor_ref.hpp"
@@ -69,12 +70,15 @@ class ProcAgent : public Actor {
   std::vector<ActorReport> actors() { return actor_reports(proc()); }
   /// Every thread of this proc and its stack (see proc_stacks).
   std::vector<ThreadStack> stacks() { return proc_stacks(proc()); }
+  /// This proc's metrics (see actor/metrics.hpp).
+  ProcMetrics metrics() { return proc_metrics(proc()); }
   /// Ends this proc's process at once with SIGKILL, as a crash would (`baton kill`).
   void die();
   static constexpr auto endpoints =
       baton::endpoints<&ProcAgent::spawn, &ProcAgent::learn, &ProcAgent::ping,
                        &ProcAgent::stop_actor, &ProcAgent::forget, &ProcAgent::shutdown,
-                       &ProcAgent::actors, &ProcAgent::stacks, &ProcAgent::die>();
+                       &ProcAgent::actors, &ProcAgent::stacks, &ProcAgent::die,
+                       &ProcAgent::metrics>();
 };
 
 /// A reference to the agent of `proc`.

@@ -376,7 +376,14 @@ void cast(CastRequest request) {
     // A forwarder can only say that a member behind it was lost with its link; the process
     // that started the member's proc knows whether it died, and how.
     done = [done = std::move(done), base = request.base, view = request.view,
-            root = std::weak_ptr<ProcState>(local)](std::vector<CastItem> items) {
+            root = std::weak_ptr<ProcState>(local), endpoint = request.endpoint_name,
+            sent = std::chrono::steady_clock::now()](std::vector<CastItem> items) {
+      // The call's round trip, in the root proc's metrics.
+      if (auto proc = root.lock(); proc && !endpoint.empty()) {
+        proc->call_times.of(endpoint).observe(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                  std::chrono::steady_clock::now() - sent)
+                                                  .count());
+      }
       std::vector<std::size_t> lost;
       for (std::size_t i = 0; i < items.size(); ++i) {
         if (reply_is_link_lost(items[i].reply)) lost.push_back(i);

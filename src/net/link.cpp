@@ -12,6 +12,7 @@
 #include <random>
 
 #include "net/auth.hpp"
+#include "net/counters.hpp"
 #include "net/link_impl.hpp"
 
 namespace baton::net {
@@ -204,6 +205,8 @@ bool StreamLink::send(Envelope env) {
   Frame frame = encode_frame(env, options_.limits);  // may throw: then the seq is not used
   ++next_send_seq_;
   out_bytes_ += frame.size();
+  sent_messages_.fetch_add(1, std::memory_order_relaxed);
+  sent_bytes_.fetch_add(frame.size(), std::memory_order_relaxed);
   out_.push_back(std::move(frame));
   if (!connected_) return true;  // goes out when the connection is repaired
   if (!writing_ && ctl_.empty() && written_ + 1 == out_.size() && front_sent_ == 0) {
@@ -369,6 +372,15 @@ void StreamLink::shutdown(const std::string& reason, bool tell_peer) {
 }
 
 }  // namespace internal
+
+LinkCounters counters_of(const Link& link) {
+  const auto* l = dynamic_cast<const internal::StreamLink*>(&link);
+  if (l == nullptr) return {};
+  return {l->sent_messages_.load(std::memory_order_relaxed),
+          l->sent_bytes_.load(std::memory_order_relaxed),
+          l->received_messages_.load(std::memory_order_relaxed),
+          l->received_bytes_.load(std::memory_order_relaxed)};
+}
 
 std::shared_ptr<Link> Link::connect(IoThread& io, const Address& to, LinkHandler handler,
                                     const LinkOptions& options) {

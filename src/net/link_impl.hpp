@@ -146,6 +146,11 @@ class StreamLink final : public Link {
   std::string describe() const override { return description_; }
   std::uint64_t connections() const override;
   std::string transport() const override;
+  /// What it carried (see counters.hpp); any thread reads them.
+  std::atomic<std::uint64_t> sent_messages_{0};
+  std::atomic<std::uint64_t> sent_bytes_{0};
+  std::atomic<std::uint64_t> received_messages_{0};
+  std::atomic<std::uint64_t> received_bytes_{0};
   void secure(std::uint64_t epoch);
   void tls_handshake(TlsStream& stream, bool client, std::uint64_t epoch,
                      std::function<void(const std::string&)> done);
@@ -328,6 +333,7 @@ class StreamLink final : public Link {
   std::vector<std::uint64_t> part_lengths_;
   std::uint64_t next_recv_seq_ = 0;
   std::uint64_t frames_in_ = 0;
+  std::uint64_t incoming_bytes_ = 0;  // of the frame being read
   std::size_t unacked_in_ = 0;
   Clock::time_point last_recv_ = Clock::now();
   std::atomic<bool> pause_requested_{false};

@@ -40,12 +40,15 @@ void StreamLink::on_prefix(std::uint64_t epoch) {
 
 void StreamLink::on_header(std::uint64_t epoch) {
   incoming_ = Envelope{};
+  const std::size_t len = header_.size();
   try {
     part_lengths_ = decode_header(Bytes::adopt(std::move(header_)), incoming_, options_.limits);
   } catch (const DecodeError& e) {
     return shutdown(e.what());
   }
   incoming_.body.parts.reserve(part_lengths_.size());
+  incoming_bytes_ = sizeof prefix_ + len;
+  for (const std::uint64_t n : part_lengths_) incoming_bytes_ += n;
   read_part(epoch, 0);
 }
 
@@ -91,6 +94,8 @@ void StreamLink::deliver(std::uint64_t epoch) {
                     std::to_string(seq));
   }
   ++next_recv_seq_;
+  received_messages_.fetch_add(1, std::memory_order_relaxed);
+  received_bytes_.fetch_add(incoming_bytes_, std::memory_order_relaxed);
   if (!unix_ && ++unacked_in_ >= options_.ack_every) send_ack();
   if (handler_.on_envelope) {
     try {

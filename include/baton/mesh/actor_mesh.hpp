@@ -198,6 +198,7 @@ class ActorMesh : public Sliceable<ActorMesh<A>> {
     auto req =
         core().request(shape_, ep.id, detail::encode_call_args<F>(std::forward<Args>(args)...),
                        detail::CastMode::gather);
+    req.endpoint_name = ep.name;
     req.done = [shape = shape_, name = ep.name, promise](std::vector<detail::CastItem> items) {
       detail::finish_gather<R>(shape, name, std::move(items), promise);
     };
@@ -245,6 +246,7 @@ class ActorMesh : public Sliceable<ActorMesh<A>> {
     auto req =
         core().request(shape_, ep.id, detail::encode_call_args<F>(std::forward<Args>(args)...),
                        detail::CastMode::reduce);
+    req.endpoint_name = ep.name;
     req.reducer = detail::ReducerRegistration<std::decay_t<Red>, R>::id;
     req.reducer_state = detail::save_reducer(reducer);
     req.done = [state, name = ep.name, shape = shape_](std::vector<detail::CastItem> items) {

@@ -121,6 +121,9 @@ struct CastRequest {
   std::shared_ptr<const std::vector<CastMember>> base;  // by location
   Slice view;  // the locations cast to; a member's rank is its rank in the view
   std::uint64_t endpoint = 0;
+  /// Its name, for a gather or reduce whose round trip the root proc's metrics count (empty:
+  /// not counted).
+  std::string_view endpoint_name;
   Body args;
   CastMode mode = CastMode::none;
   std::uint64_t reducer = 0;
