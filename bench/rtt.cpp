@@ -25,8 +25,10 @@
 #include <thread>
 #include <vector>
 
+#include "actor/metrics.hpp"
 #include "baton/baton.hpp"
 #include "figures.hpp"
+#include "mesh/agent.hpp"
 
 namespace baton::bench {
 namespace {
@@ -212,6 +214,32 @@ int run_throughput() {
   return 0;
 }
 
+/// What looking inside the job costs a call: the same calls to the same actor with everything
+/// observed (call histograms, each handler's activity, the admin API served) and with nothing
+/// (observing turned off in this controller and in the callee's process), in alternating
+/// rounds so that both see the same machine.
+void observed_rtt(const ActorMesh<Echo>& echo) {
+  auto agent = detail::agent_of(echo.at(0).id().proc);
+  auto observe = [&agent](bool on) {
+    detail::set_observing(on);
+    (void)agent.call(&detail::ProcAgent::observe, on).get();
+  };
+  std::vector<double> on;
+  std::vector<double> off;
+  for (int round = 0; round < 40; ++round) {
+    observe(true);
+    const auto a = time_calls(echo, 64, 500);
+    observe(false);
+    const auto b = time_calls(echo, 64, 500);
+    on.insert(on.end(), a.begin(), a.end());
+    off.insert(off.end(), b.begin(), b.end());
+  }
+  observe(true);
+  print_figure("proc_rtt_observed_p50", percentile(on, 0.5), "us");
+  print_figure("proc_rtt_unobserved_p50", percentile(off, 0.5), "us");
+  print_figure("proc_rtt_observed_ratio", percentile(on, 0.5) / percentile(off, 0.5), "x");
+}
+
 int run_rtt() {
   constexpr int kCalls = 20000;
   double socket_cpu_ns = 0;
@@ -257,6 +285,7 @@ int run_rtt() {
     }
   }
   const int links_shm = shm_links(callee);
+  observed_rtt(echo);
   const double throughput = one_way_per_second(echo, 200000);
   // An idle proc: what its threads use in two seconds without a message.
   const double idle0 = process_cpu_ns(callee);

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "actor/cell.hpp"
+#include "actor/metrics.hpp"
 
 namespace baton::detail {
 
@@ -18,11 +19,13 @@ std::int64_t now_ns() {
 }  // namespace
 
 void Cell::handler_began(const EndpointInfo& ep) {
+  if (!observing()) return;
   running_since_ns_.store(now_ns(), std::memory_order_relaxed);
   running_.store(&ep, std::memory_order_release);
 }
 
 void Cell::handler_ended() {
+  if (running_.load(std::memory_order_relaxed) == nullptr) return;  // began unobserved
   const auto took = static_cast<std::uint64_t>(
       std::max<std::int64_t>(0, now_ns() - running_since_ns_.load(std::memory_order_relaxed)));
   running_.store(nullptr, std::memory_order_release);

@@ -2,6 +2,7 @@
 #include "actor/current.hpp"
 #include "actor/directory.hpp"
 #include "actor/failures.hpp"
+#include "actor/metrics.hpp"
 #include "actor/replies.hpp"
 #include "actor/stacks.hpp"
 #include "log/log.hpp"
@@ -181,7 +182,8 @@ bool Cell::has_work() const {
 void Cell::run() {
   CellPtr self = std::move(keepalive_);
   Cell* prev_cell = exchange_current_cell(this);
-  thread_.store(this_thread_id(), std::memory_order_relaxed);
+  const bool observed = observing();
+  if (observed) thread_.store(this_thread_id(), std::memory_order_relaxed);
   const LogActorScope log_scope(&id());  // lines logged here name this actor
   ResumeContext* prev_ctx = std::exchange(current_resume_context(), this);
   const std::size_t batch = proc_->options.max_batch;
@@ -202,7 +204,7 @@ void Cell::run() {
     if (m == nullptr) break;
     handle(m);
   }
-  thread_.store(0, std::memory_order_relaxed);
+  if (observed) thread_.store(0, std::memory_order_relaxed);
   exchange_current_cell(prev_cell);
   current_resume_context() = prev_ctx;
   if (has_work()) {

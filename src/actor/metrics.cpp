@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 
 #include "actor/cell.hpp"
 #include "actor/proc_state.hpp"
@@ -11,6 +12,24 @@
 #include "net/counters.hpp"
 
 namespace baton::detail {
+
+namespace {
+std::atomic<bool>& observe_flag() {
+  static std::atomic<bool> on = [] {
+    const char* v = std::getenv("BATON_OBSERVE");
+    return !(v != nullptr && (std::string_view(v) == "off" || std::string_view(v) == "0"));
+  }();
+  return on;
+}
+}  // namespace
+
+bool observing() {
+  return observe_flag().load(std::memory_order_relaxed);
+}
+
+void set_observing(bool on) {
+  observe_flag().store(on, std::memory_order_relaxed);
+}
 
 void CallHistogram::observe(std::int64_t ns) {
   const double s = static_cast<double>(ns) / 1e9;
@@ -42,6 +61,20 @@ CallHistogram& CallTimes::of(std::string_view endpoint) {
     it = by_endpoint_.emplace(std::string(endpoint), std::make_unique<CallHistogram>()).first;
   }
   return *it->second;
+}
+
+CallHistogram& CallTimes::of_static(std::string_view endpoint) {
+  struct Last {
+    const CallTimes* times = nullptr;
+    const char* name = nullptr;
+    std::size_t size = 0;
+    CallHistogram* histogram = nullptr;
+  };
+  thread_local Last last;
+  if (last.times != this || last.name != endpoint.data() || last.size != endpoint.size()) {
+    last = {this, endpoint.data(), endpoint.size(), &of(endpoint)};
+  }
+  return *last.histogram;
 }
 
 std::vector<std::pair<std::string, const CallHistogram*>> CallTimes::all() const {

@@ -20,6 +20,13 @@
 
 namespace baton::detail {
 
+/// Whether this process counts what it does for whoever looks inside the job: its calls' round
+/// trips, its actors' handlers (what each runs, for how long, how many), its stalls. On unless
+/// BATON_OBSERVE=off (read once); off, those read as nothing happening.
+bool observing();
+/// Turns it on or off from now on (the benchmark of what observing costs).
+void set_observing(bool on);
+
 /// The upper bounds of the call-time histograms' buckets, in seconds (then +Inf).
 inline constexpr std::array<double, 17> kCallBuckets = {
     50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3,
@@ -43,6 +50,9 @@ class CallTimes {
  public:
   /// The histogram of `endpoint` (made on first use; it lives as long as the proc).
   CallHistogram& of(std::string_view endpoint);
+  /// The same for a name with static storage (an EndpointInfo's): the calling thread remembers
+  /// the last one it asked for, so a run of calls to one endpoint takes no lock.
+  CallHistogram& of_static(std::string_view endpoint);
   std::vector<std::pair<std::string, const CallHistogram*>> all() const;
 
  private:

@@ -234,7 +234,8 @@ bool RemoteRouter::route_call(const ActorId& target, const EndpointInfo& endpoin
     reply->set_reply_route(local);  // a caller outside actors waits on this proc's event loop
     reply_to = open_reply_port(
         *local, target.proc,
-        remote_reply_port(reply, std::string(endpoint.name), &local->call_times.of(endpoint.name)));
+        remote_reply_port(reply, std::string(endpoint.name),
+                          observing() ? &local->call_times.of_static(endpoint.name) : nullptr));
   }
   Envelope env;
   env.sender = sender;

@@ -213,7 +213,9 @@ struct Runtime::State {
   std::optional<std::chrono::milliseconds> stall_after;
   std::unique_ptr<detail::StallWatch> stall_watch;
   void start_stall_watch() {
-    if (stall_after) stall_watch = std::make_unique<detail::StallWatch>(*proc, *stall_after);
+    if (stall_after && detail::observing()) {
+      stall_watch = std::make_unique<detail::StallWatch>(*proc, *stall_after);
+    }
   }
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   std::deque<std::string> failures;  // that reached the controller's hook, newest last (under mu)

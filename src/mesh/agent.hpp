@@ -72,13 +72,18 @@ class ProcAgent : public Actor {
   std::vector<ThreadStack> stacks() { return proc_stacks(proc()); }
   /// This proc's metrics (see actor/metrics.hpp).
   ProcMetrics metrics() { return proc_metrics(proc()); }
+  /// Turns observing on or off in this proc's process (see actor/metrics.hpp).
+  int observe(bool on) {
+    set_observing(on);
+    return 0;
+  }
   /// Ends this proc's process at once with SIGKILL, as a crash would (`baton kill`).
   void die();
   static constexpr auto endpoints =
       baton::endpoints<&ProcAgent::spawn, &ProcAgent::learn, &ProcAgent::ping,
                        &ProcAgent::stop_actor, &ProcAgent::forget, &ProcAgent::shutdown,
-                       &ProcAgent::actors, &ProcAgent::stacks, &ProcAgent::die,
-                       &ProcAgent::metrics>();
+                       &ProcAgent::actors, &ProcAgent::stacks, &ProcAgent::die, &ProcAgent::metrics,
+                       &ProcAgent::observe>();
 };
 
 /// A reference to the agent of `proc`.

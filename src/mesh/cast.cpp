@@ -376,13 +376,15 @@ void cast(CastRequest request) {
     // A forwarder can only say that a member behind it was lost with its link; the process
     // that started the member's proc knows whether it died, and how.
     done = [done = std::move(done), base = request.base, view = request.view,
-            root = std::weak_ptr<ProcState>(local), endpoint = request.endpoint_name,
+            root = std::weak_ptr<ProcState>(local),
+            endpoint = observing() ? request.endpoint_name : std::string_view(),
             sent = std::chrono::steady_clock::now()](std::vector<CastItem> items) {
       // The call's round trip, in the root proc's metrics.
       if (auto proc = root.lock(); proc && !endpoint.empty()) {
-        proc->call_times.of(endpoint).observe(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                  std::chrono::steady_clock::now() - sent)
-                                                  .count());
+        proc->call_times.of_static(endpoint).observe(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                                 sent)
+                .count());
       }
       std::vector<std::size_t> lost;
       for (std::size_t i = 0; i < items.size(); ++i) {
