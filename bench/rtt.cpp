@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "actor/metrics.hpp"
+#include "actor/trace.hpp"
 #include "baton/baton.hpp"
 #include "figures.hpp"
 #include "mesh/agent.hpp"
@@ -216,28 +217,41 @@ int run_throughput() {
 
 /// What looking inside the job costs a call: the same calls to the same actor with everything
 /// observed (call histograms, each handler's activity, the admin API served) and with nothing
-/// (observing turned off in this controller and in the callee's process), in alternating
-/// rounds so that both see the same machine.
+/// (observing turned off in this controller and in the callee's process), and with a trace
+/// recording, in alternating rounds so that all see the same machine.
 void observed_rtt(const ActorMesh<Echo>& echo) {
   auto agent = detail::agent_of(echo.at(0).id().proc);
   auto observe = [&agent](bool on) {
     detail::set_observing(on);
     (void)agent.call(&detail::ProcAgent::observe, on).get();
   };
+  auto trace = [&agent](bool on) {
+    detail::set_tracing(on);
+    (void)agent.call(&detail::ProcAgent::trace_on, on).get();
+  };
   std::vector<double> on;
   std::vector<double> off;
+  std::vector<double> traced;
   for (int round = 0; round < 40; ++round) {
     observe(true);
     const auto a = time_calls(echo, 64, 500);
+    trace(true);
+    const auto c = time_calls(echo, 64, 500);
+    trace(false);
     observe(false);
     const auto b = time_calls(echo, 64, 500);
     on.insert(on.end(), a.begin(), a.end());
     off.insert(off.end(), b.begin(), b.end());
+    traced.insert(traced.end(), c.begin(), c.end());
   }
   observe(true);
+  (void)detail::take_trace();  // what the traced rounds recorded, dropped
+  (void)agent.call(&detail::ProcAgent::trace_take).get();
   print_figure("proc_rtt_observed_p50", percentile(on, 0.5), "us");
   print_figure("proc_rtt_unobserved_p50", percentile(off, 0.5), "us");
   print_figure("proc_rtt_observed_ratio", percentile(on, 0.5) / percentile(off, 0.5), "x");
+  print_figure("proc_rtt_traced_p50", percentile(traced, 0.5), "us");
+  print_figure("proc_rtt_traced_ratio", percentile(traced, 0.5) / percentile(off, 0.5), "x");
 }
 
 int run_rtt() {

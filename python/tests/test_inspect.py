@@ -4,6 +4,7 @@ of its endpoint in its stack, on the thread that runs it, through the `baton` co
 import json
 import os
 import subprocess
+import sys
 import time
 
 import pytest
@@ -57,3 +58,44 @@ def test_a_python_actor_in_time_sleep_shows_that_line_on_its_thread(procs):
     assert "Python (most recent call last):" in text
     assert "time.sleep(seconds)" in text
     assert napping.get(timeout=30) == 5
+
+
+TRACED = """
+import baton
+from actors import Counter
+
+procs = baton.this_host().spawn_procs({"gpus": 2})
+counters = procs.spawn("counters", Counter, 0)
+for _ in range(3):
+    counters.incr.call().get(timeout=30)
+procs.stop().get(timeout=60)
+baton.shutdown()
+"""
+
+
+def test_baton_trace_writes_the_whole_runs_trace_when_the_program_ends(tmp_path):
+    out = tmp_path / "run.json"
+    env = dict(os.environ)
+    env["BATON_TRACE"] = str(out)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [os.path.dirname(os.path.abspath(__file__))] + env.get("PYTHONPATH", "").split(os.pathsep)
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", TRACED], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr
+    assert "the trace of this run is in " + str(out) in run.stderr
+    events = json.loads(out.read_text())["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M"}
+    assert sorted(n for n in names.values() if n.startswith("procs")) == ["procs0.0", "procs0.1"]
+    endpoint_spans = [e for e in events if e["ph"] == "X" and e["cat"] == "endpoint"]
+    by_actor: dict = {}
+    for e in endpoint_spans:
+        by_actor.setdefault(e["args"]["actor"], []).append(e)
+    # Each member ran its three calls, in its own worker's process.
+    for rank in (0, 1):
+        mine = by_actor.get(f"procs0.{rank}/counters[0]", [])
+        assert len([e for e in mine if names[e["pid"]] == f"procs0.{rank}"]) >= 3, by_actor.keys()
+    starts = {e["id"] for e in events if e["ph"] == "s"}
+    ends = {e["id"] for e in events if e["ph"] == "f"}
+    assert starts and starts == ends

@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
+#include <utility>
 
 #include "actor/cell.hpp"
 #include "actor/metrics.hpp"
+#include "actor/trace.hpp"
 
 namespace baton::detail {
 
@@ -25,10 +28,17 @@ void Cell::handler_began(const EndpointInfo& ep) {
 }
 
 void Cell::handler_ended() {
-  if (running_.load(std::memory_order_relaxed) == nullptr) return;  // began unobserved
-  const auto took = static_cast<std::uint64_t>(
-      std::max<std::int64_t>(0, now_ns() - running_since_ns_.load(std::memory_order_relaxed)));
+  const EndpointInfo* ep = running_.load(std::memory_order_relaxed);
+  if (ep == nullptr) return;  // began unobserved
+  const std::int64_t began = running_since_ns_.load(std::memory_order_relaxed);
+  const std::int64_t ended = now_ns();
+  const auto took = static_cast<std::uint64_t>(std::max<std::int64_t>(0, ended - began));
   running_.store(nullptr, std::memory_order_release);
+  if (tracing()) {
+    // The same clock as the trace's (steady_clock is CLOCK_MONOTONIC).
+    trace_span("", ep->name, "endpoint", &id(), began, ended);
+    if (trace_flow_ != 0) trace_flow('f', std::exchange(trace_flow_, 0), began);
+  }
   handled_.fetch_add(1, std::memory_order_relaxed);
   handler_ns_.fetch_add(took, std::memory_order_relaxed);
   if (took > max_handler_ns_.load(std::memory_order_relaxed)) {

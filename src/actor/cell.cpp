@@ -5,10 +5,12 @@
 #include "actor/metrics.hpp"
 #include "actor/replies.hpp"
 #include "actor/stacks.hpp"
+#include "actor/trace.hpp"
 #include "log/log.hpp"
 #include "net/io_thread.hpp"
 
 #include <cstdio>
+#include <optional>
 
 namespace baton::detail {
 namespace {
@@ -363,6 +365,11 @@ void Cell::handle_call(Message& m) {
   }
   const EndpointInfo& ep = *m.endpoint;
   HandlerResult result;
+  std::optional<InSpan> in_span;
+  if (tracing()) {
+    trace_flow_ = m.extra ? m.extra->flow : 0;
+    in_span.emplace();
+  }
   handler_began(ep);
   try {
     result = ep.fn(*actor_, m.body);

@@ -124,7 +124,8 @@ class Cell final : public Runnable,
   std::atomic<std::uint64_t> handled_{0};
   std::atomic<std::uint64_t> handler_ns_{0};
   std::atomic<std::uint64_t> max_handler_ns_{0};
-  std::atomic<int> thread_{0};  // the thread in run(), 0 if none
+  std::atomic<int> thread_{0};    // the thread in run(), 0 if none
+  std::uint64_t trace_flow_ = 0;  // while a trace records: the flow that brought the call running
   void handler_began(const EndpointInfo& ep);
   void handler_ended();
 

@@ -21,6 +21,7 @@ struct MessageExtra {
   std::function<void(bool alive)> later;  // a continuation registered by then() (F-3)
   std::uint64_t task = 0;  // for a continuation queued with its endpoint's resumptions: that task
   std::uint64_t endpoint_id = 0;  // a call from another process, not yet resolved
+  std::uint64_t flow = 0;         // while a trace records: the flow its delivery started
 };
 
 struct alignas(64) Message {

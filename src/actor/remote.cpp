@@ -2,12 +2,14 @@
 // and the status-tagged replies of calls (see remote_impl.hpp for the format).
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "actor/failures.hpp"
 #include "actor/node.hpp"
 #include "actor/remote_impl.hpp"
 #include "actor/replies.hpp"
 #include "actor/routing.hpp"
+#include "actor/trace.hpp"
 #include "log/log.hpp"
 
 namespace baton::detail {
@@ -114,7 +116,32 @@ PortSinkPtr remote_reply_port(std::shared_ptr<StateBase> state, std::string endp
   return std::make_shared<RemoteReplyPort>(std::move(state), std::move(endpoint), times);
 }
 
+namespace {
+void deliver_untraced(const std::shared_ptr<ProcState>& local,
+                      const std::shared_ptr<net::Link>& link, Envelope env);
+}  // namespace
+
 void deliver_envelope(const std::shared_ptr<ProcState>& local,
+                      const std::shared_ptr<net::Link>& link, Envelope env) {
+  if (!tracing()) return deliver_untraced(local, link, std::move(env));
+  // A span for the delivery, where the flow from the sender ends and the one to the endpoint
+  // it runs (deliver_local_call) starts.
+  const std::int64_t began = trace_now_ns();
+  std::uint64_t flow = 0;
+  if (const std::string* f = env.header(kFlowHeader)) flow = std::strtoull(f->c_str(), nullptr, 10);
+  const std::string_view what = env.dest.port == 0           ? "deliver call"
+                                : env.dest.port == kCastPort ? "deliver cast"
+                                                             : "deliver value";
+  {
+    const InSpan in_span;
+    deliver_untraced(local, link, std::move(env));
+  }
+  trace_span("", what, "deliver", nullptr, began, trace_now_ns());
+  if (flow != 0) trace_flow('f', flow, began);
+}
+
+namespace {
+void deliver_untraced(const std::shared_ptr<ProcState>& local,
                       const std::shared_ptr<net::Link>& link, Envelope env) {
   if (env.dest.port == kCastPort) {
     CastHandler handler = router_of(*local->node).cast_handler.load(std::memory_order_acquire);
@@ -210,6 +237,7 @@ void deliver_envelope(const std::shared_ptr<ProcState>& local,
   }
   if (is_reply) router_of(*local->node).reply_arrived(env.sender.proc.name, env.dest.port);
 }
+}  // namespace
 
 /// Returns the one-way calls a link never delivered to their senders. (A call with a reply port
 /// fails through that port; casts are tracked by their tree; port values, replies included,
@@ -336,6 +364,10 @@ void deliver_local_call(ProcState& local, const ActorId& target, std::uint64_t e
   m->sent_by(sender);
   m->body = std::move(args);
   m->reply = std::move(reply);
+  if (tracing() && InSpan::here()) {
+    m->x().flow = new_flow();  // from the delivery's span to the endpoint's
+    trace_flow('s', m->x().flow);
+  }
   if (!cell) {
     std::unique_ptr<Message> owned(m);
     return_missing(*owned, target, &local, "in proc " + local.id.name);

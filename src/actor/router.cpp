@@ -7,6 +7,7 @@
 #include "actor/remote_impl.hpp"
 #include "actor/replies.hpp"
 #include "actor/routing.hpp"
+#include "actor/trace.hpp"
 #include "log/log.hpp"
 
 namespace baton::detail {
@@ -246,6 +247,7 @@ bool RemoteRouter::route_call(const ActorId& target, const EndpointInfo& endpoin
   local->envelopes_sent.fetch_add(1, std::memory_order_relaxed);
   std::string why;
   auto reason = UndeliverableError::Reason::link_lost;
+  const TracedSend traced(env, endpoint.name);
   try {
     if (!link->send(std::move(env))) {
       // The link closed a moment ago, and its handler is about to say why: a reply port still

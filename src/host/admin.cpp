@@ -219,6 +219,60 @@ nlohmann::json procs_json(const AdminSnapshot& s) {
 
 }  // namespace
 
+std::string chrome_trace_json(const std::vector<detail::TraceRecord>& events,
+                              const std::vector<std::pair<int, std::string>>& names,
+                              const std::vector<std::string>& parts, bool whole) {
+  nlohmann::json all = nlohmann::json::array();
+  for (const auto& [pid, name] : names) {
+    all.push_back(
+        {{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", name}}}});
+  }
+  for (const auto& e : events) {
+    nlohmann::json j = {{"ph", std::string(1, e.phase)},
+                        {"name", e.name},
+                        {"cat", e.category},
+                        {"pid", e.pid},
+                        {"tid", e.tid},
+                        {"ts", static_cast<double>(e.begin_ns) / 1e3}};
+    if (e.phase == 'X') {
+      j["dur"] = static_cast<double>(e.end_ns - e.begin_ns) / 1e3;
+      if (!e.actor.empty()) j["args"] = {{"actor", e.actor}};
+    } else {
+      j["id"] = e.flow;
+      if (e.phase == 'f') j["bp"] = "e";  // ends in the span it falls in, as it starts in one
+    }
+    all.push_back(std::move(j));
+  }
+  for (const auto& part : parts) {
+    nlohmann::json parsed;
+    try {
+      parsed = nlohmann::json::parse(part);
+      (void)parsed.at("traceEvents");
+    } catch (const std::exception&) {
+      continue;  // a part its proc did not finish writing (killed): the rest of the trace stands
+    }
+    for (auto& e : parsed.at("traceEvents")) {
+      if (e.at("ph") != "M") all.push_back(std::move(e));  // the controller names every proc
+    }
+  }
+  nlohmann::json out = nlohmann::json::array();
+  if (whole) {
+    // A flow recorded at one end only (in flight when the trace stopped) is left out.
+    std::map<std::uint64_t, int> ends;
+    for (const auto& e : all) {
+      if (e.at("ph") == "s") ends[e.at("id").get<std::uint64_t>()] |= 1;
+      if (e.at("ph") == "f") ends[e.at("id").get<std::uint64_t>()] |= 2;
+    }
+    for (auto& e : all) {
+      const bool flow = e.at("ph") == "s" || e.at("ph") == "f";
+      if (!flow || ends[e.at("id").get<std::uint64_t>()] == 3) out.push_back(std::move(e));
+    }
+  } else {
+    out = std::move(all);
+  }
+  return nlohmann::json{{"traceEvents", out}, {"displayTimeUnit", "ns"}}.dump() + "\n";
+}
+
 std::optional<std::string> admin_address_from_env() {
   const char* v = std::getenv(kAdminVar);
   if (v == nullptr || *v == '\0') return std::string("127.0.0.1:0");
@@ -310,6 +364,17 @@ struct AdminServer::Impl {
              "missing or wrong admin token: send the header 'Authorization: Bearer "
              "TOKEN' with the token in " +
                  (dir / kAdminTokenFile).string()}});
+    } else if (path == "/api/trace/start" || path == "/api/trace/stop") {
+      if (req.method() != http::verb::post) {
+        json(http::status::method_not_allowed,
+             {{"error", "POST /api/trace/start, then POST /api/trace/stop for the trace"}});
+      } else if (path == "/api/trace/start") {
+        source.trace_start();
+        json(http::status::ok, {{"tracing", true}});
+      } else {
+        res.set(http::field::content_type, "application/json");
+        res.body() = source.trace_stop();
+      }
     } else if (path == "/api/kill") {
       if (req.method() != http::verb::post) {
         json(http::status::method_not_allowed,
@@ -324,7 +389,7 @@ struct AdminServer::Impl {
       }
     } else if (req.method() != http::verb::get) {
       json(http::status::method_not_allowed,
-           {{"error", "the admin API takes GET, and POST for /api/kill"}});
+           {{"error", "the admin API takes GET, and POST for /api/kill and /api/trace"}});
     } else if (path == "/api") {
       json(http::status::ok,
            {{"resources",

@@ -16,6 +16,7 @@
 
 #include "actor/metrics.hpp"
 #include "actor/stacks.hpp"
+#include "actor/trace.hpp"
 
 namespace baton::internal {
 
@@ -105,9 +106,21 @@ struct AdminSource {
   /// The metrics of the controller and of every running proc (one that does not answer is
   /// left out), by proc.
   std::function<std::vector<std::pair<std::string, detail::ProcMetrics>>()> metrics;
+  /// Starts recording a trace in every process of the job; stops it and returns what every
+  /// process recorded, as Chrome's trace format.
+  std::function<void()> trace_start;
+  std::function<std::string()> trace_stop;
   /// Kills the process of `proc`, as a crash would; says what it did.
   std::function<std::string(const std::string& proc)> kill;
 };
+
+/// Chrome's trace format (JSON, which Perfetto reads) of `events` from the procs of a job,
+/// each process named by `names` (pid → proc name), with the events of `parts` (traces in the
+/// same format, from procs that ended) added. `whole`: the trace of the whole job, whose flows
+/// recorded at one end only (in flight when it stopped) are left out.
+std::string chrome_trace_json(const std::vector<detail::TraceRecord>& events,
+                              const std::vector<std::pair<int, std::string>>& names,
+                              const std::vector<std::string>& parts = {}, bool whole = true);
 
 /// The admin files in a job's directory: the token, and the address the API serves.
 inline constexpr const char* kAdminTokenFile = "admin-token";

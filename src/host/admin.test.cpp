@@ -220,7 +220,7 @@ TEST(Admin, GarbageHalfRequestsAndDroppedConnectionsLeaveTheApiServing) {
     send_all(fd, "GET /api/procs HTTP/1.1\r\nAuthorization: Bea");
     ::close(fd);
   }
-  for (int i = 0; i < 1000; ++i) ::close(connect_to(job));  // opened and dropped
+  for (int i = 0; i < 10000; ++i) ::close(connect_to(job));  // opened and dropped
   // A header too long for any request.
   const Reply huge = get(job, "/api/job", "X-Big: " + std::string(1 << 20, 'a') + "\r\n");
   EXPECT_NE(huge.status, 200);
@@ -274,6 +274,22 @@ TEST(BatonCommand, SaysWhatIsWrongAndExitsWithOne) {
   const auto help = baton_cli({"--help"});
   EXPECT_EQ(help.status, 0);
   EXPECT_THAT(help.text, HasSubstr("failures"));
+}
+
+TEST(BatonCommand, EverySubcommandAgainstAJobThatEndedSaysSo) {
+  const auto job = this_job();
+  const std::string token = (job.dir / internal::kAdminTokenFile).string();
+  // A port nothing listens on any more: where a job that ended served.
+  const std::vector<std::vector<std::string>> commands = {
+      {"ls"},       {"top"}, {"stack"}, {"logs"}, {"failures"}, {"metrics"}, {"kill", "procs0.0"},
+      {"dashboard"}};
+  for (const auto& command : commands) {
+    std::vector<std::string> args = {"--addr", "http://127.0.0.1:1", "--token", token};
+    args.insert(args.end(), command.begin(), command.end());
+    const auto run = baton_cli(args, STDERR_FILENO);
+    EXPECT_EQ(WEXITSTATUS(run.status), 1) << command.front();
+    EXPECT_THAT(run.text, HasSubstr("it has ended")) << command.front() << ": " << run.text;
+  }
 }
 
 TEST(Admin, BatonAdminSaysWhatItTakes) {

@@ -9,6 +9,7 @@
 //   baton metrics                 the job's metrics, in Prometheus' text format
 //   baton kill PROC               kills a proc as a crash would: supervision hears of it
 //   baton dashboard               the web dashboard's address, with the token for a browser
+//   baton trace -s N -o FILE      a trace of every proc for N seconds (Chrome's format)
 //
 // It finds the job from the job directories of this user (with several, --job PID picks one), or
 // takes --addr URL and --token FILE for one elsewhere (through ssh -L, say).
@@ -18,6 +19,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -220,6 +222,16 @@ int main(int argc, char** argv) {
   kill->add_option("proc", kill_proc, "the proc's name (see baton ls)")->required();
   auto* dashboard =
       app.add_subcommand("dashboard", "the web dashboard's address, with the token in it");
+  auto* trace = app.add_subcommand(
+      "trace", "record every proc's endpoints and the calls between them for a while");
+  double trace_s = 5;
+  std::string trace_out;
+  trace->add_option("-s,--seconds", trace_s, "how long to record")->check(CLI::Range(0.01, 3600.0));
+  trace
+      ->add_option("-o,--output", trace_out,
+                   "the file to write (Chrome's trace format, which "
+                   "Perfetto and chrome://tracing open)")
+      ->required();
   for (auto* sub : {jobs, ls, failures, stack, logs}) {
     sub->add_flag("--json", as_json, "print JSON");
   }
@@ -286,6 +298,15 @@ int main(int argc, char** argv) {
           return 0;
         }
       }
+    } else if (trace->parsed()) {
+      (void)baton::cli::request(t, "POST", "/api/trace/start");
+      std::this_thread::sleep_for(std::chrono::duration<double>(trace_s));  // what is recorded
+      const std::string json = baton::cli::request(t, "POST", "/api/trace/stop");
+      std::ofstream out(trace_out);
+      out << json;
+      if (!out.flush()) throw Failure("cannot write " + trace_out);
+      std::cout << "wrote " << trace_out << " (" << json.size()
+                << " bytes): open it in https://ui.perfetto.dev or chrome://tracing\n";
     } else if (dashboard->parsed()) {
       (void)get(t, "/api/job");  // the job answers, and takes the token
       // In the fragment: a browser keeps it to itself, and the page drops it from the bar.

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -172,6 +173,8 @@ AdminSource Runtime::State::admin_source() {
                   std::uint64_t since) { return admin_logs(p, level, n, since); };
   s.kill = [this](const std::string& p) { return admin_kill(p); };
   s.metrics = [this] { return admin_metrics(); };
+  s.trace_start = [this] { trace_start(); };
+  s.trace_stop = [this] { return trace_stop(); };
   return s;
 }
 
@@ -295,6 +298,91 @@ std::vector<std::pair<std::string, detail::ProcMetrics>> Runtime::State::admin_m
         detail::log_debug("metrics: proc {} did not answer: {}", name, why);
       });
   return out;
+}
+
+void Runtime::State::trace_start() {
+  detail::set_tracing(true);
+  std::vector<std::pair<std::string, Future<int>>> asked;
+  for (const auto& p : admin_snapshot(false).procs) {
+    if (p.state != "running") continue;
+    asked.emplace_back(p.name,
+                       detail::agent_of(ProcId{p.name}).call(&detail::ProcAgent::trace_on, true));
+  }
+  gather_replies(
+      asked, std::chrono::seconds(2), [](const std::string&, int) {},
+      [](const std::string& name, const std::string& why) {
+        detail::log_warn("proc {} records no trace: {}", name, why);
+      });
+}
+
+std::string Runtime::State::trace_stop(const std::vector<std::string>& parts) {
+  detail::set_tracing(false);
+  const AdminSnapshot snap = admin_snapshot(false);
+  std::vector<std::pair<int, std::string>> procs_by_pid = {{snap.controller_pid, snap.controller}};
+  std::vector<detail::TraceRecord> events = detail::take_trace();
+  std::vector<std::pair<std::string, Future<int>>> stopped;
+  for (const auto& p : snap.procs) {
+    procs_by_pid.emplace_back(p.pid, p.name);
+    if (p.state != "running") continue;
+    stopped.emplace_back(
+        p.name, detail::agent_of(ProcId{p.name}).call(&detail::ProcAgent::trace_on, false));
+  }
+  gather_replies(
+      stopped, std::chrono::seconds(2), [](const std::string&, int) {},
+      [](const std::string&, const std::string&) {});
+  // Stopped everywhere before any is taken: a flow sent late has both of its ends, or neither.
+  std::vector<std::pair<std::string, Future<std::vector<detail::TraceRecord>>>> asked;
+  asked.reserve(stopped.size());
+  for (const auto& [name, reply] : stopped) {
+    asked.emplace_back(name, detail::agent_of(ProcId{name}).call(&detail::ProcAgent::trace_take));
+  }
+  gather_replies(
+      asked, std::chrono::seconds(10),
+      [&events](const std::string&, std::vector<detail::TraceRecord> more) {
+        events.insert(events.end(), std::make_move_iterator(more.begin()),
+                      std::make_move_iterator(more.end()));
+      },
+      [](const std::string& name, const std::string& why) {
+        detail::log_warn("the trace of proc {} is missing: {}", name, why);
+      });
+  return chrome_trace_json(events, procs_by_pid, parts);
+}
+
+void Runtime::State::write_trace_part() {
+  // A worker that stops before the controller's runtime ends: its part of the trace, beside
+  // the file, for the controller to take in (trace_parts_of).
+  const std::string part = trace_file + ".part." + std::to_string(::getpid());
+  std::ofstream out(part);
+  out << chrome_trace_json(detail::take_trace(), {{static_cast<int>(::getpid()), proc->id().name}},
+                           {}, false);
+  if (!out.flush()) detail::log_warn("BATON_TRACE: cannot write {}", part);
+}
+
+void Runtime::State::write_trace() {
+  try {
+    // The parts of the procs that stopped already, taken in and removed.
+    std::vector<std::string> parts;
+    const std::filesystem::path file(trace_file);
+    const std::filesystem::path in_dir = file.has_parent_path() ? file.parent_path() : ".";
+    const std::string part_prefix = file.filename().string() + ".part.";
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(in_dir, ec)) {
+      if (!entry.path().filename().string().starts_with(part_prefix)) continue;
+      std::ifstream in(entry.path());
+      std::stringstream text;
+      text << in.rdbuf();
+      parts.push_back(text.str());
+      std::filesystem::remove(entry.path(), ec);
+    }
+    const std::string json = trace_stop(parts);
+    std::ofstream out(trace_file);
+    out << json;
+    if (!out.flush()) throw std::runtime_error("cannot write " + trace_file);
+    detail::log_info("the trace of this run is in {} (Chrome's format: open it in Perfetto)",
+                     trace_file);
+  } catch (const std::exception& e) {
+    detail::log_error("BATON_TRACE={}: no trace written: {}", trace_file, e.what());
+  }
 }
 
 std::string Runtime::State::admin_kill(const std::string& name) {

@@ -8,11 +8,14 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <map>
 #include <mutex>
 #include <regex>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "baton/baton.hpp"
 #include "host/admin.test.hpp"
@@ -42,6 +45,16 @@ class Worker : public Actor {
   }
   static constexpr auto endpoints =
       baton::endpoints<&Worker::echo, &Worker::crunch_numbers, &Worker::chatter>();
+};
+
+/// Calls `next` from inside its own endpoint: a chain controller → relay → worker.
+class Relay : public Actor {
+ public:
+  Task<int> relay(ActorRef<Worker> next, int x) {
+    const int got = co_await next.call(&Worker::echo, x);
+    co_return got + 1;
+  }
+  static constexpr auto endpoints = baton::endpoints<&Relay::relay>();
 };
 
 /// Asks until `done(reply)` or 20 s: the API reads a live job, which moves on its own.
@@ -209,6 +222,94 @@ TEST(Kill, AProcKilledThroughTheCommandIsAFailureSupervisionHearsOf) {
   const Reply by_get = get(job, "/api/kill?proc=" + proc_name(workers, 0));
   EXPECT_EQ(by_get.status, 405);  // a GET never kills
   Runtime::get().set_supervise(nullptr);
+  procs.stop().get();
+}
+
+TEST(Trace, SpansNestAndEveryFlowJoinsACallersSpanToTheSpanThatDeliveredIt) {
+  const auto job = this_job();
+  auto procs = this_host().spawn_procs({{"gpus", 2}});
+  auto workers = procs.spawn<Worker>("worker");
+  auto relays = procs.spawn<Relay>("relay");
+  (void)workers.call(&Worker::echo, 1).get();
+  (void)relays.at(0).call(&Relay::relay, workers.at(1), 1).get();
+  const std::string auth = "Authorization: Bearer " + token_of(job) + "\r\n";
+  ASSERT_EQ(request(job, "POST", "/api/trace/start", auth).status, 200);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(relays.at(0).call(&Relay::relay, workers.at(1), i).get(), i + 1);
+  }
+  const Reply r = request(job, "POST", "/api/trace/stop", auth);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const auto trace = nlohmann::json::parse(r.body);
+  const auto& events = trace.at("traceEvents");
+  int relay_pid = 0;
+  for (const auto& e : events) {
+    if (e.value("name", "") == "process_name" && e.at("args").at("name") == proc_name(workers, 0)) {
+      relay_pid = e.at("pid").get<int>();
+    }
+  }
+  ASSERT_NE(relay_pid, 0) << "each proc is named";
+  struct Span {
+    double ts, end;
+    std::string name;
+  };
+  std::map<std::pair<int, int>, std::vector<Span>> spans;  // by pid, tid
+  int relay_spans = 0;
+  int echo_spans = 0;
+  for (const auto& e : events) {
+    if (e.at("ph") != "X") continue;
+    const std::string name = e.at("name");
+    spans[{e.at("pid"), e.at("tid")}].push_back(
+        {e.at("ts").get<double>(), e.at("ts").get<double>() + e.at("dur").get<double>(), name});
+    if (e.at("cat") == "endpoint" && name.ends_with("Relay::relay")) {
+      ++relay_spans;
+      EXPECT_EQ(e.at("args").at("actor"), proc_name(workers, 0) + "/relay[0]");
+      EXPECT_EQ(e.at("pid").get<int>(), relay_pid);
+    }
+    if (e.at("cat") == "endpoint" && name.ends_with("Worker::echo")) ++echo_spans;
+  }
+  EXPECT_EQ(relay_spans, 3);
+  EXPECT_EQ(echo_spans, 3);
+  // On each thread, two spans are apart or one holds the other.
+  for (auto& [thread, list] : spans) {
+    for (const auto& a : list) {
+      for (const auto& b : list) {
+        const bool apart = a.end <= b.ts || b.end <= a.ts;
+        const bool nested = (a.ts <= b.ts && b.end <= a.end) || (b.ts <= a.ts && a.end <= b.end);
+        EXPECT_TRUE(apart || nested) << a.name << " and " << b.name << " overlap";
+      }
+    }
+  }
+  // Every flow: one start and one end, each inside a span of its own thread.
+  auto within = [&spans](const nlohmann::json& e) -> const Span* {
+    for (const auto& s : spans[{e.at("pid"), e.at("tid")}]) {
+      if (s.ts <= e.at("ts").get<double>() && e.at("ts").get<double>() <= s.end) return &s;
+    }
+    return nullptr;
+  };
+  std::map<std::uint64_t, std::pair<const Span*, const Span*>> flows;
+  for (const auto& e : events) {
+    if (e.at("ph") != "s" && e.at("ph") != "f") continue;
+    const Span* in = within(e);
+    ASSERT_NE(in, nullptr) << "a flow outside any span: " << e.dump();
+    auto& f = flows[e.at("id").get<std::uint64_t>()];
+    (e.at("ph") == "s" ? f.first : f.second) = in;
+  }
+  int relay_to_worker = 0;
+  int controller_to_relay = 0;
+  for (const auto& [id, ends] : flows) {
+    ASSERT_NE(ends.first, nullptr) << "flow " << id << " has no start";
+    ASSERT_NE(ends.second, nullptr) << "flow " << id << " has no end";
+    if (!ends.first->name.ends_with("Relay::relay") || ends.second->name != "deliver call")
+      continue;
+    if (ends.first->name.starts_with("send ")) {
+      ++controller_to_relay;  // the controller's call, sent from no endpoint: a span of its own
+    } else {
+      ++relay_to_worker;  // the relay's call, out of its endpoint into the worker's process
+    }
+  }
+  EXPECT_GE(flows.size(), 9U) << "controller → relay → its endpoint → worker → its endpoint";
+  EXPECT_EQ(controller_to_relay, 3);
+  EXPECT_EQ(relay_to_worker, 3);
   procs.stop().get();
 }
 

@@ -86,6 +86,9 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
   // Read before anything is made: a bad value leaves no job directory behind.
   const std::optional<std::string> admin_at = admin_address_from_env();
   state_->stall_after = detail::stall_after_from_env();
+  if (const char* trace = std::getenv("BATON_TRACE"); trace != nullptr && *trace != '\0') {
+    state_->trace_file = trace;  // every process of the job records from its start
+  }
   std::string name = options.name;
   state_->dir = make_job_dir();
   state_->own_dir = true;
@@ -186,6 +189,7 @@ void Runtime::unhandled(const MeshFailure& event) {
 }
 
 Runtime::~Runtime() {
+  if (!state_->trace_file.empty()) state_->write_trace();
   state_->admin.reset();  // it reads the state below
   {
     std::lock_guard lock(state_->life->mu);

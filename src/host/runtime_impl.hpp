@@ -231,6 +231,13 @@ struct Runtime::State {
                                                  std::size_t lines, std::uint64_t since);
   std::string admin_kill(const std::string& proc);
   std::vector<std::pair<std::string, detail::ProcMetrics>> admin_metrics();
+  /// Starts a trace in every process of the job, or stops it and gathers it (Chrome's format).
+  void trace_start();
+  std::string trace_stop(const std::vector<std::string>& parts = {});
+  /// BATON_TRACE: where the trace of the whole run goes when the runtime ends ("" : none).
+  std::string trace_file;
+  void write_trace();
+  void write_trace_part();
 
   /// Starts the workers of one proc mesh; the future completes once all have linked.
   Future<ProcMesh> spawn(const Shape& shape, const internal::LaunchSpec& spec);

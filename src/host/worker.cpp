@@ -89,7 +89,13 @@ void Runtime::run_worker() {
           proc.serve(Address::parse("unix://" + std::string(dir) + "/" + name + ".sock"));
     }
     detail::set_exit_probe([this](const std::string& peer) { return exit_report(peer); });
-    detail::set_shutdown_hook([this] { state_->stop_groups(); });
+    if (const char* trace = std::getenv("BATON_TRACE"); trace != nullptr && *trace != '\0') {
+      state_->trace_file = trace;
+    }
+    detail::set_shutdown_hook([this] {
+      state_->stop_groups();
+      if (!state_->trace_file.empty()) state_->write_trace_part();  // before it ends
+    });
     state_->node->extension<RuntimeSlot>()->runtime.store(this);  // actors here may spawn procs
     std::mutex mu;
     std::condition_variable cv;

@@ -10,6 +10,7 @@
 
 #include "actor/metrics.hpp"
 #include "actor/stacks.hpp"
+#include "actor/trace.hpp"
 #include "baton/actor/actor.hpp"
 #include "baton/actor/actor_ref.hpp"
 #include "baton/actor/task.hpp"
@@ -77,13 +78,20 @@ class ProcAgent : public Actor {
     set_observing(on);
     return 0;
   }
+  /// Starts or stops recording a trace in this proc's process (see actor/trace.hpp).
+  int trace_on(bool on) {
+    set_tracing(on);
+    return 0;
+  }
+  /// What this proc's process recorded since the last time.
+  std::vector<TraceRecord> trace_take() { return take_trace(); }
   /// Ends this proc's process at once with SIGKILL, as a crash would (`baton kill`).
   void die();
   static constexpr auto endpoints =
       baton::endpoints<&ProcAgent::spawn, &ProcAgent::learn, &ProcAgent::ping,
                        &ProcAgent::stop_actor, &ProcAgent::forget, &ProcAgent::shutdown,
                        &ProcAgent::actors, &ProcAgent::stacks, &ProcAgent::die, &ProcAgent::metrics,
-                       &ProcAgent::observe>();
+                       &ProcAgent::observe, &ProcAgent::trace_on, &ProcAgent::trace_take>();
 };
 
 /// A reference to the agent of `proc`.

@@ -15,6 +15,7 @@
 #include "actor/failures.hpp"
 #include "actor/replies.hpp"
 #include "actor/routing.hpp"
+#include "actor/trace.hpp"
 #include "baton/actor/errors.hpp"
 #include "mesh/cast_impl.hpp"
 
@@ -212,6 +213,7 @@ void send_child(const std::shared_ptr<ProcState>& local, const ActorId& sender, 
   }
   Envelope env = hop_envelope(sender, head, hop, args);
   owner->envelopes_sent.fetch_add(1, std::memory_order_relaxed);
+  const TracedSend traced(env, "cast");
   std::string failed;
   try {
     if (!link->send(std::move(env))) failed = "link to " + head.name + " closed";
