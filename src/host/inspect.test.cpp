@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -31,10 +32,18 @@ using ::testing::Not;
 class Worker : public Actor {
  public:
   int echo(int x) { return x; }
-  /// Works for `ms` milliseconds inside a function of its own, as a slow step of training does.
+  /// Works inside a function of its own, as a slow step of training does, until a Releaser of
+  /// its proc lets it go (or `ms` milliseconds at most).
   [[gnu::noinline]] int crunch_numbers(int ms) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (!released().load() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));  // the work it does
+    }
     return ms;
+  }
+  static std::atomic<bool>& released() {
+    static std::atomic<bool> flag{false};  // the worker process's
+    return flag;
   }
   /// Writes `n` lines on stdout and one warning on stderr.
   int chatter(int n) {
@@ -45,6 +54,16 @@ class Worker : public Actor {
   }
   static constexpr auto endpoints =
       baton::endpoints<&Worker::echo, &Worker::crunch_numbers, &Worker::chatter>();
+};
+
+/// Lets a Worker of its proc out of crunch_numbers.
+class Releaser : public Actor {
+ public:
+  int release() {
+    Worker::released().store(true);
+    return 1;
+  }
+  static constexpr auto endpoints = baton::endpoints<&Releaser::release>();
 };
 
 /// Calls `next` from inside its own endpoint: a chain controller → relay → worker.
@@ -85,7 +104,8 @@ TEST(Stacks, TheThreadInsideALongEndpointShowsItsFunctionAndWhichActorItRuns) {
   ASSERT_EQ(workers.call(&Worker::echo, 1).get().values(), (std::vector<int>{1, 1}));
   const std::string busy_proc = proc_name(workers, 1);
   const std::string actor = busy_proc + "/worker[0]";
-  auto busy = workers.at(1).call(&Worker::crunch_numbers, 4000);
+  auto releasers = procs.spawn<Releaser>("releaser");
+  auto busy = workers.at(1).call(&Worker::crunch_numbers, 120000);
   const Reply r = get_until(job, "/api/stacks?proc=" + busy_proc, [](const Reply& x) {
     return x.body.find("crunch_numbers") != std::string::npos;
   });
@@ -109,7 +129,8 @@ TEST(Stacks, TheThreadInsideALongEndpointShowsItsFunctionAndWhichActorItRuns) {
   EXPECT_THAT(text.text, HasSubstr("runs " + actor + ": endpoint"));
   EXPECT_THAT(text.text, HasSubstr("  #"));
   EXPECT_THAT(text.text, HasSubstr("Worker::crunch_numbers(int) (inspect.test.cpp:"));
-  EXPECT_EQ(std::move(busy).get(), 4000);
+  (void)releasers.at(1).call(&Releaser::release).get();
+  EXPECT_EQ(std::move(busy).get(), 120000);
   // Idle now: it runs on no thread, and says so.
   const Reply idle = get(job, "/api/stacks?actor=" + actor);
   EXPECT_THAT(idle.body, HasSubstr("runs on no thread now")) << idle.body;
@@ -320,7 +341,8 @@ TEST(Stalls, AnEndpointRunningLongerThanStallAfterIsLoggedOnceWithItsStackAndMar
   (void)workers.call(&Worker::echo, 1).get();
   const std::string p = proc_name(workers, 0);
   const std::string actor = p + "/worker[0]";
-  auto busy = workers.at(0).call(&Worker::crunch_numbers, 8000);
+  auto releasers = procs.spawn<Releaser>("releaser");
+  auto busy = workers.at(0).call(&Worker::crunch_numbers, 120000);
   const std::string logs = "/api/logs?level=warn&proc=" + p;
   const Reply logged = get_until(job, logs, [](const Reply& x) {
     return x.body.find("(inspect.test.cpp:") != std::string::npos;  // its stack's lines too
@@ -332,7 +354,8 @@ TEST(Stalls, AnEndpointRunningLongerThanStallAfterIsLoggedOnceWithItsStackAndMar
   // Marked where people look: the API, and so baton ls and top.
   const Reply marked = get(job, "/api/actors");
   EXPECT_THAT(marked.body, HasSubstr("\"stalled\": true")) << marked.body;
-  EXPECT_EQ(std::move(busy).get(), 8000);
+  (void)releasers.at(0).call(&Releaser::release).get();
+  EXPECT_EQ(std::move(busy).get(), 120000);
   Runtime::get().flush_output();
   const Reply after = get(job, logs);
   EXPECT_EQ(count_of(after.body, "/worker\\[0\\] has been in endpoint"), 1)
@@ -363,7 +386,8 @@ TEST(Top, ShowsTheProcsAndActorsInARealTerminalAndQuitsOnQ) {
   auto procs = this_host().spawn_procs({{"gpus", 2}});
   auto workers = procs.spawn<Worker>("worker");
   (void)workers.call(&Worker::echo, 1).get();
-  auto busy = workers.at(0).call(&Worker::crunch_numbers, 3000);
+  auto releasers = procs.spawn<Releaser>("releaser");
+  auto busy = workers.at(0).call(&Worker::crunch_numbers, 120000);
   const std::string session = "baton-top-test-" + std::to_string(::getpid());
   const std::string status_file = ::testing::TempDir() + session + ".status";
   std::remove(status_file.c_str());
@@ -388,6 +412,7 @@ TEST(Top, ShowsTheProcsAndActorsInARealTerminalAndQuitsOnQ) {
   std::getline(std::ifstream(status_file), status);
   EXPECT_EQ(status, "0") << "baton top did not quit on q";
   shell("tmux kill-session -t " + session + " 2>/dev/null");
+  (void)releasers.at(0).call(&Releaser::release).get();
   (void)std::move(busy).get();
   procs.stop().get();
 }
