@@ -38,10 +38,14 @@ Body encode_failure(std::exception_ptr e) {
 /// The caller's side of a remote call: completes the future from the status-tagged reply.
 class RemoteReplyPort final : public ReplySinkBase {
  public:
-  RemoteReplyPort(std::shared_ptr<StateBase> state, std::string endpoint, CallHistogram* times)
-      : state_(std::move(state)), endpoint_(std::move(endpoint)), times_(times) {}
+  RemoteReplyPort(std::shared_ptr<StateBase> state, std::string endpoint, CallHistogram* times,
+                  std::weak_ptr<ProcState> owner)
+      : state_(std::move(state)),
+        endpoint_(std::move(endpoint)),
+        times_(times),
+        owner_(std::move(owner)) {}
   bool deliver(const Body& body) override {
-    if (times_ != nullptr) {
+    if (auto owner = owner_.lock(); owner && times_ != nullptr) {  // `times` is the owner's
       times_->observe(std::chrono::duration_cast<std::chrono::nanoseconds>(
                           std::chrono::steady_clock::now() - sent_)
                           .count());
@@ -58,7 +62,8 @@ class RemoteReplyPort final : public ReplySinkBase {
  private:
   std::shared_ptr<StateBase> state_;
   std::string endpoint_;
-  CallHistogram* times_;  // the proc's, which outlives its reply ports
+  CallHistogram* times_;            // in the owner's metrics
+  std::weak_ptr<ProcState> owner_;  // the proc whose call it is: it may end before the reply
   std::chrono::steady_clock::time_point sent_ = std::chrono::steady_clock::now();
 };
 
@@ -112,8 +117,9 @@ std::shared_ptr<StateBase> reply_over(std::shared_ptr<net::Link> link, ActorId f
 }  // namespace
 
 PortSinkPtr remote_reply_port(std::shared_ptr<StateBase> state, std::string endpoint,
-                              CallHistogram* times) {
-  return std::make_shared<RemoteReplyPort>(std::move(state), std::move(endpoint), times);
+                              CallHistogram* times, std::weak_ptr<ProcState> owner) {
+  return std::make_shared<RemoteReplyPort>(std::move(state), std::move(endpoint), times,
+                                           std::move(owner));
 }
 
 namespace {

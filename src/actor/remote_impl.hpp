@@ -128,8 +128,8 @@ void deliver_envelope(const std::shared_ptr<ProcState>& local,
 void return_unsent(const std::string& peer, const std::string& reason,
                    const std::vector<Envelope>& envs);
 /// The reply sink of a call sent over a link: completes `state` from the status-tagged reply,
-/// and counts the round trip in `times` (if not null).
+/// and counts the round trip in `times` (if not null) while its `owner` (whose it is) lives.
 PortSinkPtr remote_reply_port(std::shared_ptr<StateBase> state, std::string endpoint,
-                              CallHistogram* times = nullptr);
+                              CallHistogram* times = nullptr, std::weak_ptr<ProcState> owner = {});
 
 }  // namespace baton::detail::remote

@@ -236,7 +236,8 @@ bool RemoteRouter::route_call(const ActorId& target, const EndpointInfo& endpoin
     reply_to = open_reply_port(
         *local, target.proc,
         remote_reply_port(reply, std::string(endpoint.name),
-                          observing() ? &local->call_times.of_static(endpoint.name) : nullptr));
+                          observing() ? &local->call_times.of_static(endpoint.name) : nullptr,
+                          local));
   }
   Envelope env;
   env.sender = sender;
