@@ -63,16 +63,21 @@ CallHistogram& CallTimes::of(std::string_view endpoint) {
   return *it->second;
 }
 
+std::uint64_t CallTimes::next_serial() {
+  static std::atomic<std::uint64_t> serial{0};
+  return ++serial;
+}
+
 CallHistogram& CallTimes::of_static(std::string_view endpoint) {
   struct Last {
-    const CallTimes* times = nullptr;
+    std::uint64_t times = 0;
     const char* name = nullptr;
     std::size_t size = 0;
     CallHistogram* histogram = nullptr;
   };
   thread_local Last last;
-  if (last.times != this || last.name != endpoint.data() || last.size != endpoint.size()) {
-    last = {this, endpoint.data(), endpoint.size(), &of(endpoint)};
+  if (last.times != serial_ || last.name != endpoint.data() || last.size != endpoint.size()) {
+    last = {serial_, endpoint.data(), endpoint.size(), &of(endpoint)};
   }
   return *last.histogram;
 }

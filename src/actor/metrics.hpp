@@ -56,6 +56,9 @@ class CallTimes {
   std::vector<std::pair<std::string, const CallHistogram*>> all() const;
 
  private:
+  static std::uint64_t next_serial();
+  // What the calling thread remembers it by: an address may be another proc's later.
+  const std::uint64_t serial_ = next_serial();
   mutable std::mutex mu_;
   std::map<std::string, std::unique_ptr<CallHistogram>, std::less<>> by_endpoint_;
 };
