@@ -101,6 +101,10 @@ void ProcMetrics::sample(std::string name, std::string labels, double value) {
   samples.push_back({std::move(name), std::move(labels), value});
 }
 
+std::string link_kind(const std::string& transport) {
+  return transport == "unix" || transport == "shm" ? "host" : transport;
+}
+
 std::string label(std::string_view name, std::string_view value) {
   std::string out(name);
   out += "=\"";
@@ -127,12 +131,6 @@ struct Sources {
 Sources& sources() {
   static Sources s;  // code that registers itself, as the cast handler does
   return s;
-}
-
-/// "host" for a link within the host (a unix socket, or shared memory once switched: one
-/// label for both keeps the counters from moving between labels), else "tcp" or "tls".
-std::string link_kind(const std::string& transport) {
-  return transport == "unix" || transport == "shm" ? "host" : transport;
 }
 
 void add_links(ProcState& st, ProcMetrics& m) {

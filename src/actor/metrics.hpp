@@ -98,6 +98,10 @@ struct ProcMetrics {
   void sample(std::string name, std::string labels, double value);
 };
 
+/// The kind of link a transport counts as: "host" for a unix socket or shared memory (a link
+/// switches from one to the other, and a counter must not move between labels), else itself.
+std::string link_kind(const std::string& transport);
+
 /// `value` as a label's value: quoted, with \, " and newlines escaped.
 std::string label(std::string_view name, std::string_view value);
 

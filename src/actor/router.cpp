@@ -73,10 +73,7 @@ void RemoteRouter::link_closed(const std::string& peer, const std::shared_ptr<ne
     if (it == routes.end() || it->second.link != link) return;
     pending = std::move(it->second.pending);
     local = it->second.local.lock();
-    if (local) {
-      const std::string t = link->transport();
-      local->retire_traffic(t == "unix" || t == "shm" ? "host" : t, net::counters_of(*link));
-    }
+    if (local) local->retire_traffic(link_kind(link->transport()), net::counters_of(*link));
     routes.erase(it);
     if (closed_why.insert_or_assign(peer, reason).second) closed_order.push_back(peer);
     if (closed_order.size() > kFailuresKept) {

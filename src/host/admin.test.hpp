@@ -9,13 +9,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "baton/baton.hpp"
 #include "host/admin.hpp"
 #include "host/job_dir.hpp"
 #include "host/self_spawn.test.hpp"
@@ -104,6 +108,35 @@ inline Reply get(const internal::RunningJob& job, const std::string& path,
 inline Reply get(const internal::RunningJob& job, const std::string& path) {
   return get(job, path, "Authorization: Bearer " + token_of(job) + "\r\n");
 }
+
+/// The failures that reach the controller while it lives (its supervise hook, set and taken
+/// back), for tests that kill a worker on purpose.
+class HeardFailures {
+ public:
+  HeardFailures() {
+    Runtime::get().set_supervise([this](const MeshFailure& e) {
+      std::lock_guard lock(mu_);
+      heard_.push_back(e.to_string());
+      cv_.notify_all();
+      return true;
+    });
+  }
+  ~HeardFailures() { Runtime::get().set_supervise(nullptr); }
+  HeardFailures(const HeardFailures&) = delete;
+  HeardFailures& operator=(const HeardFailures&) = delete;
+
+  /// The first failure heard, waiting up to `wait` for it; "" if none came.
+  std::string first(std::chrono::seconds wait = std::chrono::seconds(30)) {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, wait, [this] { return !heard_.empty(); });
+    return heard_.empty() ? std::string() : heard_.front();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::string> heard_;
+};
 
 /// Runs `command` through the shell; its standard output.
 inline std::string shell(const std::string& command) {

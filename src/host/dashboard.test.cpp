@@ -55,15 +55,7 @@ std::string chromium(const std::string& url, const std::string& what, int ms = 3
 TEST(Dashboard, ShowsTheMeshesAndTheirMembersThenAWorkerKilledForRealAsAFailure) {
   ASSERT_FALSE(shell("command -v chromium").empty()) << "chromium is not installed (make deps)";
   const auto job = this_job();
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<std::string> heard;
-  Runtime::get().set_supervise([&](const MeshFailure& e) {
-    std::lock_guard lock(mu);
-    heard.push_back(e.to_string());
-    cv.notify_all();
-    return true;
-  });
+  HeardFailures heard;
   auto trainers_procs = this_host().spawn_procs({{"gpus", 3}});
   auto trainers = trainers_procs.spawn<Trainer>("trainer");
   auto eval_procs = this_host().spawn_procs({{"gpus", 1}});
@@ -94,10 +86,7 @@ TEST(Dashboard, ShowsTheMeshesAndTheirMembersThenAWorkerKilledForRealAsAFailure)
   const Reply killed = request(job, "POST", "/api/kill?proc=" + victim,
                                "Authorization: Bearer " + token_of(job) + "\r\n");
   ASSERT_EQ(killed.status, 200) << killed.body;
-  {
-    std::unique_lock lock(mu);
-    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return !heard.empty(); }));
-  }
+  ASSERT_NE(heard.first(), "") << "supervision heard of no failure in 30 s";
   const std::string after = chromium(url, "--dump-dom");
   EXPECT_THAT(after, HasSubstr("class=\"proc failed\"")) << after;
   EXPECT_THAT(after, ::testing::ContainsRegex("<li>[^<]*" + victim + "[^<]*SIGKILL")) << after;
@@ -132,7 +121,6 @@ TEST(Dashboard, ShowsTheMeshesAndTheirMembersThenAWorkerKilledForRealAsAFailure)
   std::printf("dashboard screenshot: %s\n", png.c_str());
 
   EXPECT_EQ(std::move(busy).get(), 15000);
-  Runtime::get().set_supervise(nullptr);
   eval_procs.stop().get();
   trainers_procs.stop().get();
 }

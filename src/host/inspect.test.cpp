@@ -205,15 +205,7 @@ TEST(Logs, TheWorkersLastLinesByProcAndLevelAndOnlyTheNewOnes) {
 
 TEST(Kill, AProcKilledThroughTheCommandIsAFailureSupervisionHearsOf) {
   const auto job = this_job();
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<std::string> heard;
-  Runtime::get().set_supervise([&](const MeshFailure& e) {
-    std::lock_guard lock(mu);
-    heard.push_back(e.to_string());
-    cv.notify_all();
-    return true;
-  });
+  HeardFailures heard;
   auto procs = this_host().spawn_procs({{"gpus", 2}});
   auto workers = procs.spawn<Worker>("worker");
   (void)workers.call(&Worker::echo, 1).get();
@@ -221,12 +213,10 @@ TEST(Kill, AProcKilledThroughTheCommandIsAFailureSupervisionHearsOf) {
   const auto killed = baton_cli({"--job", std::to_string(::getpid()), "kill", victim});
   EXPECT_EQ(killed.status, 0) << killed.text;
   EXPECT_THAT(killed.text, HasSubstr("killed " + victim + " (SIGKILL to pid "));
-  {
-    std::unique_lock lock(mu);
-    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return !heard.empty(); }));
-    EXPECT_THAT(heard.front(), HasSubstr(victim));
-    EXPECT_THAT(heard.front(), HasSubstr("SIGKILL"));
-  }
+  const std::string failure = heard.first();
+  ASSERT_NE(failure, "") << "supervision heard of no failure in 30 s";
+  EXPECT_THAT(failure, HasSubstr(victim));
+  EXPECT_THAT(failure, HasSubstr("SIGKILL"));
   const Reply after = get_until(job, "/api/procs", [](const Reply& x) {
     return x.body.find("\"state\": \"failed\"") != std::string::npos;
   });
@@ -242,7 +232,6 @@ TEST(Kill, AProcKilledThroughTheCommandIsAFailureSupervisionHearsOf) {
   EXPECT_THAT(none.body, HasSubstr(proc_name(workers, 0)));
   const Reply by_get = get(job, "/api/kill?proc=" + proc_name(workers, 0));
   EXPECT_EQ(by_get.status, 405);  // a GET never kills
-  Runtime::get().set_supervise(nullptr);
   procs.stop().get();
 }
 
