@@ -7,12 +7,14 @@ import types
 
 from . import _baton
 from . import _context
+from . import _debug
 from ._errors import MeshFailure, encode_exception
 from ._point import Point
 from ._pickle import dumps, dumps_result, loads
 
 _loop = None
 _loop_lock = threading.Lock()
+_debug.install()  # breakpoint() in an actor pauses it for `baton debug`
 
 VALUE, PENDING, ERROR, FATAL = 0, 1, 2, 3
 
@@ -49,7 +51,10 @@ def invoke(instance, method, data, buffers):
     try:
         _context.enter(instance)
         args, kwargs = loads(data, buffers)
-        result = _endpoint(instance, method)(*args, **kwargs)
+        try:
+            result = _endpoint(instance, method)(*args, **kwargs)
+        finally:
+            _debug.endpoint_returned()
         if isinstance(result, types.CoroutineType):
             return (PENDING, result)
         return (VALUE, dumps_result(method, result))

@@ -253,3 +253,14 @@ class Sleeper(baton.Actor):
     def nap(self, seconds):
         time.sleep(seconds)  # the line its stack shows
         return seconds
+
+
+class Debuggee(baton.Actor):
+    """Pauses in breakpoint(): `baton debug` attaches to it (test_debug.py)."""
+
+    @baton.endpoint
+    def step(self, x):
+        y = x * 2
+        breakpoint()  # the line `baton debug` lists
+        z = y + 1
+        return z

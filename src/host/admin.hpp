@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "actor/debug.hpp"
 #include "actor/metrics.hpp"
 #include "actor/stacks.hpp"
 #include "actor/trace.hpp"
@@ -86,6 +87,12 @@ struct AdminLogLine {
   std::string text;
 };
 
+/// A Python actor paused in breakpoint(), and its proc.
+struct AdminDebugSession {
+  std::string proc;
+  detail::DebugSession session;
+};
+
 /// A request names something the job does not have; what() says what it has.
 class AdminNotFound : public std::runtime_error {
  public:
@@ -112,6 +119,12 @@ struct AdminSource {
   std::function<std::string()> trace_stop;
   /// Kills the process of `proc`, as a crash would; says what it did.
   std::function<std::string(const std::string& proc)> kill;
+  /// The Python actors paused in breakpoint(), by mesh and rank; one exchange with one of them
+  /// (see detail::debug_io).
+  std::function<std::vector<AdminDebugSession>()> debug_sessions;
+  std::function<detail::DebugOutput(const std::string& proc, std::uint64_t session,
+                                    const std::string& line, bool send)>
+      debug_io;
 };
 
 /// Chrome's trace format (JSON, which Perfetto reads) of `events` from the procs of a job,

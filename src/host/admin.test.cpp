@@ -281,8 +281,17 @@ TEST(BatonCommand, EverySubcommandAgainstAJobThatEndedSaysSo) {
   const std::string token = (job.dir / internal::kAdminTokenFile).string();
   // A port nothing listens on any more: where a job that ended served.
   const std::vector<std::vector<std::string>> commands = {
-      {"ls"},       {"top"}, {"stack"}, {"logs"}, {"failures"}, {"metrics"}, {"kill", "procs0.0"},
-      {"dashboard"}};
+      {"ls"},
+      {"top"},
+      {"stack"},
+      {"logs"},
+      {"failures"},
+      {"metrics"},
+      {"kill", "procs0.0"},
+      {"dashboard"},
+      {"debug"},
+      {"debug", "--list"},
+      {"trace", "-s", "0.1", "-o", "/dev/null"}};
   for (const auto& command : commands) {
     std::vector<std::string> args = {"--addr", "http://127.0.0.1:1", "--token", token};
     args.insert(args.end(), command.begin(), command.end());

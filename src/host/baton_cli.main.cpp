@@ -10,6 +10,7 @@
 //   baton kill PROC               kills a proc as a crash would: supervision hears of it
 //   baton dashboard               the web dashboard's address, with the token for a browser
 //   baton trace -s N -o FILE      a trace of every proc for N seconds (Chrome's format)
+//   baton debug [--list]          the Python actors paused in breakpoint(), and pdb for each
 //
 // It finds the job from the job directories of this user (with several, --job PID picks one), or
 // takes --addr URL and --token FILE for one elsewhere (through ssh -L, say).
@@ -232,7 +233,11 @@ int main(int argc, char** argv) {
                    "the file to write (Chrome's trace format, which "
                    "Perfetto and chrome://tracing open)")
       ->required();
-  for (auto* sub : {jobs, ls, failures, stack, logs}) {
+  auto* debug = app.add_subcommand(
+      "debug", "the Python actors paused in breakpoint(): attach to one with pdb, continue them");
+  bool debug_list = false;
+  debug->add_flag("--list", debug_list, "list the paused actors and return");
+  for (auto* sub : {jobs, ls, failures, stack, logs, debug}) {
     sub->add_flag("--json", as_json, "print JSON");
   }
   bool all = false;
@@ -267,6 +272,8 @@ int main(int argc, char** argv) {
       }
     } else if (metrics->parsed()) {
       std::cout << get(t, "/metrics");
+    } else if (debug->parsed()) {
+      return baton::cli::run_debug(t, debug_list, as_json);
     } else if (top->parsed()) {
       return baton::cli::run_top(t, interval);
     } else if (stack->parsed()) {

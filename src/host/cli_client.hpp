@@ -35,6 +35,10 @@ inline std::string get(const Target& t, const std::string& path) {
 /// `s` as a query parameter's value (percent-encoded).
 std::string url_encoded(std::string_view s);
 
+/// `baton debug`: the Python actors paused in breakpoint(), and a pdb prompt for each, until
+/// `quit`; with `list_only`, the list alone.
+int run_debug(const Target& t, bool list_only, bool as_json);
+
 /// `baton top`: a live view of the job's procs and actors, every `interval_s`, until `q`.
 int run_top(const Target& t, double interval_s);
 

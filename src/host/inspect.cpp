@@ -175,6 +175,10 @@ AdminSource Runtime::State::admin_source() {
   s.metrics = [this] { return admin_metrics(); };
   s.trace_start = [this] { trace_start(); };
   s.trace_stop = [this] { return trace_stop(); };
+  s.debug_sessions = [this] { return admin_debug_sessions(); };
+  s.debug_io = [this](const std::string& p, std::uint64_t id, const std::string& line, bool send) {
+    return admin_debug_io(p, id, line, send);
+  };
   return s;
 }
 

@@ -230,6 +230,11 @@ struct Runtime::State {
   std::vector<internal::AdminLogLine> admin_logs(const std::string& proc, const std::string& level,
                                                  std::size_t lines, std::uint64_t since);
   std::string admin_kill(const std::string& proc);
+  /// The Python actors paused in breakpoint() across the job, and one exchange with one
+  /// (debug.cpp).
+  std::vector<internal::AdminDebugSession> admin_debug_sessions();
+  detail::DebugOutput admin_debug_io(const std::string& proc, std::uint64_t session,
+                                     const std::string& line, bool send);
   std::vector<std::pair<std::string, detail::ProcMetrics>> admin_metrics();
   /// Starts a trace in every process of the job, or stops it and gathers it (Chrome's format).
   void trace_start();

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "actor/debug.hpp"
 #include "actor/metrics.hpp"
 #include "actor/stacks.hpp"
 #include "actor/trace.hpp"
@@ -85,13 +86,20 @@ class ProcAgent : public Actor {
   }
   /// What this proc's process recorded since the last time.
   std::vector<TraceRecord> trace_take() { return take_trace(); }
+  /// The Python actors of this proc's process paused in breakpoint() (see actor/debug.hpp).
+  std::vector<DebugSession> debug_sessions() { return detail::debug_sessions(); }
+  /// One exchange with a paused actor's debugger: `line` its next command if `send`.
+  DebugOutput debug_io(std::uint64_t session, const std::string& line, bool send) {
+    return detail::debug_io(session, line, send);
+  }
   /// Ends this proc's process at once with SIGKILL, as a crash would (`baton kill`).
   void die();
   static constexpr auto endpoints =
       baton::endpoints<&ProcAgent::spawn, &ProcAgent::learn, &ProcAgent::ping,
                        &ProcAgent::stop_actor, &ProcAgent::forget, &ProcAgent::shutdown,
                        &ProcAgent::actors, &ProcAgent::stacks, &ProcAgent::die, &ProcAgent::metrics,
-                       &ProcAgent::observe, &ProcAgent::trace_on, &ProcAgent::trace_take>();
+                       &ProcAgent::observe, &ProcAgent::trace_on, &ProcAgent::trace_take,
+                       &ProcAgent::debug_sessions, &ProcAgent::debug_io>();
 };
 
 /// A reference to the agent of `proc`.

@@ -15,6 +15,9 @@
 
 namespace baton::python {
 
+/// The Python debugger's hook for the admin API, and baton._baton.BlockingRegion (debug.py.cpp).
+void init_debug(py::module_& m);
+
 /// Whether this is Python's main thread, where Ctrl-C raises KeyboardInterrupt.
 bool on_main_thread();
 

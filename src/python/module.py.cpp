@@ -315,6 +315,7 @@ PYBIND11_MODULE(_baton, m) {
   py::register_exception_translator(translate);
   note_main_thread();
   detail::set_python_stacks(&python_stacks);
+  init_debug(m);
 
   py::class_<Bytes>(m, "Buffer", py::buffer_protocol())
       .def_buffer([](Bytes& b) {
