@@ -24,12 +24,14 @@
 #include <thread>
 
 #include "actor/directory.hpp"
+#include "actor/proc_state.hpp"
 #include "baton/collective/collective.hpp"
 #include "baton/gpu/gpu.hpp"
 #include "baton/mesh/mesh.hpp"
 #include "collective/nccl.hpp"
 #include "collective/reduce.hpp"
 #include "host/hosts.hpp"
+#include "mesh/stall.hpp"
 #include "net/work_queue.hpp"
 
 namespace baton::collective {
@@ -58,10 +60,24 @@ class Store : public Actor {
 };
 
 /// A rank's witness that it is alive, asked by the others when a collective fails.
+/// How many collectives each rank of this proc has entered, by its Peer's name.
+struct Progress {
+  std::mutex mu;
+  std::map<std::string, std::weak_ptr<std::atomic<std::uint64_t>>> by_peer;  // of live ranks
+};
+
 class Peer : public Actor {
  public:
   int ping() { return 1; }
-  static constexpr auto endpoints = baton::endpoints<&Peer::ping>();
+  /// How many collectives this rank has entered (-1: unknown).
+  std::int64_t entered() {
+    const auto p = detail::state_of(proc()).extension<Progress>();
+    std::lock_guard lock(p->mu);
+    const auto it = p->by_peer.find(id().name);
+    const auto n = it == p->by_peer.end() ? nullptr : it->second.lock();
+    return n ? static_cast<std::int64_t>(n->load()) : -1;
+  }
+  static constexpr auto endpoints = baton::endpoints<&Peer::ping, &Peer::entered>();
 };
 
 std::string peer_name(std::uint64_t key, std::size_t rank) {
@@ -128,6 +144,9 @@ struct Communicator::Impl {
   std::shared_ptr<gloo::rendezvous::Context> context;
   std::unique_ptr<nccl::DeviceComm> device_comm;  // made by the first collective on a device
   std::uint32_t next_tag = 0;
+  /// Collectives this rank has entered, as its Peer tells the others (Progress).
+  std::shared_ptr<std::atomic<std::uint64_t>> entered =
+      std::make_shared<std::atomic<std::uint64_t>>(0);
 
   std::string broken;  // why the group can be used no more (the queue's thread's)
   // This rank's operations, in order, on a thread of their own. The last member: it goes
@@ -154,18 +173,58 @@ struct Communicator::Impl {
         done.set_exception(std::make_exception_ptr(std::runtime_error(broken)));
         return;
       }
+      const std::uint64_t index = entered->fetch_add(1) + 1;
+      const auto waiting = detail::start_waiting(
+          detail::state_of(*proc),
+          [this, what, index](double waited_s) { return stall_report(what, index, waited_s); });
       try {
         op();
+        if (waiting) waiting->done.store(true);
         done.set_value();
       } catch (const RanksGone& e) {
+        if (waiting) waiting->done.store(true);
         fail(what, e.what(), true);
         done.set_exception(std::make_exception_ptr(std::runtime_error(broken)));
       } catch (const std::exception& e) {
+        if (waiting) waiting->done.store(true);
         fail(what, e.what());
         done.set_exception(std::make_exception_ptr(std::runtime_error(broken)));
       }
     });
     return done.get_future();
+  }
+
+  /// What the stall watch logs of this rank's collective number `index` (`what`), waiting for
+  /// `waited_s`: the ranks that have not entered it yet (each rank's Peer asked).
+  std::string stall_report(const std::string& what, std::uint64_t index, double waited_s) const {
+    const auto ask = std::min<std::chrono::milliseconds>(timeout(), std::chrono::seconds(5));
+    std::vector<std::pair<std::size_t, Future<std::int64_t>>> asked;
+    for (std::size_t r = 0; r < group.members.size(); ++r) {
+      if (static_cast<int>(r) == rank) continue;
+      const ActorId peer{group.members[r].proc, peer_name(group.key, r), 0};
+      asked.emplace_back(r, ActorRef<Peer>(peer).call(&Peer::entered));
+    }
+    const auto deadline = std::chrono::steady_clock::now() + ask;
+    std::string missing;
+    for (auto& [r, reply] : asked) {
+      std::string why;
+      try {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            deadline - std::chrono::steady_clock::now());
+        const std::int64_t n = reply.get(std::max(left, std::chrono::milliseconds(1)));
+        if (n >= static_cast<std::int64_t>(index)) continue;  // it is in this one too
+        why = "has entered " + std::to_string(n) + " collectives";
+      } catch (const std::exception& e) {
+        why = std::string("does not answer: ") + e.what();
+      }
+      missing += (missing.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) + " (" +
+                 group.members[r].to_string() + ", " + why + ")";
+    }
+    std::string text = "collective " + what + " number " + std::to_string(index) + " on rank " +
+                       std::to_string(rank) + " of " + std::to_string(group.members.size()) +
+                       " has waited " + std::to_string(static_cast<int>(waited_s)) + " s";
+    if (missing.empty()) return text + ", though every rank has entered it (a slow transport?)";
+    return text + " for the ranks that have not entered it: " + missing;
   }
 
   /// The ranks that do not answer a ping (all asked at once), named; empty when all answer.
@@ -278,7 +337,14 @@ Future<void> Communicator::join(const Group& group, Actor& self) {
   impl->group = group;
   impl->rank = rank;
   impl->proc = &self.proc();
-  (void)self.proc().spawn<Peer>(peer_name(group.key, static_cast<std::size_t>(rank)));
+  const std::string peer = peer_name(group.key, static_cast<std::size_t>(rank));
+  {
+    const auto progress = detail::state_of(self.proc()).extension<Progress>();
+    std::lock_guard lock(progress->mu);
+    std::erase_if(progress->by_peer, [](const auto& kv) { return kv.second.expired(); });
+    progress->by_peer[peer] = impl->entered;
+  }
+  (void)self.proc().spawn<Peer>(peer);
   impl->queue.post(&Impl::block_sigpipe);
   Promise<void> joined;
   {

@@ -15,6 +15,7 @@
 #include "baton/collective/collective.hpp"
 #include "baton/gpu/gpu.hpp"
 #include "collective/nccl.hpp"
+#include "host/admin.test.hpp"
 #include "host/hosts.test.hpp"
 
 namespace baton {
@@ -228,6 +229,34 @@ TEST(Collective, AProcMeshSliceIsAGroupAnActorInEachOfItsProcsJoins) {
   procs.stop().get();
 }
 
+TEST(Collective, ACollectiveWaitingLongerThanStallAfterNamesTheRanksThatHaveNotEnteredIt) {
+  const auto job = this_job();
+  ProcMesh procs = this_host().spawn_procs({{"procs", 3}});
+  auto ranks = procs.spawn<Rank>("ranks");
+  (void)ranks.call(&Rank::join, collective::make_group(ranks)).get();
+  // Ranks 0 and 1 enter an allreduce that rank 2 enters only once their stall is logged.
+  auto early = ranks.slice("procs", 0, 2).call(&Rank::allreduce_i64, 3, 0);
+  const std::string rank0 = ranks.at(0).id().proc.name;
+  const std::string logs = "/api/logs?level=warn&proc=" + rank0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  Reply logged;
+  do {
+    logged = get(job, logs);
+  } while (logged.body.find("have not entered it") == std::string::npos &&
+           std::chrono::steady_clock::now() < until);
+  EXPECT_THAT(logged.body, HasSubstr("collective allreduce number 1 on rank 0 of 3 has waited"));
+  EXPECT_THAT(logged.body,
+              HasSubstr("for the ranks that have not entered it: rank 2 (" +
+                        ranks.at(2).id().to_string() + ", has entered 0 collectives)"));
+  EXPECT_THAT(logged.body, Not(HasSubstr("rank 1 (")));
+  auto late = ranks.slice("procs", 2).call(&Rank::allreduce_i64, 3, 0);
+  for (const auto& v : early.get().values()) {
+    EXPECT_EQ(v, (std::vector<std::int64_t>{3000, 3003, 3006}));
+  }
+  EXPECT_EQ(late.get().values().at(0), (std::vector<std::int64_t>{3000, 3003, 3006}));
+  procs.stop().get();
+}
+
 TEST(Collective, ARankKilledMidCollectiveFailsTheOthersNamingItAndANewGroupWorks) {
   ProcMesh procs = this_host().spawn_procs({{"procs", 3}});
   auto ranks = procs.spawn<Rank>("ranks");
@@ -259,5 +288,7 @@ TEST(Collective, ARankKilledMidCollectiveFailsTheOthersNamingItAndANewGroupWorks
 }  // namespace baton
 
 int main(int argc, char** argv) {
+  // A collective waiting more than 3 s is a stall in this job (its stall test waits longer).
+  ::setenv("BATON_STALL_AFTER", "3", /*overwrite=*/0);
   return baton::test::run_hosts_test(argc, argv);
 }

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <numeric>
 #include <regex>
 #include <string>
 #include <thread>
@@ -52,8 +53,22 @@ class Worker : public Actor {
     detail::log_warn("loss went up at step {}", n);
     return n;
   }
-  static constexpr auto endpoints =
-      baton::endpoints<&Worker::echo, &Worker::crunch_numbers, &Worker::chatter>();
+  /// crunch_numbers(ms) on the member of rank `slow` of its mesh; the others return at once.
+  int crunch_on(int slow, int ms) {
+    return static_cast<int>(context().rank) == slow ? crunch_numbers(ms) : 0;
+  }
+  static constexpr auto endpoints = baton::endpoints<&Worker::echo, &Worker::crunch_numbers,
+                                                     &Worker::chatter, &Worker::crunch_on>();
+};
+
+/// Gathers a mesh's replies from inside its own endpoint, in a worker of its own.
+class Gatherer : public Actor {
+ public:
+  Task<int> gather(ActorMesh<Worker> mesh, int slow, int ms) {
+    const ValueMesh<int> v = co_await mesh.call(&Worker::crunch_on, slow, ms);
+    co_return std::accumulate(v.values().begin(), v.values().end(), 0);
+  }
+  static constexpr auto endpoints = baton::endpoints<&Gatherer::gather>();
 };
 
 /// Lets a Worker of its proc out of crunch_numbers.
@@ -350,6 +365,34 @@ TEST(Stalls, AnEndpointRunningLongerThanStallAfterIsLoggedOnceWithItsStackAndMar
   EXPECT_EQ(count_of(after.body, "/worker\\[0\\] has been in endpoint"), 1)
       << "logged once, not at every look: " << after.body;
   EXPECT_THAT(get(job, "/api/actors").body, Not(HasSubstr("\"stalled\": true")));
+  procs.stop().get();
+}
+
+TEST(Stalls, AGatherWaitingLongerThanStallAfterNamesTheMembersItWaitsFor) {
+  const auto job = this_job();
+  auto procs = this_host().spawn_procs({{"gpus", 3}});
+  auto workers = procs.spawn<Worker>("gathered");
+  auto releasers = procs.spawn<Releaser>("releaser");
+  auto callers = this_host().spawn_procs({{"gpus", 1}});
+  auto gatherer = callers.spawn<Gatherer>("gatherer");
+  // The gather's root is the gatherer's proc: its stall watch names rank 1, the one still busy.
+  auto result = gatherer.at(0).call(&Gatherer::gather, workers, 1, 120000);
+  const std::string logs = "/api/logs?level=warn&proc=" + gatherer.at(0).id().proc.name;
+  const Reply logged = get_until(job, logs, [](const Reply& x) {
+    return x.body.find("members has waited") != std::string::npos;
+  });
+  EXPECT_THAT(logged.body, HasSubstr("Worker::crunch_on call to 3 members has waited "));
+  EXPECT_THAT(logged.body,
+              HasSubstr("for 1 member: rank 1 (" + proc_name(workers, 1) + "/gathered[0], in "));
+  EXPECT_THAT(logged.body, HasSubstr("Worker::crunch_on for "));
+  EXPECT_THAT(logged.body, Not(HasSubstr("rank 0 (")));
+  EXPECT_THAT(logged.body, Not(HasSubstr("rank 2 (")));
+  EXPECT_THAT(logged.body, HasSubstr("longer than BATON_STALL_AFTER=2 s"));
+  (void)releasers.at(1).call(&Releaser::release).get();
+  EXPECT_EQ(std::move(result).get(), 120000);
+  Runtime::get().flush_output();
+  EXPECT_EQ(count_of(get(job, logs).body, "members has waited"), 1) << "logged once";
+  callers.stop().get();
   procs.stop().get();
 }
 

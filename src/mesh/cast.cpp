@@ -18,6 +18,7 @@
 #include "actor/trace.hpp"
 #include "baton/actor/errors.hpp"
 #include "mesh/cast_impl.hpp"
+#include "mesh/stall.hpp"
 
 namespace baton::detail {
 
@@ -374,13 +375,21 @@ void cast(CastRequest request) {
   const Hop hop = root_hop(request);
   const ActorId sender = current_sender(local.get());
   Done done = std::move(request.done);
+  std::shared_ptr<Waiting> waiting;
+  if (done) {
+    waiting = start_waiting(*local, [base = request.base, view = request.view,
+                                     endpoint = request.endpoint_name](double waited_s) {
+      return gather_stall_report(*base, view, endpoint, waited_s);
+    });
+  }
   if (done) {
     // A forwarder can only say that a member behind it was lost with its link; the process
     // that started the member's proc knows whether it died, and how.
     done = [done = std::move(done), base = request.base, view = request.view,
             root = std::weak_ptr<ProcState>(local),
             endpoint = observing() ? request.endpoint_name : std::string_view(),
-            sent = std::chrono::steady_clock::now()](std::vector<CastItem> items) {
+            sent = std::chrono::steady_clock::now(), waiting](std::vector<CastItem> items) {
+      if (waiting) waiting->done.store(true);
       // The call's round trip, in the root proc's metrics.
       if (auto proc = root.lock(); proc && !endpoint.empty()) {
         proc->call_times.of_static(endpoint).observe(

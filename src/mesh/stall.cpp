@@ -14,12 +14,97 @@
 #include "actor/stacks.hpp"
 #include "baton/actor/errors.hpp"
 #include "log/log.hpp"
+#include "mesh/agent.hpp"
 
 namespace baton::detail {
 
 namespace {
+
 constexpr const char* kStallVar = "BATON_STALL_AFTER";
+
+std::atomic<int> g_watches{0};  // stall watches running in this process
+
+/// A proc's waits on other members, for its stall watch.
+struct Waits {
+  std::mutex mu;
+  std::vector<std::weak_ptr<Waiting>> list;
+};
+
 }  // namespace
+
+std::string gather_stall_report(const std::vector<CastMember>& base, const Slice& view,
+                                std::string_view endpoint, double waited_s) {
+  constexpr std::size_t kNamed = 16;  // members named at most; the rest are counted
+  constexpr std::chrono::seconds kAsk{5};
+  // The members, by proc: each proc is asked once for its actors.
+  std::map<std::string, std::vector<std::pair<std::size_t, ActorId>>> by_proc;
+  for (std::size_t rank = 0; rank < view.len(); ++rank) {
+    const CastMember& m = base.at(view.location_of_rank(rank));
+    by_proc[m.actor.proc.name].emplace_back(rank, m.actor);
+  }
+  std::vector<std::pair<std::string, Future<std::vector<ActorReport>>>> asked;
+  for (const auto& [proc, members] : by_proc) {
+    asked.emplace_back(proc, agent_of(ProcId{proc}).call(&ProcAgent::actors));
+  }
+  std::map<std::size_t, std::string> busy;  // by rank
+  const auto deadline = std::chrono::steady_clock::now() + kAsk;
+  for (auto& [proc, reply] : asked) {
+    const auto& members = by_proc[proc];
+    try {
+      const auto left = std::max(std::chrono::steady_clock::duration::zero(),
+                                 deadline - std::chrono::steady_clock::now());
+      const std::vector<ActorReport> reports = std::move(reply).get(left);
+      for (const auto& [rank, id] : members) {
+        const auto r = std::find_if(reports.begin(), reports.end(),
+                                    [&id](const ActorReport& x) { return x.id == id; });
+        if (r == reports.end()) continue;  // it ended: its failure answers the gather
+        if (!r->running.empty()) {
+          busy[rank] = fmt::format("rank {} ({}, in {} for {:.1f} s)", rank, id.to_string(),
+                                   r->running, r->running_s);
+        } else if (r->queued > 0) {
+          busy[rank] =
+              fmt::format("rank {} ({}, {} messages queued)", rank, id.to_string(), r->queued);
+        }
+      }
+    } catch (const std::exception& e) {
+      for (const auto& [rank, id] : members) {
+        busy[rank] = fmt::format("rank {} ({}: its proc does not answer: {})", rank, id.to_string(),
+                                 e.what());
+      }
+    }
+  }
+  std::string text =
+      fmt::format("a {}call to {} members has waited {:.1f} s for ",
+                  endpoint.empty() ? "" : std::string(endpoint) + " ", view.len(), waited_s);
+  if (busy.empty()) return text + "its replies, but no member is busy now (are they on their way?)";
+  text += busy.size() == 1 ? "1 member: " : fmt::format("{} members: ", busy.size());
+  std::size_t named = 0;
+  for (const auto& [rank, what] : busy) {
+    if (named == kNamed) {
+      text += fmt::format(", and {} more", busy.size() - kNamed);
+      break;
+    }
+    text += (named++ == 0 ? "" : ", ") + what;
+  }
+  return text;
+}
+
+std::shared_ptr<Waiting> start_waiting(ProcState& proc,
+                                       std::function<std::string(double waited_s)> report) {
+  if (g_watches.load(std::memory_order_relaxed) == 0) return nullptr;
+  auto w = std::make_shared<Waiting>();
+  w->report = std::move(report);
+  auto waits = proc.extension<Waits>();
+  std::lock_guard lock(waits->mu);
+  if (waits->list.size() >= 64) {  // now and then, the waits that ended leave
+    std::erase_if(waits->list, [](const std::weak_ptr<Waiting>& x) {
+      const auto held = x.lock();
+      return !held || held->done.load();
+    });
+  }
+  waits->list.push_back(w);
+  return w;
+}
 
 std::optional<std::chrono::milliseconds> stall_after_from_env() {
   const char* v = std::getenv(kStallVar);
@@ -37,9 +122,12 @@ std::optional<std::chrono::milliseconds> stall_after_from_env() {
 }
 
 StallWatch::StallWatch(Proc& proc, std::chrono::milliseconds stall_after)
-    : proc_(proc), after_(stall_after), thread_([this] { run(); }) {}
+    : proc_(proc), after_(stall_after), thread_([this] { run(); }) {
+  g_watches.fetch_add(1);
+}
 
 StallWatch::~StallWatch() {
+  g_watches.fetch_sub(1);
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
@@ -61,6 +149,7 @@ void StallWatch::run() {
   while (!cv_.wait_for(lock, every, [this] { return stopping_; })) {
     lock.unlock();
     check();
+    check_waits();
     lock.lock();
   }
 }
@@ -105,6 +194,33 @@ void StallWatch::check() {
   }
   std::lock_guard lock(mu_);
   std::erase_if(seen_, [&running](const auto& kv) { return !running.contains(kv.first); });
+}
+
+void StallWatch::check_waits() {
+  const auto waits = state_of(proc_).extension<Waits>();
+  std::vector<std::shared_ptr<Waiting>> overdue;
+  const auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard lock(waits->mu);
+    for (const auto& weak : waits->list) {
+      auto w = weak.lock();
+      if (w && !w->done.load() && !w->reported.load() && now - w->since >= after_) {
+        overdue.push_back(std::move(w));
+      }
+    }
+  }
+  const double bound_s = std::chrono::duration<double>(after_).count();
+  for (const auto& w : overdue) {
+    if (w->reported.exchange(true)) continue;
+    const double waited_s = std::chrono::duration<double>(now - w->since).count();
+    std::string text = w->report(waited_s);
+    if (w->done.load()) continue;  // it ended while the members were asked
+    {
+      std::lock_guard lock(mu_);
+      ++reported_;
+    }
+    log_warn("{} (longer than {}={:g} s; is one of them stuck?)", text, kStallVar, bound_s);
+  }
 }
 
 }  // namespace baton::detail
