@@ -50,8 +50,13 @@ def test_a_python_actor_in_time_sleep_shows_that_line_on_its_thread(procs):
     nap = next(frame for frame in thread["python"] if "in nap" in frame)
     assert "actors.py" in nap
     assert "time.sleep(seconds)  # the line its stack shows" in nap
-    # The thread that runs the endpoint is the one marked with the actor.
-    assert any("/sleeper[0]" in actor for actor in thread["actors"]), thread
+    # The thread that runs the endpoint is the one marked with the actor, and its endpoint by
+    # the Python class's name.
+    assert any("/sleeper[0]: endpoint Sleeper.nap for" in a for a in thread["actors"]), thread
+    listed = json.loads(baton_cli("ls", "--json").stdout)["actors"]
+    sleeper = next(a for a in listed if a["id"].endswith("/sleeper[0]"))
+    assert sleeper["type"] == "Sleeper"
+    assert sleeper["running"] == "Sleeper.nap"
     assert thread["native"], "the native stack of the same thread"
     # As text: the Python stack, most recent call last.
     text = baton_cli("stack").stdout

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <mutex>
 #include <string>
+#include <unordered_set>
 #include <utility>
 
 #include "actor/cell.hpp"
@@ -12,6 +14,13 @@
 #include "actor/trace.hpp"
 
 namespace baton::detail {
+
+const std::string* interned_name(std::string_view name) {
+  static std::mutex mu;
+  static std::unordered_set<std::string> names;  // never shrinks: its strings outlive readers
+  std::lock_guard lock(mu);
+  return &*names.emplace(name).first;
+}
 
 namespace {
 std::int64_t now_ns() {
@@ -34,9 +43,11 @@ void Cell::handler_ended() {
   const std::int64_t ended = now_ns();
   const auto took = static_cast<std::uint64_t>(std::max<std::int64_t>(0, ended - began));
   running_.store(nullptr, std::memory_order_release);
+  const std::string* named = running_name_.exchange(nullptr, std::memory_order_acq_rel);
   if (tracing()) {
     // The same clock as the trace's (steady_clock is CLOCK_MONOTONIC).
-    trace_span("", ep->name, "endpoint", &id(), began, ended);
+    trace_span("", named != nullptr ? std::string_view(*named) : ep->name, "endpoint", &id(), began,
+               ended);
     if (trace_flow_ != 0) trace_flow('f', std::exchange(trace_flow_, 0), began);
   }
   handled_.fetch_add(1, std::memory_order_relaxed);
@@ -49,9 +60,11 @@ void Cell::handler_ended() {
 Cell::Activity Cell::activity() const {
   Activity a;
   a.type = type_ != nullptr ? type_->name : std::string_view();
+  if (const std::string* t = type_name_.load(std::memory_order_acquire)) a.type = *t;
   a.handled = handled_.load(std::memory_order_relaxed);
   if (const EndpointInfo* ep = running_.load(std::memory_order_acquire)) {
     a.running = ep->name;
+    if (const std::string* r = running_name_.load(std::memory_order_acquire)) a.running = *r;
     a.since_ns = running_since_ns_.load(std::memory_order_relaxed);
     a.running_s = static_cast<double>(now_ns() - a.since_ns) / 1e9;
   }

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "actor/current.hpp"
@@ -17,6 +18,10 @@
 #include "actor/proc_state.hpp"
 
 namespace baton::detail {
+
+/// `name`, kept for the process's life at one address (an actor's type or endpoint as another
+/// language names it; see Cell::set_type_name).
+const std::string* interned_name(std::string_view name);
 
 class Cell final : public Runnable,
                    public ResumeContext,
@@ -67,6 +72,12 @@ class Cell final : public Runnable,
     std::int64_t since_ns = 0;  // when the endpoint running began (steady clock), 0 if none
   };
   Activity activity() const;
+  /// What an actor of another language (Python) calls its type, and the endpoint it runs now
+  /// (until the handler ends): shown instead of the C++ ones. Names from interned_name().
+  void set_type_name(const std::string* name) { type_name_.store(name, std::memory_order_release); }
+  void set_running_name(const std::string* name) {
+    running_name_.store(name, std::memory_order_release);
+  }
   /// Queues a port delivery to run on this actor.
   void post_port(std::function<void()> thunk);
 
@@ -120,6 +131,8 @@ class Cell final : public Runnable,
   // What activity() reports: the endpoint running (a coroutine one until its task ends), since
   // when, and the times of those that ended.
   std::atomic<const EndpointInfo*> running_{nullptr};
+  std::atomic<const std::string*> type_name_{nullptr};     // interned (see set_type_name)
+  std::atomic<const std::string*> running_name_{nullptr};  // interned, while a handler runs
   std::atomic<std::int64_t> running_since_ns_{0};
   std::atomic<std::uint64_t> handled_{0};
   std::atomic<std::uint64_t> handler_ns_{0};

@@ -10,6 +10,7 @@
 
 #include <pybind11/stl.h>
 
+#include "actor/cell.hpp"
 #include "actor/current.hpp"
 #include "log/log.hpp"
 #include "python/py_actor.hpp"
@@ -147,6 +148,11 @@ PyActor::PyActor(const Pickled& spawn) {
         reinterpret_cast<std::uintptr_t>(this));  // NOLINT
     instance_ = host().attr("construct")(args[0], args[1], where);
     invoke_ = host().attr("invoke");
+    // Whoever looks inside the job sees the Python class and its endpoints, not PyActor's.
+    type_name_ = py::type::of(instance_).attr("__qualname__").cast<std::string>();
+    if (detail::Cell* cell = detail::current_cell()) {
+      cell->set_type_name(detail::interned_name(type_name_));
+    }
   } catch (const py::error_already_set& e) {
     instance_ = py::object();  // dropped here, with the GIL, not by the unwinding after it
     invoke_ = py::object();
@@ -172,6 +178,7 @@ Task<Pickled> PyActor::invoke(std::string method, Pickled args) {
   bool fatal = false;
   {
     const Gil gil;
+    if (detail::Cell* cell = detail::current_cell()) cell->set_running_name(endpoint_name(method));
     try {
       const FreshContext fresh;
       const PlainEndpoint plain;
@@ -208,6 +215,15 @@ Task<Pickled> PyActor::invoke(std::string method, Pickled args) {
   if (error) throw std::runtime_error(*error);
   if (later) co_return co_await *later;
   co_return now;
+}
+
+const std::string* PyActor::endpoint_name(const std::string& method) {
+  auto [it, fresh] = endpoint_names_.try_emplace(method, nullptr);
+  if (fresh) {
+    const std::string plain = method.starts_with('*') ? method.substr(1) : method;
+    it->second = detail::interned_name(type_name_ + "." + plain);
+  }
+  return it->second;
 }
 
 void PyActor::on_stop() {

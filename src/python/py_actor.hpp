@@ -167,8 +167,13 @@ class PyActor : public Actor {
   static constexpr auto endpoints = baton::endpoints<&PyActor::invoke>();
 
  private:
+  /// "Class.method", interned, for whoever looks inside the job (cached by method).
+  const std::string* endpoint_name(const std::string& method);
+
   py::object instance_;
-  py::object invoke_;  // baton._host.invoke, looked up once
+  py::object invoke_;                                         // baton._host.invoke, looked up once
+  std::string type_name_;                                     // the class's __qualname__
+  std::map<std::string, const std::string*> endpoint_names_;  // its actor's thread alone
 };
 
 }  // namespace baton::python
