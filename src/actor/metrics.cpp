@@ -126,7 +126,7 @@ namespace {
 
 struct Sources {
   std::mutex mu;
-  std::vector<std::function<void(ProcMetrics&)>> all;
+  std::vector<std::function<void(Proc&, ProcMetrics&)>> all;
 };
 Sources& sources() {
   static Sources s;  // code that registers itself, as the cast handler does
@@ -171,27 +171,11 @@ void add_links(ProcState& st, ProcMetrics& m) {
 }
 
 void add_calls(ProcState& st, ProcMetrics& m) {
-  constexpr const char* kName = "baton_call_duration_seconds";
-  m.family(
-      kName, "histogram",
+  add_histograms(
+      m, "baton_call_duration_seconds",
       "Round trips of the calls this proc made, by endpoint: to an actor of another process, or to "
-      "a mesh (until every member replied, or the fold of a reduce came back).");
-  for (const auto& [endpoint, h] : st.call_times.all()) {
-    const auto counts = h->cumulative();
-    const std::string ep = label("endpoint", endpoint);
-    for (std::size_t i = 0; i < counts.size(); ++i) {
-      char le[32];
-      if (i < kCallBuckets.size()) {
-        std::snprintf(le, sizeof le, "%g", kCallBuckets[i]);
-      } else {
-        std::snprintf(le, sizeof le, "+Inf");
-      }
-      m.sample(std::string(kName) + "_bucket", ep + "," + label("le", le),
-               static_cast<double>(counts[i]));
-    }
-    m.sample(std::string(kName) + "_sum", ep, h->sum_s());
-    m.sample(std::string(kName) + "_count", ep, static_cast<double>(counts.back()));
-  }
+      "a mesh (until every member replied, or the fold of a reduce came back).",
+      "endpoint", st.call_times);
 }
 
 void add_actors(ProcState& st, ProcMetrics& m) {
@@ -223,22 +207,42 @@ void add_actors(ProcState& st, ProcMetrics& m) {
 
 }  // namespace
 
+void add_histograms(ProcMetrics& m, const std::string& name, const std::string& help,
+                    std::string_view key_label, const CallTimes& times) {
+  m.family(name, "histogram", help);
+  for (const auto& [key, h] : times.all()) {
+    const auto counts = h->cumulative();
+    const std::string k = label(key_label, key);
+    for (std::size_t i = 0; i < counts.size(); ++i) {
+      char le[32];
+      if (i < kCallBuckets.size()) {
+        std::snprintf(le, sizeof le, "%g", kCallBuckets[i]);
+      } else {
+        std::snprintf(le, sizeof le, "+Inf");
+      }
+      m.sample(name + "_bucket", k + "," + label("le", le), static_cast<double>(counts[i]));
+    }
+    m.sample(name + "_sum", k, h->sum_s());
+    m.sample(name + "_count", k, static_cast<double>(counts.back()));
+  }
+}
+
 ProcMetrics proc_metrics(Proc& proc) {
   ProcState& st = state_of(proc);
   ProcMetrics m;
   add_calls(st, m);
   add_links(st, m);
   add_actors(st, m);
-  std::vector<std::function<void(ProcMetrics&)>> more;
+  std::vector<std::function<void(Proc&, ProcMetrics&)>> more;
   {
     std::lock_guard lock(sources().mu);
     more = sources().all;
   }
-  for (const auto& source : more) source(m);
+  for (const auto& source : more) source(proc, m);
   return m;
 }
 
-void add_metrics_source(std::function<void(ProcMetrics&)> source) {
+void add_metrics_source(std::function<void(Proc&, ProcMetrics&)> source) {
   std::lock_guard lock(sources().mu);
   sources().all.push_back(std::move(source));
 }

@@ -110,6 +110,11 @@ ProcMetrics proc_metrics(Proc& proc);
 
 /// A layer's own metrics (RdmaBuffer's bytes by backend, say), added to those of every proc of
 /// this process from now on.
-void add_metrics_source(std::function<void(ProcMetrics&)> source);
+void add_metrics_source(std::function<void(Proc&, ProcMetrics&)> source);
+
+/// Adds `times` to `m` as the histogram family `name`: one histogram per key, labelled
+/// `key_label`.
+void add_histograms(ProcMetrics& m, const std::string& name, const std::string& help,
+                    std::string_view key_label, const CallTimes& times);
 
 }  // namespace baton::detail

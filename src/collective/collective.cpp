@@ -80,6 +80,23 @@ class Peer : public Actor {
   static constexpr auto endpoints = baton::endpoints<&Peer::ping, &Peer::entered>();
 };
 
+/// The collectives' times of `proc`'s, in its metrics from the first group joined on.
+struct CollectiveTimes {
+  std::shared_ptr<detail::CallTimes> times = std::make_shared<detail::CallTimes>();
+};
+
+void collective_metrics(Proc& proc, detail::ProcMetrics& m) {
+  detail::add_histograms(m, "baton_collective_duration_seconds",
+                         "How long this proc's collectives took on each rank, by operation.", "op",
+                         *detail::state_of(proc).extension<CollectiveTimes>()->times);
+}
+
+std::shared_ptr<detail::CallTimes> collective_times(Proc& proc) {
+  static std::once_flag registered;  // one source for the process
+  std::call_once(registered, [] { detail::add_metrics_source(&collective_metrics); });
+  return detail::state_of(proc).extension<CollectiveTimes>()->times;
+}
+
 std::string peer_name(std::uint64_t key, std::size_t rank) {
   return "collective-" + std::to_string(key) + "-" + std::to_string(rank);
 }
@@ -144,6 +161,8 @@ struct Communicator::Impl {
   std::shared_ptr<gloo::rendezvous::Context> context;
   std::unique_ptr<nccl::DeviceComm> device_comm;  // made by the first collective on a device
   std::uint32_t next_tag = 0;
+  /// How long this proc's collectives took, by operation (baton_collective_duration_seconds).
+  std::shared_ptr<detail::CallTimes> times;
   /// Collectives this rank has entered, as its Peer tells the others (Progress).
   std::shared_ptr<std::atomic<std::uint64_t>> entered =
       std::make_shared<std::atomic<std::uint64_t>>(0);
@@ -174,12 +193,16 @@ struct Communicator::Impl {
         return;
       }
       const std::uint64_t index = entered->fetch_add(1) + 1;
+      const auto began = std::chrono::steady_clock::now();
       const auto waiting = detail::start_waiting(
           detail::state_of(*proc),
           [this, what, index](double waited_s) { return stall_report(what, index, waited_s); });
       try {
         op();
         if (waiting) waiting->done.store(true);
+        times->of(what).observe(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                    std::chrono::steady_clock::now() - began)
+                                    .count());
         done.set_value();
       } catch (const RanksGone& e) {
         if (waiting) waiting->done.store(true);
@@ -337,6 +360,7 @@ Future<void> Communicator::join(const Group& group, Actor& self) {
   impl->group = group;
   impl->rank = rank;
   impl->proc = &self.proc();
+  impl->times = collective_times(self.proc());
   const std::string peer = peer_name(group.key, static_cast<std::size_t>(rank));
   {
     const auto progress = detail::state_of(self.proc()).extension<Progress>();

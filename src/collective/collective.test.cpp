@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "actor/metrics.hpp"
 #include "baton/collective/collective.hpp"
 #include "baton/gpu/gpu.hpp"
 #include "collective/nccl.hpp"
@@ -86,6 +87,15 @@ class Rank : public Actor {
                                   static_cast<ReduceOp>(op));
     co_return std::vector<double>(out.begin(), out.end());
   }
+  /// How many `op` collectives this rank's proc has timed, as its metrics say.
+  double timed(const std::string& op) {
+    for (const auto& s : detail::proc_metrics(proc()).samples) {
+      if (s.name == "baton_collective_duration_seconds_count" && s.labels == "op=\"" + op + "\"") {
+        return s.value;
+      }
+    }
+    return 0;
+  }
   Task<int> barrier() {
     co_await comm_.barrier();
     co_return comm_.rank();
@@ -95,7 +105,7 @@ class Rank : public Actor {
       baton::endpoints<&Rank::join, &Rank::pid, &Rank::allreduce_f32, &Rank::allreduce_f64,
                        &Rank::allreduce_f16, &Rank::allreduce_bf16, &Rank::allreduce_i64,
                        &Rank::broadcast_i32, &Rank::allgather_f64, &Rank::reduce_scatter_f32,
-                       &Rank::barrier>();
+                       &Rank::barrier, &Rank::timed>();
 
  private:
   std::size_t rank() const { return static_cast<std::size_t>(comm_.rank()); }
@@ -196,6 +206,21 @@ TEST(Collective, EveryCollectiveMatchesADirectComputation) {
     }
   }
   EXPECT_EQ(ranks.call(&Rank::barrier).get().values(), (std::vector<int>{0, 1, 2}));
+  procs.stop().get();
+}
+
+TEST(Collective, EachRanksMetricsTimeItsCollectivesByOperation) {
+  ProcMesh procs = this_host().spawn_procs({{"procs", 2}});
+  auto ranks = procs.spawn<Rank>("ranks");
+  (void)ranks.call(&Rank::join, collective::make_group(ranks)).get();
+  const auto before = ranks.call(&Rank::timed, std::string("allreduce")).get().values();
+  for (int i = 0; i < 3; ++i) (void)ranks.call(&Rank::allreduce_i64, 4, 0).get();
+  (void)ranks.call(&Rank::barrier).get();
+  const auto after = ranks.call(&Rank::timed, std::string("allreduce")).get().values();
+  for (std::size_t r = 0; r < after.size(); ++r) EXPECT_EQ(after[r] - before[r], 3.0) << r;
+  for (const double n : ranks.call(&Rank::timed, std::string("barrier")).get().values()) {
+    EXPECT_EQ(n, 1.0);
+  }
   procs.stop().get();
 }
 

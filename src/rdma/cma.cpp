@@ -72,6 +72,7 @@ void transfer_cma(const TransferPtr& op, const RdmaBuffer& b, void* dst, const v
   const bool reading = dst != nullptr;
   const auto& d = b.descriptor();
   ++op->state().settings.cma;
+  op->state().settings.moved(RdmaBackend::cma, size, dst != nullptr);
   check_then(op, b, offset, size, [op, b, d, dst, src, size, offset, reading, local_device] {
     int error = 0;
     // Guarded: a transfer that timed out meanwhile has completed, and its memory is no longer

@@ -32,6 +32,7 @@ void transfer_gpu_ipc(const TransferPtr& op, const RdmaBuffer& b, void* dst, con
   const bool reading = dst != nullptr;
   const auto& d = b.descriptor();
   ++op->state().settings.gpu_ipc;
+  op->state().settings.moved(RdmaBackend::gpu_ipc, size, dst != nullptr);
   // The check comes first: the copy must not touch memory its owner has dropped.
   check_then(op, b, offset, size, [op, d, dst, src, size, offset, reading] {
     if (!op->start_unguarded()) return;

@@ -9,6 +9,7 @@ void transfer_local(const TransferPtr& op, const RdmaBuffer& b, void* dst, const
   const bool reading = dst != nullptr;
   const auto& d = b.descriptor();
   ++op->state().settings.local;
+  op->state().settings.moved(RdmaBackend::local, size, dst != nullptr);
   try {
     Registry::get().use(d.id, offset, size, [&](const Region& r) {
       const bool device = r.device || local_device;

@@ -84,6 +84,7 @@ std::shared_ptr<Pump> make_pump(const TransferPtr& op, const RdmaBuffer& b, void
 void transfer_messages(const TransferPtr& op, const RdmaBuffer& b, void* dst, const void* src,
                        std::size_t size, std::size_t offset, bool local_device) {
   ++op->state().settings.messages;
+  op->state().settings.moved(RdmaBackend::messages, size, dst != nullptr);
   auto pump = make_pump(op, b, dst, src, size, offset);
   pump->device = local_device;
   pump->start();

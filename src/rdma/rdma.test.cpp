@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "actor/metrics.hpp"
 #include "baton/baton.hpp"
 #include "rdma/pattern.test.hpp"
 #include "rdma/settings.test.hpp"
@@ -156,6 +157,17 @@ struct Case {
   RdmaBackend expected;
 };
 
+/// baton_rdma_bytes_total of this process, for `backend` and `direction`, as /metrics shows it.
+double rdma_bytes(RdmaBackend backend, const std::string& direction) {
+  const std::string labels =
+      detail::label("backend", to_string(backend)) + ",direction=\"" + direction + "\"";
+  for (const auto& s : detail::proc_metrics(Runtime::get().proc()).samples) {
+    if (s.name == "baton_rdma_bytes_total" && s.labels == labels) return s.value;
+  }
+  ADD_FAILURE() << "no baton_rdma_bytes_total{" << labels << "}";
+  return -1;
+}
+
 class RdmaBackends : public Rdma, public ::testing::WithParamInterface<Case> {};
 
 TEST_P(RdmaBackends, ReadAndWriteAnotherProcsMemory) {
@@ -168,6 +180,8 @@ TEST_P(RdmaBackends, ReadAndWriteAnotherProcsMemory) {
   std::vector<std::byte> local(n);
   EXPECT_EQ(rdma_backend(b, local.data()), c.expected);
   RdmaStats before = rdma_stats();
+  const double read_before = rdma_bytes(c.expected, "read");
+  const double written_before = rdma_bytes(c.expected, "write");
   finish(b.read_into(local.data(), n));
   EXPECT_EQ(checksum(local.data(), n), expected(n, 5));
   // A part in the middle, then a write of the whole with another pattern.
@@ -191,6 +205,9 @@ TEST_P(RdmaBackends, ReadAndWriteAnotherProcsMemory) {
     }
   };
   EXPECT_EQ(used(c.expected), 3U);
+  // The admin API's metrics count the bytes by backend and direction.
+  EXPECT_EQ(rdma_bytes(c.expected, "read") - read_before, static_cast<double>(n + part.size()));
+  EXPECT_EQ(rdma_bytes(c.expected, "write") - written_before, static_cast<double>(n));
   // Chunks: through messages, and through UCX where the owner's worker serves (its own heap
   // memory, which UCX does not map here); memory UCX allocated is copied straight.
   const bool chunked = c.expected == RdmaBackend::messages ||

@@ -5,8 +5,10 @@
 #include <array>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 
 #include "actor/directory.hpp"
+#include "actor/metrics.hpp"
 #include "actor/node.hpp"
 #include "baton/actor/errors.hpp"
 #include "rdma/registry.hpp"
@@ -98,7 +100,31 @@ struct AgentSlot {
 };
 }  // namespace
 
+/// RdmaBuffer's metrics, in every proc's of this process (detail::proc_metrics).
+void rdma_metrics(Proc& /*proc*/, detail::ProcMetrics& m) {
+  std::shared_ptr<RdmaState> state;
+  try {
+    state = rdma_state();
+  } catch (const std::exception&) {
+    return;  // no runtime here now
+  }
+  constexpr RdmaBackend kBackends[] = {RdmaBackend::local, RdmaBackend::gpu_ipc, RdmaBackend::ucx,
+                                       RdmaBackend::messages, RdmaBackend::cma};
+  m.family("baton_rdma_bytes_total", "counter",
+           "Bytes of the RdmaBuffer transfers this process started, by backend and direction.");
+  for (const RdmaBackend b : kBackends) {
+    const auto i = static_cast<std::size_t>(b);
+    const std::string backend = detail::label("backend", to_string(b));
+    m.sample("baton_rdma_bytes_total", backend + ",direction=\"read\"",
+             static_cast<double>(state->settings.bytes_read[i].load()));
+    m.sample("baton_rdma_bytes_total", backend + ",direction=\"write\"",
+             static_cast<double>(state->settings.bytes_written[i].load()));
+  }
+}
+
 std::shared_ptr<RdmaState> rdma_state() {
+  static std::once_flag metrics;  // one source for the process, whichever runtime asks
+  std::call_once(metrics, [] { detail::add_metrics_source(&rdma_metrics); });
   return node_or_throw()->extension<RdmaState>();
 }
 

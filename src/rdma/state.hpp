@@ -6,6 +6,7 @@
 // runtime starts with fresh ones, and their threads end with the last transfer of the runtime that
 // made them.
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -34,6 +35,12 @@ struct Settings {
   /// Pump::move_by_ucx); tests that stop an owner set it beyond their transfer timeout.
   std::atomic<std::int64_t> ucx_stall_ms{2000};
   std::atomic<std::uint64_t> local{0}, gpu_ipc{0}, ucx{0}, messages{0}, chunks{0}, cma{0};
+  /// Bytes the transfers started here asked for, by backend (RdmaBackend's value) and
+  /// direction: the admin API's baton_rdma_bytes_total.
+  std::array<std::atomic<std::uint64_t>, 6> bytes_read{}, bytes_written{};
+  void moved(RdmaBackend by, std::size_t size, bool reading) {
+    (reading ? bytes_read : bytes_written)[static_cast<std::size_t>(by)] += size;
+  }
   /// Set once the kernel refused cross-memory attach here (cma.cpp); tests set
   /// cma_refuse_for_test to have every attempt refused as such a kernel would.
   std::atomic<bool> cma_refused{false};

@@ -108,6 +108,7 @@ void transfer_ucx(const TransferPtr& op, const RdmaBuffer& b, void* dst, const v
   const bool reading = dst != nullptr;
   const auto& d = b.descriptor();
   ++op->state().settings.ucx;
+  op->state().settings.moved(RdmaBackend::ucx, size, dst != nullptr);
   // The check comes first, as for gpu_ipc.
   check_then(op, b, offset, size, [op, b, d, dst, src, size, offset, reading] {
     auto* u = op->state().ucx();
