@@ -23,7 +23,9 @@
 #include <utility>  // Boost 1.74's awaitable.hpp uses std::exchange without it
 
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast.hpp>
+#include <boost/beast/ssl.hpp>
 #include <nlohmann/json.hpp>
 
 #include "baton/actor/errors.hpp"
@@ -68,12 +70,7 @@ std::optional<std::string> admin_address_from_env() {
   if (host.empty() || port.empty() || *end != '\0' || p > 65535) {
     throw UsageError(std::string(kAdminVar) + "=" + s +
                      " is not HOST:PORT or off (e.g. 127.0.0.1:0 for a free port on the "
-                     "loopback, the default)");
-  }
-  if (!is_loopback(host)) {
-    throw UsageError(std::string(kAdminVar) + "=" + s +
-                     ": the admin API serves only the loopback for now (TLS for other addresses "
-                     "is not there yet); reach it from another host through ssh -L");
+                     "loopback, the default; 0.0.0.0:8443 for every address, served with TLS)");
   }
   return s;
 }
@@ -89,6 +86,9 @@ struct AdminServer::Impl {
   std::string url;
   boost::asio::io_context ctx{1};
   tcp::acceptor acceptor{ctx};
+  /// Set for an address other than the loopback: every connection is TLS, with the job's
+  /// certificate.
+  std::unique_ptr<boost::asio::ssl::context> tls;
   std::thread thread;
 
   /// Whether `req` carries the token ("Authorization: Bearer TOKEN"), compared in constant time.
@@ -304,16 +304,26 @@ struct AdminServer::Impl {
   void accept() {
     acceptor.async_accept([this](beast::error_code ec, tcp::socket socket) {
       if (ec == boost::asio::error::operation_aborted) return;  // stopping
-      if (!ec) serve(std::make_shared<beast::tcp_stream>(std::move(socket)));
+      if (!ec && !tls) serve(std::make_shared<beast::tcp_stream>(std::move(socket)));
+      if (!ec && tls) {
+        auto stream =
+            std::make_shared<beast::ssl_stream<beast::tcp_stream>>(std::move(socket), *tls);
+        beast::get_lowest_layer(*stream).expires_after(std::chrono::seconds(kReadTimeoutS));
+        stream->async_handshake(boost::asio::ssl::stream_base::server,
+                                [this, stream](beast::error_code e) {
+                                  if (!e) serve(stream);  // else: not TLS, or not ours: it goes
+                                });
+      }
       accept();
     });
   }
 
   /// Reads requests from one connection and answers each, until it closes, errs or idles.
-  void serve(const std::shared_ptr<beast::tcp_stream>& stream) {
+  template <class Stream>
+  void serve(const std::shared_ptr<Stream>& stream) {
     auto buffer = std::make_shared<beast::flat_buffer>();
     auto req = std::make_shared<http::request<http::string_body>>();
-    stream->expires_after(std::chrono::seconds(kReadTimeoutS));
+    beast::get_lowest_layer(*stream).expires_after(std::chrono::seconds(kReadTimeoutS));
     http::async_read(
         *stream, *buffer, *req, [this, stream, buffer, req](beast::error_code ec, std::size_t) {
           if (ec) return;  // closed, garbage or too slow: the connection just goes
@@ -321,7 +331,8 @@ struct AdminServer::Impl {
           http::async_write(*stream, *res, [this, stream, res](beast::error_code e, std::size_t) {
             if (e || !res->keep_alive()) {
               beast::error_code ignored;
-              stream->socket().shutdown(tcp::socket::shutdown_both, ignored);
+              beast::get_lowest_layer(*stream).socket().shutdown(tcp::socket::shutdown_both,
+                                                                 ignored);
               return;
             }
             serve(stream);
@@ -331,7 +342,7 @@ struct AdminServer::Impl {
 };
 
 AdminServer::AdminServer(const std::string& address, const std::filesystem::path& dir,
-                         AdminSource source)
+                         AdminSource source, const net::TlsOptions& tls)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.source = std::move(source);
@@ -340,7 +351,34 @@ AdminServer::AdminServer(const std::string& address, const std::filesystem::path
   const auto colon = address.rfind(':');
   std::string host = address.substr(0, colon);
   if (host == "localhost") host = "127.0.0.1";
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);  // [::]:PORT
+  }
   const auto port = static_cast<unsigned short>(std::atoi(address.c_str() + colon + 1));
+  if (!is_loopback(host)) {
+    if (!tls.enabled()) {
+      throw UsageError("the admin API on " + address +
+                       " (not the loopback) is served with TLS only, and this job has no TLS "
+                       "certificate: give it one, or serve the loopback");
+    }
+    try {
+      m.tls = std::make_unique<boost::asio::ssl::context>(boost::asio::ssl::context::tls_server);
+      m.tls->set_options(boost::asio::ssl::context::no_sslv2 | boost::asio::ssl::context::no_sslv3 |
+                         boost::asio::ssl::context::no_tlsv1 |
+                         boost::asio::ssl::context::no_tlsv1_1);
+      m.tls->use_certificate_chain_file(tls.cert_file);
+      m.tls->use_private_key_file(tls.key_file, boost::asio::ssl::context::pem);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("the admin API cannot use the job's TLS certificate " +
+                               tls.cert_file + ": " + e.what());
+    }
+    // Its CA, beside the token: what a client checks the API's certificate with.
+    std::ifstream ca(tls.ca_file, std::ios::binary);
+    const std::string pem((std::istreambuf_iterator<char>(ca)), std::istreambuf_iterator<char>());
+    if (pem.empty()) throw std::runtime_error("cannot read the job's CA " + tls.ca_file);
+    ::unlink((dir / kAdminCaFile).c_str());
+    std::ofstream(dir / kAdminCaFile) << pem;
+  }
   try {
     const tcp::endpoint at(boost::asio::ip::make_address(host), port);
     m.acceptor.open(at.protocol());
@@ -352,7 +390,9 @@ AdminServer::AdminServer(const std::string& address, const std::filesystem::path
     throw std::runtime_error("the admin API cannot listen on " + address + ": " + e.what() +
                              " (set BATON_ADMIN to a free HOST:PORT, or to off)");
   }
-  m.url = "http://" + host + ":" + std::to_string(m.acceptor.local_endpoint().port());
+  const std::string shown = host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  m.url = std::string(m.tls ? "https://" : "http://") + shown + ":" +
+          std::to_string(m.acceptor.local_endpoint().port());
   write_private(dir / kAdminTokenFile, m.token + "\n");
   write_private(dir / kAdminAddressFile, m.url + "\n");
   m.accept();

@@ -18,6 +18,7 @@
 #include "actor/metrics.hpp"
 #include "actor/stacks.hpp"
 #include "actor/trace.hpp"
+#include "baton/net/link.hpp"
 
 namespace baton::internal {
 
@@ -135,19 +136,25 @@ std::string chrome_trace_json(const std::vector<detail::TraceRecord>& events,
                               const std::vector<std::pair<int, std::string>>& names,
                               const std::vector<std::string>& parts = {}, bool whole = true);
 
-/// The admin files in a job's directory: the token, and the address the API serves.
+/// The admin files in a job's directory: the token, the address the API serves, and (for an
+/// API served with TLS) the CA its certificate chains to.
 inline constexpr const char* kAdminTokenFile = "admin-token";
 inline constexpr const char* kAdminAddressFile = "admin-address";
+inline constexpr const char* kAdminCaFile = "admin-ca.pem";
 
-/// Where BATON_ADMIN says to serve ("127.0.0.1:0" when unset), or nullopt for "off". Throws
-/// UsageError, saying what it takes, for anything else.
+/// Where BATON_ADMIN says to serve ("127.0.0.1:0" when unset; another address than the loopback
+/// is served with TLS), or nullopt for "off". Throws UsageError, saying what it takes, for
+/// anything else.
 std::optional<std::string> admin_address_from_env();
 
 class AdminServer {
  public:
   /// Serves on `address` ("host:port", port 0 for a free one) with a fresh token, written with
-  /// the address into `dir`; throws std::runtime_error if it cannot listen there.
-  AdminServer(const std::string& address, const std::filesystem::path& dir, AdminSource source);
+  /// the address into `dir`; throws std::runtime_error if it cannot listen there. An address
+  /// other than the loopback is served with TLS only, with `tls`'s certificate (its CA written
+  /// into `dir` for clients); without one, UsageError.
+  AdminServer(const std::string& address, const std::filesystem::path& dir, AdminSource source,
+              const net::TlsOptions& tls = {});
   /// Stops serving; a request in progress finishes first.
   ~AdminServer();
   AdminServer(const AdminServer&) = delete;

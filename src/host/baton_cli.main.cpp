@@ -194,6 +194,9 @@ int main(int argc, char** argv) {
   bool as_json = false;
   app.add_option("--addr", addr, "the admin API's URL (http://HOST:PORT), for a job elsewhere");
   app.add_option("--token", token_file, "with --addr: the job's admin-token file");
+  std::string ca_file;
+  app.add_option("--ca", ca_file,
+                 "with an https --addr: the job's admin-ca.pem (the CA its certificate chains to)");
   app.add_option("--job", pid, "the job's controller pid, when several run on this host");
   auto* jobs = app.add_subcommand("jobs", "the running jobs of this user on this host");
   auto* ls = app.add_subcommand("ls", "the job's procs by proc mesh, with what each actor does");
@@ -248,7 +251,7 @@ int main(int argc, char** argv) {
       print_jobs(as_json);
       return 0;
     }
-    const Target t = baton::cli::find_target(addr, token_file, pid);
+    const Target t = baton::cli::find_target(addr, token_file, pid, ca_file);
     if (ls->parsed()) {
       const json procs = json::parse(get(t, "/api/procs"));
       const json actors = json::parse(get(t, "/api/actors"));

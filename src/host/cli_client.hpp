@@ -17,13 +17,16 @@ struct Failure : std::runtime_error {
 };
 
 struct Target {
-  std::string url;    // http://HOST:PORT
+  std::string url;    // http://HOST:PORT, or https://HOST:PORT for an API served with TLS
   std::string token;  // the admin token
   std::string name;   // how to name the job in errors
+  std::string ca;     // for https: the CA file the API's certificate must chain to
 };
 
-/// The job to talk to: --addr (with --token), --job PID, or the only one running.
-Target find_target(const std::string& addr, const std::string& token_file, int pid);
+/// The job to talk to: --addr (with --token, and --ca for https), --job PID, or the only one
+/// running.
+Target find_target(const std::string& addr, const std::string& token_file, int pid,
+                   const std::string& ca_file = "");
 
 /// `method` ("GET" or "POST") `path` on the job's admin API; the body of a 200. Throws Failure
 /// saying why on anything else (the job gone, the token refused, the error the API gave).

@@ -11,7 +11,9 @@
 #include <utility>  // Boost 1.74's awaitable.hpp uses std::exchange without it
 
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast.hpp>
+#include <boost/beast/ssl.hpp>
 #include <nlohmann/json.hpp>
 
 #include "host/admin.hpp"
@@ -36,10 +38,15 @@ std::string read_token(const std::string& file) {
 
 }  // namespace
 
-Target find_target(const std::string& addr, const std::string& token_file, int pid) {
+Target find_target(const std::string& addr, const std::string& token_file, int pid,
+                   const std::string& ca_file) {
   if (!addr.empty()) {
     if (token_file.empty()) throw Failure("--addr needs --token FILE (the job's admin-token)");
-    return {addr, read_token(token_file), addr};
+    if (addr.starts_with("https://") && ca_file.empty()) {
+      throw Failure("--addr " + addr +
+                    " is served with TLS: give --ca FILE, the job's admin-ca.pem (its CA)");
+    }
+    return {addr, read_token(token_file), addr, ca_file};
   }
   const auto jobs = baton::internal::running_jobs();
   std::optional<baton::internal::RunningJob> job;
@@ -70,25 +77,17 @@ Target find_target(const std::string& addr, const std::string& token_file, int p
                   " serves no admin API (it was started with BATON_ADMIN=off)");
   }
   return {job->admin_url, read_token((job->dir / baton::internal::kAdminTokenFile).string()),
-          "the job of controller " + std::to_string(job->pid)};
+          "the job of controller " + std::to_string(job->pid),
+          ca_file.empty() ? (job->dir / baton::internal::kAdminCaFile).string() : ca_file};
 }
 
-std::string request(const Target& t, const std::string& method, const std::string& path) {
-  constexpr std::string_view kHttp = "http://";
-  if (!t.url.starts_with(kHttp)) throw Failure("--addr " + t.url + " is not http://HOST:PORT");
-  const std::string hostport = t.url.substr(kHttp.size());
-  const auto colon = hostport.rfind(':');
-  if (colon == std::string::npos) throw Failure(t.url + " names no port");
-  boost::asio::io_context ctx;
-  boost::beast::tcp_stream stream(ctx);
-  stream.expires_after(std::chrono::seconds(10));
-  try {
-    tcp::resolver resolver(ctx);
-    stream.connect(resolver.resolve(hostport.substr(0, colon), hostport.substr(colon + 1)));
-  } catch (const std::exception& e) {
-    throw Failure("cannot reach " + t.name + " at " + t.url + " (" + e.what() +
-                  "): it has ended, or the address is wrong");
-  }
+namespace {
+
+/// One request over `stream` (connected), its response read whole.
+template <class Stream>
+http::response<http::string_body> exchange(Stream& stream, const Target& t,
+                                           const std::string& hostport, const std::string& method,
+                                           const std::string& path) {
   http::request<http::empty_body> req{http::string_to_verb(method), path, 11};
   req.set(http::field::host, hostport);
   req.set(http::field::authorization, "Bearer " + t.token);
@@ -100,6 +99,56 @@ std::string request(const Target& t, const std::string& method, const std::strin
     http::read(stream, buffer, res);
   } catch (const std::exception& e) {
     throw Failure(t.name + " stopped answering (" + std::string(e.what()) + "): it has ended?");
+  }
+  return res;
+}
+
+}  // namespace
+
+std::string request(const Target& t, const std::string& method, const std::string& path) {
+  constexpr std::string_view kHttp = "http://";
+  constexpr std::string_view kHttps = "https://";
+  const bool tls = t.url.starts_with(kHttps);
+  if (!tls && !t.url.starts_with(kHttp)) {
+    throw Failure("--addr " + t.url + " is not http://HOST:PORT or https://HOST:PORT");
+  }
+  const std::string hostport = t.url.substr(tls ? kHttps.size() : kHttp.size());
+  const auto colon = hostport.rfind(':');
+  if (colon == std::string::npos) throw Failure(t.url + " names no port");
+  std::string host = hostport.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  boost::asio::io_context ctx;
+  boost::beast::tcp_stream stream(ctx);
+  stream.expires_after(std::chrono::seconds(10));
+  try {
+    tcp::resolver resolver(ctx);
+    stream.connect(resolver.resolve(host, hostport.substr(colon + 1)));
+  } catch (const std::exception& e) {
+    throw Failure("cannot reach " + t.name + " at " + t.url + " (" + e.what() +
+                  "): it has ended, or the address is wrong");
+  }
+  http::response<http::string_body> res;
+  if (!tls) {
+    res = exchange(stream, t, hostport, method, path);
+  } else {
+    // The API's certificate must chain to the job's CA; like the job's own links, it is not
+    // checked against a host name (the job's certificate names none).
+    boost::asio::ssl::context ssl(boost::asio::ssl::context::tls_client);
+    try {
+      ssl.load_verify_file(t.ca);
+    } catch (const std::exception& e) {
+      throw Failure("cannot read the job's CA " + t.ca + " (" + e.what() +
+                    "): give --ca FILE, the job's admin-ca.pem");
+    }
+    ssl.set_verify_mode(boost::asio::ssl::verify_peer);
+    boost::beast::ssl_stream<boost::beast::tcp_stream> secure(std::move(stream), ssl);
+    try {
+      secure.handshake(boost::asio::ssl::stream_base::client);
+    } catch (const std::exception& e) {
+      throw Failure("the TLS handshake with " + t.name + " at " + t.url + " failed (" + e.what() +
+                    "): is " + t.ca + " the CA of this job's certificate?");
+    }
+    res = exchange(secure, t, hostport, method, path);
   }
   if (res.result() == http::status::unauthorized) {
     throw Failure(t.name +

@@ -155,7 +155,8 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
       },
       [this](int sig) { kill_on_signal(sig); });
   if (admin_at) {
-    state_->admin = std::make_unique<AdminServer>(*admin_at, state_->dir, state_->admin_source());
+    state_->admin = std::make_unique<AdminServer>(*admin_at, state_->dir, state_->admin_source(),
+                                                  state_->link.tls);
     detail::log_info("admin at {} (token in {})", state_->admin->url(),
                      (state_->dir / kAdminTokenFile).string());
   }
