@@ -1,6 +1,6 @@
 """pip install . builds the `baton._baton` extension with CMake (the same build as `make python`)
 and installs it with the `baton` package, which carries the host agent (baton-host) its jobs
-start.
+start and the `baton` command (bin/baton, run by the `baton` script pip installs).
 Offline, from Debian's packages:
 
     python3 -m venv --system-site-packages venv
@@ -33,7 +33,9 @@ class CMakeBuild(build_ext):
                  "-DBATON_BENCH=OFF", "-DBATON_EXAMPLES=OFF", "-DBATON_HEADER_CHECK=OFF",
                  f"-DPython_EXECUTABLE={sys.executable}"] + launcher
             )
-        subprocess.check_call(["cmake", "--build", build, "--target", "_baton", "baton-host"])
+        subprocess.check_call(
+            ["cmake", "--build", build, "--target", "_baton", "baton-host", "baton-cli"]
+        )
         built = glob.glob(os.path.join(build, "python", "baton", "_baton*.so"))
         if not built:
             raise RuntimeError(f"the build in {build} made no _baton module")
@@ -44,6 +46,9 @@ class CMakeBuild(build_ext):
         agent = os.path.join(os.path.dirname(target), "bin", "baton-host")
         os.makedirs(os.path.dirname(agent), exist_ok=True)
         shutil.copy2(os.path.join(build, "bin", "baton-host"), agent)
+        # The `baton` command, which the script pip installs runs (baton._cli).
+        shutil.copy2(os.path.join(build, "bin", "baton"),
+                     os.path.join(os.path.dirname(agent), "baton"))
 
 
 setup(

@@ -6,6 +6,9 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <system_error>
 #include <tuple>
 
 #include "actor/failures.hpp"
@@ -22,6 +25,26 @@ namespace baton {
 using namespace internal;
 
 namespace {
+
+/// BATON_TRACE names where the run's trace goes when it ends: a place it cannot go is said as the
+/// run starts, not after it.
+void check_trace_file(const std::string& trace) {
+  const std::filesystem::path file(trace);
+  const std::filesystem::path dir = file.has_parent_path() ? file.parent_path() : ".";
+  std::error_code ec;
+  std::string why;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    why = "there is no directory " + dir.string() + " to write it in";
+  } else if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    why = "this user may not write in " + dir.string();
+  } else if (std::filesystem::is_directory(file, ec)) {
+    why = "it is a directory";
+  }
+  if (!why.empty()) {
+    throw UsageError("BATON_TRACE=" + trace + ": the run's trace cannot go there (" + why +
+                     "); name a file in a directory this user may write, or unset it");
+  }
+}
 /// "ctl-<short host name>-<pid>": a controller's name among others that share hosts.
 std::string unique_controller_name() {
   char host[64] = {};
@@ -87,6 +110,7 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
   const std::optional<std::string> admin_at = admin_address_from_env();
   state_->stall_after = detail::stall_after_from_env();
   if (const char* trace = std::getenv("BATON_TRACE"); trace != nullptr && *trace != '\0') {
+    check_trace_file(trace);
     state_->trace_file = trace;  // every process of the job records from its start
   }
   std::string name = options.name;
