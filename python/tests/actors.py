@@ -254,6 +254,13 @@ class Sleeper(baton.Actor):
         time.sleep(seconds)  # the line its stack shows
         return seconds
 
+    @baton.endpoint
+    def nap_until(self, path):
+        """Naps until the file `path` exists (the test's procs share this machine's files)."""
+        while not os.path.exists(path):
+            time.sleep(0.05)  # the line its stack shows
+        return os.getpid()
+
 
 class Debuggee(baton.Actor):
     """Pauses in breakpoint(): `baton debug` attaches to it (test_debug.py)."""

@@ -2,6 +2,7 @@
 own key, and a one-node Slurm cluster (munged, slurmctld, slurmd) that SlurmJob allocates from.
 Needs root, openssh-server, slurm-wlm and munge (make deps)."""
 
+import contextlib
 import gc
 import itertools
 import os
@@ -45,6 +46,14 @@ def remove_namespaces_of_dead_tests():
 def host():
     """Another host for this test: a network namespace joined to this one by a veth pair, its
     address on that link (agents refuse loopback, which other hosts could not reach)."""
+    with namespace_host() as made:
+        yield made
+
+
+@contextlib.contextmanager
+def namespace_host():
+    """A network namespace joined to this one by a veth pair, and its address on that link:
+    (name, address); removed after."""
     # Names and a subnet new for each (a namespace's interfaces may outlive it for a moment).
     remove_namespaces_of_dead_tests()
     n = next(HOSTS)

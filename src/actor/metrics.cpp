@@ -179,11 +179,7 @@ void add_calls(ProcState& st, ProcMetrics& m) {
 }
 
 void add_actors(ProcState& st, ProcMetrics& m) {
-  std::vector<CellPtr> cells;
-  {
-    std::lock_guard lock(st.mu);
-    for (const auto& [id, cell] : st.actors) cells.push_back(cell);
-  }
+  const std::vector<CellPtr> cells = st.live_cells();
   static constexpr const char* kStatus[] = {"starting", "running", "stopped", "failed"};
   std::map<std::string, std::size_t> by_status;
   for (const char* s : kStatus) by_status[s] = 0;

@@ -307,6 +307,14 @@ ProcState::ProcState(Proc::Options opts, Executor* exec, std::unique_ptr<ThreadP
       executor(exec),
       pool(std::move(own)) {}
 
+std::vector<CellPtr> ProcState::live_cells() {
+  std::lock_guard lock(mu);
+  std::vector<CellPtr> out;
+  out.reserve(actors.size());
+  for (const auto& [actor, cell] : actors) out.push_back(cell);
+  return out;
+}
+
 CellPtr ProcState::find_actor(const ActorId& actor) {
   std::lock_guard lock(mu);
   auto it = actors.find(actor);

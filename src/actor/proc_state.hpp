@@ -111,6 +111,8 @@ class ProcState : public std::enable_shared_from_this<ProcState> {
     return extensions_.get<T>();
   }
 
+  /// The cells of this proc's live actors, now (for whoever looks inside the job).
+  std::vector<CellPtr> live_cells();
   /// The live actor `id` of this proc, or null.
   CellPtr find_actor(const ActorId& actor);
 

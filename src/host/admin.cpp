@@ -304,8 +304,9 @@ struct AdminServer::Impl {
   void accept() {
     acceptor.async_accept([this](beast::error_code ec, tcp::socket socket) {
       if (ec == boost::asio::error::operation_aborted) return;  // stopping
-      if (!ec && !tls) serve(std::make_shared<beast::tcp_stream>(std::move(socket)));
-      if (!ec && tls) {
+      if (!ec && !tls) {
+        serve(std::make_shared<beast::tcp_stream>(std::move(socket)));
+      } else if (!ec) {
         auto stream =
             std::make_shared<beast::ssl_stream<beast::tcp_stream>>(std::move(socket), *tls);
         beast::get_lowest_layer(*stream).expires_after(std::chrono::seconds(kReadTimeoutS));

@@ -50,12 +50,7 @@ void run_shutdown_hook() {
 
 std::vector<ActorReport> actor_reports(Proc& proc) {
   ProcState& st = state_of(proc);
-  std::vector<CellPtr> cells;
-  {
-    std::lock_guard lock(st.mu);
-    cells.reserve(st.actors.size());
-    for (const auto& [id, cell] : st.actors) cells.push_back(cell);
-  }
+  const std::vector<CellPtr> cells = st.live_cells();
   std::vector<ActorReport> out;
   out.reserve(cells.size());
   for (const auto& cell : cells) {
@@ -74,11 +69,7 @@ std::vector<ActorReport> actor_reports(Proc& proc) {
 std::vector<ThreadStack> proc_stacks(Proc& proc) {
   std::vector<ThreadStack> stacks = thread_stacks();
   ProcState& st = state_of(proc);
-  std::vector<CellPtr> cells;
-  {
-    std::lock_guard lock(st.mu);
-    for (const auto& [id, cell] : st.actors) cells.push_back(cell);
-  }
+  const std::vector<CellPtr> cells = st.live_cells();
   for (const auto& cell : cells) {
     const Cell::Activity a = cell->activity();
     if (a.thread == 0) continue;

@@ -43,6 +43,7 @@ std::string gather_stall_report(const std::vector<CastMember>& base, const Slice
     by_proc[m.actor.proc.name].emplace_back(rank, m.actor);
   }
   std::vector<std::pair<std::string, Future<std::vector<ActorReport>>>> asked;
+  asked.reserve(by_proc.size());
   for (const auto& [proc, members] : by_proc) {
     asked.emplace_back(proc, agent_of(ProcId{proc}).call(&ProcAgent::actors));
   }
@@ -54,7 +55,8 @@ std::string gather_stall_report(const std::vector<CastMember>& base, const Slice
       const auto left = std::max(std::chrono::steady_clock::duration::zero(),
                                  deadline - std::chrono::steady_clock::now());
       const std::vector<ActorReport> reports = std::move(reply).get(left);
-      for (const auto& [rank, id] : members) {
+      for (const auto& [rank, member] : members) {
+        const ActorId& id = member;
         const auto r = std::find_if(reports.begin(), reports.end(),
                                     [&id](const ActorReport& x) { return x.id == id; });
         if (r == reports.end()) continue;  // it ended: its failure answers the gather
@@ -156,11 +158,7 @@ void StallWatch::run() {
 
 void StallWatch::check() {
   ProcState& st = state_of(proc_);
-  std::vector<CellPtr> cells;
-  {
-    std::lock_guard lock(st.mu);
-    for (const auto& [id, cell] : st.actors) cells.push_back(cell);
-  }
+  const std::vector<CellPtr> cells = st.live_cells();
   const double bound_s = std::chrono::duration<double>(after_).count();
   std::map<const void*, std::int64_t> running;
   for (const auto& cell : cells) {

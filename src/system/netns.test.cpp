@@ -8,11 +8,20 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "host/admin.test.hpp"
 #include "host/hosts.test.hpp"
 #include "host/netns.test.hpp"
 
@@ -58,9 +67,19 @@ class Node : public Actor {
         bytes.data(), bytes.data() + bytes.size(), std::uint64_t{0},
         [](std::uint64_t a, std::byte b) { return a + std::to_integer<unsigned>(b); });
   }
+  /// Works inside a function of its own until the file `flag` exists (the namespaces share
+  /// this machine's files), as a long step of training does.
+  [[gnu::noinline]] int crunch_until(const std::string& flag) {
+    int rounds = 0;
+    while (!std::filesystem::exists(flag)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the work it does
+      ++rounds;
+    }
+    return rounds;
+  }
   static constexpr auto endpoints =
       baton::endpoints<&Node::address, &Node::twice, &Node::add, &Node::pid, &Node::publish,
-                       &Node::fetch, &Node::sum>();
+                       &Node::fetch, &Node::sum, &Node::crunch_until>();
 
  private:
   int total_ = 0;
@@ -150,6 +169,56 @@ TEST(NetHosts, ThreeHostsRunOneMeshThatAnswersEveryVerbAndMovesMemoryBetweenThem
       nodes.slice({{"hosts", 2}, {"gpus", 1}}).call_one(&Node::fetch, buf, kBytes, 9).get();
   std::printf("cross-host RdmaBuffer read of %zu bytes over %s\n", kBytes, backend.c_str());
   EXPECT_NE(backend, "local");
+  procs.stop().get();
+}
+
+TEST(NetHosts, TheAdminApiShowsThreeProcsOnTwoHostsAndTheStackOfALongEndpointOnEither) {
+  auto cluster = make_cluster(2);
+  ASSERT_TRUE(cluster);
+  const auto job = this_job();
+  HostMesh hosts = job::attach(cluster->addresses);
+  ProcMesh procs = hosts.spawn_procs({{"gpus", 1}});  // one on each host
+  ProcMesh more = job::attach({cluster->addresses[1]}).spawn_procs({{"gpus", 1}});  // and one
+  auto nodes = procs.spawn<Node>("nodes");
+  auto extra = more.spawn<Node>("extra");
+  ASSERT_EQ(extra.call_one(&Node::twice, 1).get(), 2);
+  // The members on the second host: their procs name its agent.
+  const std::string flag = ::testing::TempDir() + "netns-crunch-" + std::to_string(::getpid());
+  std::filesystem::remove(flag);
+  auto busy = nodes.slice("hosts", 1).call_one(&Node::crunch_until, flag);
+  const std::string busy_proc = nodes.at(1).id().proc.name;
+  const Reply procs_reply = get(job, "/api/procs");
+  ASSERT_EQ(procs_reply.status, 200) << procs_reply.body;
+  const auto listed = nlohmann::json::parse(procs_reply.body);
+  std::map<std::string, std::vector<std::string>> by_host;
+  for (const auto& p : listed) {
+    if (p.at("controller").get<bool>()) continue;
+    EXPECT_EQ(p.at("state"), "running") << p.dump();
+    by_host[p.at("host").get<std::string>()].push_back(p.at("name").get<std::string>());
+  }
+  ASSERT_EQ(by_host.size(), 2U) << procs_reply.body;
+  for (const auto& [host, names] : by_host) {
+    const bool second = host.find(cluster->net->address(1)) != std::string::npos;
+    EXPECT_TRUE(second || host.find(cluster->net->address(0)) != std::string::npos) << host;
+    EXPECT_EQ(names.size(), second ? 2U : 1U) << host;
+    if (second) {
+      EXPECT_NE(std::find(names.begin(), names.end(), busy_proc), names.end()) << busy_proc;
+    }
+  }
+  // The stack of the member in its long endpoint, read from its own host.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  Reply stacks;
+  do {
+    stacks = get(job, "/api/stacks?proc=" + busy_proc);
+  } while (stacks.body.find("crunch_until") == std::string::npos &&
+           std::chrono::steady_clock::now() < until);
+  EXPECT_THAT(stacks.body, HasSubstr(busy_proc + "/nodes[0]: endpoint "));
+  EXPECT_THAT(stacks.body, HasSubstr("Node::crunch_until(std::"));
+  EXPECT_THAT(stacks.body, HasSubstr("(netns.test.cpp:"));
+  std::ofstream(flag) << "done";
+  EXPECT_GT(std::move(busy).get(std::chrono::seconds(60)), 0);
+  std::filesystem::remove(flag);
+  more.stop().get();
   procs.stop().get();
 }
 
