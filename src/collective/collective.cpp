@@ -22,9 +22,12 @@
 #include <mutex>
 #include <random>
 #include <thread>
+#include <type_traits>
+#include <utility>
 
 #include "actor/directory.hpp"
 #include "actor/proc_state.hpp"
+#include "actor/wait_all.hpp"
 #include "baton/collective/collective.hpp"
 #include "baton/gpu/gpu.hpp"
 #include "baton/mesh/mesh.hpp"
@@ -220,29 +223,20 @@ struct Communicator::Impl {
   /// What the stall watch logs of this rank's collective number `index` (`what`), waiting for
   /// `waited_s`: the ranks that have not entered it yet (each rank's Peer asked).
   std::string stall_report(const std::string& what, std::uint64_t index, double waited_s) const {
-    const auto ask = std::min<std::chrono::milliseconds>(timeout(), std::chrono::seconds(5));
-    std::vector<std::pair<std::size_t, Future<std::int64_t>>> asked;
-    for (std::size_t r = 0; r < group.members.size(); ++r) {
-      if (static_cast<int>(r) == rank) continue;
-      const ActorId peer{group.members[r].proc, peer_name(group.key, r), 0};
-      asked.emplace_back(r, ActorRef<Peer>(peer).call(&Peer::entered));
-    }
-    const auto deadline = std::chrono::steady_clock::now() + ask;
+    auto asked = ask_peers([](const ActorRef<Peer>& p) { return p.call(&Peer::entered); });
     std::string missing;
-    for (auto& [r, reply] : asked) {
-      std::string why;
-      try {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-            deadline - std::chrono::steady_clock::now());
-        const std::int64_t n = reply.get(std::max(left, std::chrono::milliseconds(1)));
-        if (n >= static_cast<std::int64_t>(index)) continue;  // it is in this one too
-        why = "has entered " + std::to_string(n) + " collectives";
-      } catch (const std::exception& e) {
-        why = std::string("does not answer: ") + e.what();
-      }
+    auto name = [&](std::size_t r, const std::string& why) {
       missing += (missing.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) + " (" +
                  group.members[r].to_string() + ", " + why + ")";
-    }
+    };
+    detail::wait_all(
+        asked, peer_wait(),
+        [&](std::size_t r, std::int64_t n) {
+          if (n < static_cast<std::int64_t>(index)) {  // not in this one yet
+            name(r, "has entered " + std::to_string(n) + " collectives");
+          }
+        },
+        [&](std::size_t r, const std::string& why) { name(r, "does not answer: " + why); });
     std::string text = "collective " + what + " number " + std::to_string(index) + " on rank " +
                        std::to_string(rank) + " of " + std::to_string(group.members.size()) +
                        " has waited " + std::to_string(static_cast<int>(waited_s)) + " s";
@@ -252,26 +246,34 @@ struct Communicator::Impl {
 
   /// The ranks that do not answer a ping (all asked at once), named; empty when all answer.
   std::string gone() const {
-    const auto ask = std::min<std::chrono::milliseconds>(timeout(), std::chrono::seconds(5));
-    std::vector<std::pair<std::size_t, Future<int>>> pings;
+    auto pings = ask_peers([](const ActorRef<Peer>& p) { return p.call(&Peer::ping); });
+    std::string names;
+    detail::wait_all(
+        pings, peer_wait(), [](std::size_t, int) {},
+        [&](std::size_t r, const std::string& why) {
+          names += (names.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + " (" +
+                   group.members[r].to_string() + ") is gone: " + why;
+        });
+    return names;
+  }
+
+  /// How long the other ranks' peers are given to answer: the group's timeout, 5 s at most.
+  std::chrono::milliseconds peer_wait() const {
+    return std::min<std::chrono::milliseconds>(timeout(), std::chrono::seconds(5));
+  }
+
+  /// `call` made to every other rank's Peer at once, each future beside its rank.
+  template <class Call>
+  std::vector<std::pair<std::size_t, std::invoke_result_t<Call, const ActorRef<Peer>&>>> ask_peers(
+      Call call) const {
+    std::vector<std::pair<std::size_t, std::invoke_result_t<Call, const ActorRef<Peer>&>>> asked;
+    asked.reserve(group.members.size());
     for (std::size_t r = 0; r < group.members.size(); ++r) {
       if (static_cast<int>(r) == rank) continue;
-      const ActorId peer{group.members[r].proc, peer_name(group.key, r), 0};
-      pings.emplace_back(r, ActorRef<Peer>(peer).call(&Peer::ping));
+      asked.emplace_back(
+          r, call(ActorRef<Peer>(ActorId{group.members[r].proc, peer_name(group.key, r), 0})));
     }
-    const auto deadline = std::chrono::steady_clock::now() + ask;
-    std::string names;
-    for (auto& [r, ping] : pings) {
-      try {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-            deadline - std::chrono::steady_clock::now());
-        (void)ping.get(std::max(left, std::chrono::milliseconds(1)));
-      } catch (const std::exception& e) {
-        names += (names.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + " (" +
-                 group.members[r].to_string() + ") is gone: " + e.what();
-      }
-    }
-    return names;
+    return asked;
   }
 
   /// This rank's communicator on `device`, made (with rank 0's id, sent through the group's

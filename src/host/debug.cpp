@@ -5,6 +5,7 @@
 #include <chrono>
 #include <tuple>
 
+#include "actor/wait_all.hpp"
 #include "mesh/agent.hpp"
 #include "runtime_impl.hpp"
 
@@ -28,16 +29,13 @@ std::vector<AdminDebugSession> Runtime::State::admin_debug_sessions() {
     asked.emplace_back(p.name,
                        detail::agent_of(ProcId{p.name}).call(&detail::ProcAgent::debug_sessions));
   }
-  const auto deadline = std::chrono::steady_clock::now() + kAskWait;
-  for (auto& [name, reply] : asked) {
-    try {
-      const auto left = std::max(std::chrono::steady_clock::duration::zero(),
-                                 deadline - std::chrono::steady_clock::now());
-      for (auto& s : std::move(reply).get(left)) out.push_back({name, std::move(s)});
-    } catch (const std::exception&) {
+  detail::wait_all(
+      asked, kAskWait,
+      [&out](const std::string& name, std::vector<detail::DebugSession> sessions) {
+        for (auto& s : sessions) out.push_back({name, std::move(s)});
+      },
       // A proc that does not answer (it is ending, or stuck in native code) has none to show.
-    }
-  }
+      [](const std::string&, const std::string&) {});
   std::sort(out.begin(), out.end(), [](const AdminDebugSession& a, const AdminDebugSession& b) {
     return std::tie(a.session.mesh, a.session.rank, a.proc, a.session.id) <
            std::tie(b.session.mesh, b.session.rank, b.proc, b.session.id);

@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "actor/proc_state.hpp"
+#include "actor/wait_all.hpp"
 #include "baton/actor/errors.hpp"
 #include "log/log.hpp"
 #include "mesh/agent.hpp"
@@ -26,22 +27,6 @@ using namespace internal;
 namespace {
 
 constexpr std::chrono::seconds kStacksWait{10};  // naming a big binary's frames takes a while
-
-/// Waits for each reply until one shared deadline; `took` gets each answer, `failed` each why.
-template <class T, class Took, class Failed>
-void gather_replies(std::vector<std::pair<std::string, Future<T>>>& asked,
-                    std::chrono::steady_clock::duration wait, Took took, Failed failed) {
-  const auto deadline = std::chrono::steady_clock::now() + wait;
-  for (auto& [name, reply] : asked) {
-    try {
-      const auto left = std::max(std::chrono::steady_clock::duration::zero(),
-                                 deadline - std::chrono::steady_clock::now());
-      took(name, std::move(reply).get(left));
-    } catch (const std::exception& e) {
-      failed(name, e.what());
-    }
-  }
-}
 
 /// A live process of this host as /proc sees it: CPU seconds, resident MB, seconds since it
 /// started; false if it is gone.
@@ -154,7 +139,7 @@ internal::AdminSnapshot Runtime::State::admin_snapshot(bool with_actors) {
     if (p.state != "running") continue;
     asked.emplace_back(p.name, detail::agent_of(ProcId{p.name}).call(&detail::ProcAgent::actors));
   }
-  gather_replies(
+  detail::wait_all(
       asked, std::chrono::seconds(2),
       [&s](const std::string& name, const std::vector<detail::ActorReport>& reports) {
         for (const auto& r : reports) s.actors.push_back(admin_actor(name, r));
@@ -216,7 +201,7 @@ std::vector<AdminStacks> Runtime::State::admin_stacks(const std::string& want_pr
     return *std::find_if(out.begin(), out.end(),
                          [&name](const AdminStacks& s) { return s.proc == name; });
   };
-  gather_replies(
+  detail::wait_all(
       asked, kStacksWait,
       [&](const std::string& name, std::vector<detail::ThreadStack> threads) {
         entry(name).threads = std::move(threads);
@@ -293,7 +278,7 @@ std::vector<std::pair<std::string, detail::ProcMetrics>> Runtime::State::admin_m
     if (p.state != "running") continue;
     asked.emplace_back(p.name, detail::agent_of(ProcId{p.name}).call(&detail::ProcAgent::metrics));
   }
-  gather_replies(
+  detail::wait_all(
       asked, std::chrono::seconds(2),
       [&out](const std::string& name, detail::ProcMetrics m) {
         out.emplace_back(name, std::move(m));
@@ -312,7 +297,7 @@ void Runtime::State::trace_start() {
     asked.emplace_back(p.name,
                        detail::agent_of(ProcId{p.name}).call(&detail::ProcAgent::trace_on, true));
   }
-  gather_replies(
+  detail::wait_all(
       asked, std::chrono::seconds(2), [](const std::string&, int) {},
       [](const std::string& name, const std::string& why) {
         detail::log_warn("proc {} records no trace: {}", name, why);
@@ -331,7 +316,7 @@ std::string Runtime::State::trace_stop(const std::vector<std::string>& parts) {
     stopped.emplace_back(
         p.name, detail::agent_of(ProcId{p.name}).call(&detail::ProcAgent::trace_on, false));
   }
-  gather_replies(
+  detail::wait_all(
       stopped, std::chrono::seconds(2), [](const std::string&, int) {},
       [](const std::string&, const std::string&) {});
   // Stopped everywhere before any is taken: a flow sent late has both of its ends, or neither.
@@ -340,7 +325,7 @@ std::string Runtime::State::trace_stop(const std::vector<std::string>& parts) {
   for (const auto& [name, reply] : stopped) {
     asked.emplace_back(name, detail::agent_of(ProcId{name}).call(&detail::ProcAgent::trace_take));
   }
-  gather_replies(
+  detail::wait_all(
       asked, std::chrono::seconds(10),
       [&events](const std::string&, std::vector<detail::TraceRecord> more) {
         events.insert(events.end(), std::make_move_iterator(more.begin()),

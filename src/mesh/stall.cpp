@@ -12,6 +12,7 @@
 #include "actor/cell.hpp"
 #include "actor/proc_state.hpp"
 #include "actor/stacks.hpp"
+#include "actor/wait_all.hpp"
 #include "baton/actor/errors.hpp"
 #include "log/log.hpp"
 #include "mesh/agent.hpp"
@@ -48,33 +49,29 @@ std::string gather_stall_report(const std::vector<CastMember>& base, const Slice
     asked.emplace_back(proc, agent_of(ProcId{proc}).call(&ProcAgent::actors));
   }
   std::map<std::size_t, std::string> busy;  // by rank
-  const auto deadline = std::chrono::steady_clock::now() + kAsk;
-  for (auto& [proc, reply] : asked) {
-    const auto& members = by_proc[proc];
-    try {
-      const auto left = std::max(std::chrono::steady_clock::duration::zero(),
-                                 deadline - std::chrono::steady_clock::now());
-      const std::vector<ActorReport> reports = std::move(reply).get(left);
-      for (const auto& [rank, member] : members) {
-        const ActorId& id = member;
-        const auto r = std::find_if(reports.begin(), reports.end(),
-                                    [&id](const ActorReport& x) { return x.id == id; });
-        if (r == reports.end()) continue;  // it ended: its failure answers the gather
-        if (!r->running.empty()) {
-          busy[rank] = fmt::format("rank {} ({}, in {} for {:.1f} s)", rank, id.to_string(),
-                                   r->running, r->running_s);
-        } else if (r->queued > 0) {
-          busy[rank] =
-              fmt::format("rank {} ({}, {} messages queued)", rank, id.to_string(), r->queued);
+  wait_all(
+      asked, kAsk,
+      [&](const std::string& proc, const std::vector<ActorReport>& reports) {
+        for (const auto& [rank, member] : by_proc[proc]) {
+          const ActorId& id = member;
+          const auto r = std::find_if(reports.begin(), reports.end(),
+                                      [&id](const ActorReport& x) { return x.id == id; });
+          if (r == reports.end()) continue;  // it ended: its failure answers the gather
+          if (!r->running.empty()) {
+            busy[rank] = fmt::format("rank {} ({}, in {} for {:.1f} s)", rank, id.to_string(),
+                                     r->running, r->running_s);
+          } else if (r->queued > 0) {
+            busy[rank] =
+                fmt::format("rank {} ({}, {} messages queued)", rank, id.to_string(), r->queued);
+          }
         }
-      }
-    } catch (const std::exception& e) {
-      for (const auto& [rank, id] : members) {
-        busy[rank] = fmt::format("rank {} ({}: its proc does not answer: {})", rank, id.to_string(),
-                                 e.what());
-      }
-    }
-  }
+      },
+      [&](const std::string& proc, const std::string& why) {
+        for (const auto& [rank, id] : by_proc[proc]) {
+          busy[rank] =
+              fmt::format("rank {} ({}: its proc does not answer: {})", rank, id.to_string(), why);
+        }
+      });
   std::string text =
       fmt::format("a {}call to {} members has waited {:.1f} s for ",
                   endpoint.empty() ? "" : std::string(endpoint) + " ", view.len(), waited_s);
