@@ -208,3 +208,12 @@ def exchange(session_id: int, line: str, send: bool, wait_s: float) -> Tuple[str
     if session is None:
         return ("", "gone")
     return session.exchange(line if send else None, wait_s)
+
+
+def quit_all() -> None:
+    """Quits every paused session, as pdb's `q` does (its endpoint raises BdbQuit to its
+    caller): what a proc does as it stops."""
+    with _lock:
+        paused = list(_paused.values())
+    for session in paused:
+        session.exchange("quit", 1.0)

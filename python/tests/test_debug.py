@@ -71,15 +71,74 @@ class Terminal:
         subprocess.run(["tmux", "-L", self.server, "kill-server"], capture_output=True)
 
 
-def test_baton_debug_attaches_to_paused_ranks_and_resumes_them():
-    assert shutil.which("tmux"), "tmux is not installed (make deps)"
+def paused_in(job: subprocess.Popen) -> list:
+    """The actors of `job` paused in breakpoint(), as `baton debug --list --json` gives them."""
+    run = subprocess.run(
+        [os.environ.get("BATON_CLI", "baton"), "--job", str(job.pid), "debug", "--list", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return json.loads(run.stdout) if run.returncode == 0 else []
+
+
+def controller_env() -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         [os.path.dirname(os.path.abspath(__file__))] + env.get("PYTHONPATH", "").split(os.pathsep)
     )
+    return env
+
+
+STOPPED = """
+import sys
+import baton
+from actors import Debuggee
+
+procs = baton.this_host().spawn_procs({"gpus": 1})
+result = procs.spawn("debuggee", Debuggee).step.call_one(10)
+print("started", flush=True)
+sys.stdin.readline()  # the test has seen it paused
+procs.stop().get(timeout=60)
+try:
+    print("RESULT", result.get(timeout=60), flush=True)
+except baton.ActorError as e:
+    print("RESULT", type(e).__name__, str(e).splitlines()[0], flush=True)
+"""
+
+
+def test_stopping_a_proc_quits_its_paused_debugger_and_the_call_says_so():
+    job = subprocess.Popen(
+        [sys.executable, "-c", STOPPED],
+        env=controller_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert job.stdout is not None and job.stdin is not None and job.stderr is not None
+        assert job.stdout.readline().strip() == "started"
+        wait_until("the actor paused", lambda: len(paused_in(job)) == 1)
+        job.stdin.write("stop\n")
+        job.stdin.flush()
+        said = job.stdout.readline()
+        assert said.startswith("RESULT ActorError"), said
+        assert "raised in step: bdb.BdbQuit" in said
+        assert job.wait(timeout=120) == 0
+        # The proc stopped at once: it was not left to its stop bound and a SIGTERM.
+        assert "did not finish stopping" not in job.stderr.read()
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+
+
+def test_baton_debug_attaches_to_paused_ranks_and_resumes_them():
+    assert shutil.which("tmux"), "tmux is not installed (make deps)"
     job = subprocess.Popen(
         [sys.executable, "-c", CONTROLLER],
-        env=env,
+        env=controller_env(),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -91,13 +150,7 @@ def test_baton_debug_attaches_to_paused_ranks_and_resumes_them():
         assert job.stdout.readline().strip() == "started"
 
         def paused() -> list:
-            run = subprocess.run(
-                [cli, "--job", str(job.pid), "debug", "--list", "--json"],
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
-            return json.loads(run.stdout) if run.returncode == 0 else []
+            return paused_in(job)
 
         wait_until("both ranks paused", lambda: len(paused()) == 2)
         listed = paused()

@@ -43,4 +43,9 @@ DebugOutput debug_io(std::uint64_t id, const std::string& line, bool send) {
   return h.io(id, line, send, kWaitMs);
 }
 
+void debug_quit_all() {
+  const Debugger h = current();
+  if (h.quit_all) h.quit_all();
+}
+
 }  // namespace baton::detail

@@ -45,6 +45,8 @@ struct DebugOutput {
 struct Debugger {
   std::function<std::vector<DebugSession>()> sessions;
   std::function<DebugOutput(std::uint64_t id, const std::string& line, bool send, int wait_ms)> io;
+  /// Quits every paused session (pdb's `q`: its endpoint raises BdbQuit to its caller).
+  std::function<void()> quit_all;
 };
 void set_debugger(Debugger hook);
 
@@ -52,5 +54,8 @@ void set_debugger(Debugger hook);
 std::vector<DebugSession> debug_sessions();
 /// One exchange with session `id` of this process, waiting up to half a second.
 DebugOutput debug_io(std::uint64_t id, const std::string& line, bool send);
+/// Quits every paused session of this process: what a proc does as it stops, so that its
+/// actors stop at once instead of waiting in a debugger nobody will continue.
+void debug_quit_all();
 
 }  // namespace baton::detail

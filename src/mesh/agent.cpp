@@ -110,6 +110,7 @@ int ProcAgent::forget(std::uint64_t key) {
 }
 
 Task<int> ProcAgent::shutdown() {
+  debug_quit_all();  // an actor paused in breakpoint() would hold up the stop
   run_shutdown_hook();
   co_await stop_all_but(proc(), id());
   co_return 0;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "actor/debug.hpp"
+#include "log/log.hpp"
 #include "python/bindings.hpp"
 
 namespace baton::python {
@@ -55,10 +56,20 @@ detail::DebugOutput exchange(std::uint64_t id, const std::string& line, bool sen
   }
 }
 
+void quit_all() {
+  if (Py_IsInitialized() == 0) return;
+  const Gil gil;
+  try {
+    debug_module().attr("quit_all")();
+  } catch (const py::error_already_set& e) {
+    detail::log_error("baton._debug.quit_all() failed: {}", e.what());
+  }
+}
+
 }  // namespace
 
 void init_debug(py::module_& m) {
-  detail::set_debugger({&sessions, &exchange});
+  detail::set_debugger({&sessions, &exchange, &quit_all});
   py::class_<BlockingRegion>(m, "BlockingRegion")
       .def(py::init<const std::string&>())
       .def("release", &BlockingRegion::release);
