@@ -59,7 +59,8 @@ void Cell::handler_ended() {
 
 Cell::Activity Cell::activity() const {
   Activity a;
-  a.type = type_ != nullptr ? type_->name : std::string_view();
+  const ActorTypeInfo* type = type_.load(std::memory_order_acquire);
+  a.type = type != nullptr ? type->name : std::string_view();
   if (const std::string* t = type_name_.load(std::memory_order_acquire)) a.type = *t;
   a.handled = handled_.load(std::memory_order_relaxed);
   if (const EndpointInfo* ep = running_.load(std::memory_order_acquire)) {

@@ -275,14 +275,14 @@ void Cell::handle(Message* raw) {
             "(all procs must run the same binary)");
         return;
       }
-      type_ = f->type;
+      type_.store(f->type, std::memory_order_release);
       try {
         t_constructing = this;
         actor_ = f->make(m->body);
         t_constructing = nullptr;
       } catch (...) {
         t_constructing = nullptr;
-        fail(std::string(type_->name) +
+        fail(std::string(f->type->name) +
              " constructor threw: " + describe(std::current_exception()));
         return;
       }
@@ -350,9 +350,11 @@ void Cell::handle(Message* raw) {
 void Cell::handle_call(Message& m) {
   if (m.endpoint == nullptr) {
     // From another process: the endpoint travels as its id.
-    m.endpoint = type_->find(m.x().endpoint_id);
+    // Set by the construct message, which this actor handled before any call.
+    const ActorTypeInfo* type = type_.load(std::memory_order_relaxed);
+    m.endpoint = type->find(m.x().endpoint_id);
     if (m.endpoint == nullptr) {
-      const std::string why = std::string(type_->name) + " has no endpoint with id " +
+      const std::string why = std::string(type->name) + " has no endpoint with id " +
                               std::to_string(m.x().endpoint_id) +
                               " (do all procs run the same binary?)";
       if (m.reply) {

@@ -107,7 +107,8 @@ class Cell final : public Runnable,
   std::optional<Supervisor> supervisor_;  // for a top-level actor of a mesh
   ActorContext context_;
   std::unique_ptr<Actor> actor_;
-  const ActorTypeInfo* type_ = nullptr;
+  // Written once, as the actor is made; read by whoever looks inside the job (activity()).
+  std::atomic<const ActorTypeInfo*> type_{nullptr};
 
   MpscQueue mailbox_;
   MpscQueue resumes_;  // continuations of the running coroutine endpoint
