@@ -106,26 +106,23 @@ def test_baton_trace_writes_the_whole_runs_trace_when_the_program_ends(tmp_path)
     assert starts and starts == ends
 
 
-def test_a_baton_trace_file_that_cannot_be_written_is_refused_as_the_run_starts(tmp_path):
-    env = dict(os.environ)
-    env["BATON_TRACE"] = str(tmp_path / "no-such-dir" / "run.json")
-    run = subprocess.run(
+def start_with_trace(trace: str) -> subprocess.CompletedProcess:
+    """A program that starts procs with BATON_TRACE=`trace`, run to its end."""
+    env = dict(os.environ, BATON_TRACE=trace)
+    return subprocess.run(
         [sys.executable, "-c", "import baton; baton.this_host().spawn_procs(gpus=1)"],
         env=env,
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def test_a_baton_trace_file_that_cannot_be_written_is_refused_as_the_run_starts(tmp_path):
+    run = start_with_trace(str(tmp_path / "no-such-dir" / "run.json"))
     assert run.returncode != 0
     assert "BATON_TRACE=" in run.stderr
     assert "there is no directory " + str(tmp_path / "no-such-dir") in run.stderr
-    env["BATON_TRACE"] = str(tmp_path)  # a directory, not a file
-    run = subprocess.run(
-        [sys.executable, "-c", "import baton; baton.this_host().spawn_procs(gpus=1)"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    run = start_with_trace(str(tmp_path))  # a directory, not a file
     assert run.returncode != 0
     assert "it is a directory" in run.stderr

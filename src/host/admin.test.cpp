@@ -25,6 +25,7 @@
 #include "baton/baton.hpp"
 #include "host/admin.hpp"
 #include "host/admin.test.hpp"
+#include "host/hosts.test.hpp"
 #include "host/job_dir.hpp"
 
 namespace baton {
@@ -302,22 +303,9 @@ TEST(BatonCommand, EverySubcommandAgainstAJobThatEndedSaysSo) {
   }
 }
 
-/// A directory of its own for a test, removed after it.
-struct ScratchDir {
-  std::filesystem::path path;
-  ScratchDir() {
-    std::string t = (std::filesystem::temp_directory_path() / "baton-admin-XXXXXX").string();
-    if (::mkdtemp(t.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path = t;
-  }
-  ~ScratchDir() { std::filesystem::remove_all(path); }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-};
-
 TEST(Admin, AnAddressOtherThanTheLoopbackIsServedWithTlsOnly) {
-  ScratchDir dir;
-  ScratchDir other;
+  test::TempDir dir;
+  test::TempDir other;
   const net::TlsOptions tls = net::make_job_certificates(dir.path.string());
   const net::TlsOptions stranger = net::make_job_certificates(other.path.string());
   internal::AdminSource source;
