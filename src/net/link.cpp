@@ -14,6 +14,7 @@
 #include "net/auth.hpp"
 #include "net/counters.hpp"
 #include "net/link_impl.hpp"
+#include "net/tls_record.hpp"
 
 namespace baton::net {
 
@@ -209,7 +210,7 @@ bool StreamLink::send(Envelope env) {
   sent_bytes_.fetch_add(frame.size(), std::memory_order_relaxed);
   out_.push_back(std::move(frame));
   if (!connected_) return true;  // goes out when the connection is repaired
-  if (!writing_ && ctl_.empty() && written_ + 1 == out_.size() && front_sent_ == 0) {
+  if (!writing_ && ctl_.empty() && written_ + 1 == out_.size() && !front_started_locked()) {
     // Nothing queued: write from this thread at once, sparing a wake-up of the I/O thread;
     // whatever the socket does not take now goes the asynchronous way.
     const std::size_t n = write_now(out_.back());
@@ -304,6 +305,7 @@ void StreamLink::authenticated(std::uint64_t epoch) {
   {
     std::lock_guard lock(mu_);
     connected_ = true;
+    if (tls_) tls_sender_ = TlsSender::of(tls_->native_handle());
     direct = writing_;  // the dialler's hello is queued and the writer marked as ours
     if (!direct) start_writer_locked();
   }
@@ -321,7 +323,7 @@ void StreamLink::shutdown(const std::string& reason, bool tell_peer) {
   {
     std::lock_guard lock(mu_);
     if (closed_) return;
-    if (tell_peer && connected_ && !in_flight_ && front_sent_ == 0) {
+    if (tell_peer && connected_ && !in_flight_ && !front_started_locked()) {
       (void)write_now(control_frame(kBye, 0));
     }
     closed_ = true;

@@ -118,6 +118,7 @@ void log_line(const LinkOptions& options, detail::LogLevel level, const std::str
 std::shared_ptr<asio::ssl::context> make_tls_context(const TlsOptions& tls);
 
 class StreamLink;
+class TlsSender;
 
 /// The links a listener accepted, by session, so a reconnecting dialler finds its link again.
 struct Sessions {
@@ -203,12 +204,9 @@ class StreamLink final : public Link {
   }
   template <class Buffers, class Handler>
   void async_write_all(const Buffers& buffers, Handler&& handler) {
+    // (A TLS link seals its records itself and writes them to lowest(): link_writer.cpp.)
     if (shm_ && shm_->writing) return shm_write(buffers, std::forward<Handler>(handler));
-    if (tls_) {
-      asio::async_write(*tls_, buffers, std::forward<Handler>(handler));
-    } else {
-      asio::async_write(socket_, buffers, std::forward<Handler>(handler));
-    }
+    asio::async_write(socket_, buffers, std::forward<Handler>(handler));
   }
 
   // --- acknowledgements and writing (link_writer.cpp) ------------------------------------------
@@ -219,6 +217,8 @@ class StreamLink final : public Link {
   void queue_control(Frame frame);
   void start_writer_locked();
   void write_next(std::uint64_t epoch);
+  void write_sealed(std::uint64_t epoch, const Frame& frame, bool control);
+  void wrote(std::uint64_t epoch, bool control);
   std::size_t write_now(const Frame& frame);
 
   // --- heartbeats and repair (link_repair.cpp) -------------------------------------------------
@@ -359,8 +359,24 @@ class StreamLink final : public Link {
   std::uint64_t out_base_seq_ = 0;
   std::size_t written_ = 0;
   std::vector<asio::const_buffer> buffers_;
-  std::string tls_out_;  // a frame gathered for one TLS record (strand, while in flight)
-  static constexpr std::size_t kTlsGather = std::size_t{16} << 10;  // a TLS record's most plaintext
+  // TLS (tls_record.hpp): records this side sealed of the frame at out_[written_] (or of the
+  // control frame at ctl_.front()), and how much of them is on the wire. Under mu_, by the one
+  // writer: a sender while the writer is idle, or the strand while writing_.
+  std::string tls_out_;
+  std::size_t tls_out_sent_ = 0;
+  std::size_t tls_sealed_ = 0;  // plaintext bytes of the frame sealed so far
+  // The connection's sender, taken on the strand as the connection starts carrying frames
+  // (before its reader uses the SSL object); under mu_.
+  TlsSender* tls_sender_ = nullptr;
+  // What is sealed at a time: a frame up to this size from the sending thread, larger ones in
+  // pieces of it, so sealing never holds a second copy of a large frame.
+  static constexpr std::size_t kTlsPiece = std::size_t{256} << 10;
+  /// Seals the next piece of `frame` (from tls_sealed_ on) into tls_out_; false if the
+  /// connection gave no sender (then the link is closed, saying why).
+  bool tls_seal_locked(const Frame& frame, std::size_t most);
+  void tls_reset_locked();
+  /// A frame has begun to go out: part of it written, or sealed.
+  bool front_started_locked() const { return front_sent_ != 0 || tls_sealed_ != 0; }
   std::uint64_t next_send_seq_ = 0;
   std::size_t front_sent_ = 0;  // bytes of out_[written_] already written
   std::uint64_t connections_ = 1;

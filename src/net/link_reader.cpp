@@ -194,6 +194,7 @@ bool StreamLink::adopt_session(std::uint64_t session, std::uint64_t peer_expects
 std::pair<Protocol::socket, std::unique_ptr<TlsStream>> StreamLink::take_socket() {
   std::lock_guard lock(mu_);
   ++epoch_;
+  tls_sender_ = nullptr;  // goes with the connection
   return {std::move(socket_), std::move(tls_)};
 }
 

@@ -3,6 +3,7 @@
 
 #include "net/auth.hpp"
 #include "net/link_impl.hpp"
+#include "net/tls_record.hpp"
 
 namespace baton::net::internal {
 
@@ -179,6 +180,7 @@ void StreamLink::resume(Protocol::socket socket, std::unique_ptr<TlsStream> tls,
     lowest().close(ignored);  // an old connection still thought alive is replaced
     if (tls) {
       tls_ = std::move(tls);
+      tls_sender_ = TlsSender::of(tls_->native_handle());
     } else {
       tls_.reset();
       socket_ = std::move(socket);
@@ -189,6 +191,7 @@ void StreamLink::resume(Protocol::socket socket, std::unique_ptr<TlsStream> tls,
     answered_ = false;
     written_ = 0;
     front_sent_ = 0;
+    tls_reset_locked();  // a new connection has keys of its own
     ctl_.clear();
     writing_ = false;
     in_flight_ = false;

@@ -8,6 +8,7 @@
 #include <climits>
 
 #include "net/link_impl.hpp"
+#include "net/tls_record.hpp"
 #include "wire/slab.hpp"
 
 namespace baton::net::internal {
@@ -89,7 +90,7 @@ void StreamLink::write_next(std::uint64_t epoch) {
       writing_ = false;
       return;
     }
-    if (front_sent_ == 0 && !ctl_.empty()) {
+    if (!front_started_locked() && !ctl_.empty()) {
       frame = &ctl_.front();
       control = true;
     } else if (written_ < out_.size()) {
@@ -100,6 +101,7 @@ void StreamLink::write_next(std::uint64_t epoch) {
       return;
     }
   }
+  if (tls_) return write_sealed(epoch, *frame, control);
   // Over shared memory a large part goes as a slab: its memfd on the socket, not its bytes.
   const bool slabs = !control && shm_ && shm_->writing;
   if (slabs && !send_slabs(*frame)) return;  // closed, with the reason
@@ -116,36 +118,85 @@ void StreamLink::write_next(std::uint64_t epoch) {
   for (const Bytes& p : frame->parts) {
     if (!slabs || !wire::travels_as_slab(p.size())) add(p.data(), p.size());
   }
-  if (tls_ && buffers_.size() > 1 && asio::buffer_size(buffers_) <= kTlsGather) {
-    // TLS seals each buffer of a write as a record of its own, sent on its own: a frame's
-    // header and parts go as one record instead, one segment the peer reads at once.
-    tls_out_.clear();
-    for (const auto& b : buffers_) tls_out_.append(static_cast<const char*>(b.data()), b.size());
-    buffers_.assign(1, asio::const_buffer(tls_out_.data(), tls_out_.size()));
+  in_flight_ = true;
+  async_write_all(buffers_, asio::bind_executor(strand_, [self = shared(), control, epoch](
+                                                             asio::error_code ec, std::size_t) {
+                    if (epoch != self->epoch_) return;
+                    self->in_flight_ = false;
+                    if (ec) return self->write_failed(epoch, ec);
+                    self->wrote(epoch, control);
+                  }));
+}
+
+/// The frame at the front went out whole (strand): the next one follows.
+void StreamLink::wrote(std::uint64_t epoch, bool control) {
+  if (close_after_write_) return shutdown(*close_after_write_, true);
+  {
+    std::lock_guard lock(mu_);
+    if (control) {
+      ctl_.pop_front();
+      if (shm_ && shm_->switch_after > 0 && --shm_->switch_after == 0) writes_switched_locked();
+    } else {
+      ++written_;
+      front_sent_ = 0;
+      drop_written_locked();
+    }
+  }
+  write_next(epoch);
+}
+
+/// On a TLS link (strand): seals the frame a piece at a time, at most kTlsPiece of plaintext,
+/// and writes the records to the socket.
+void StreamLink::write_sealed(std::uint64_t epoch, const Frame& frame, bool control) {
+  {
+    std::lock_guard lock(mu_);
+    if (tls_out_sent_ == tls_out_.size() && !tls_seal_locked(frame, kTlsPiece)) return;
+    buffers_.assign(
+        1, asio::const_buffer(tls_out_.data() + tls_out_sent_, tls_out_.size() - tls_out_sent_));
   }
   in_flight_ = true;
-  async_write_all(
-      buffers_, asio::bind_executor(strand_, [self = shared(), control, epoch](asio::error_code ec,
-                                                                               std::size_t) {
-        if (epoch != self->epoch_) return;
-        self->in_flight_ = false;
-        if (ec) return self->write_failed(epoch, ec);
-        if (self->close_after_write_) return self->shutdown(*self->close_after_write_, true);
-        {
-          std::lock_guard lock(self->mu_);
-          if (control) {
-            self->ctl_.pop_front();
-            if (self->shm_ && self->shm_->switch_after > 0 && --self->shm_->switch_after == 0) {
-              self->writes_switched_locked();
-            }
-          } else {
-            ++self->written_;
-            self->front_sent_ = 0;
-            self->drop_written_locked();
-          }
-        }
-        self->write_next(epoch);
-      }));
+  asio::async_write(lowest(), buffers_,
+                    asio::bind_executor(strand_, [self = shared(), control, epoch, &frame](
+                                                     asio::error_code ec, std::size_t) {
+                      if (epoch != self->epoch_) return;
+                      self->in_flight_ = false;
+                      if (ec) return self->write_failed(epoch, ec);
+                      bool more = false;
+                      {
+                        std::lock_guard lock(self->mu_);
+                        self->tls_out_sent_ = self->tls_out_.size();
+                        more = self->tls_sealed_ < frame.size();  // more of it to seal
+                        if (!more) self->tls_reset_locked();
+                      }
+                      if (more) return self->write_sealed(epoch, frame, control);
+                      self->wrote(epoch, control);
+                    }));
+}
+
+bool StreamLink::tls_seal_locked(const Frame& frame, std::size_t most) {
+  TlsSender* sender = tls_sender_;
+  if (sender == nullptr) {
+    asio::post(strand_, [self = shared()] {
+      self->shutdown("TLS gave no traffic secret for sending (a peer without TLS 1.3?)");
+    });
+    return false;
+  }
+  std::vector<std::span<const std::byte>> pieces;
+  pieces.reserve(1 + frame.parts.size());
+  pieces.emplace_back(reinterpret_cast<const std::byte*>(frame.header.data()), frame.header.size());
+  for (const Bytes& p : frame.parts) pieces.emplace_back(p.data(), p.size());
+  const std::size_t n = std::min(most, frame.size() - tls_sealed_);
+  tls_out_.clear();
+  tls_out_sent_ = 0;
+  sender->seal(pieces, tls_sealed_, n, tls_out_);
+  tls_sealed_ += n;
+  return true;
+}
+
+void StreamLink::tls_reset_locked() {
+  tls_out_.clear();
+  tls_out_sent_ = 0;
+  tls_sealed_ = 0;
 }
 
 /// A write failed (strand). On a unix socket the peer closed its end or died, and what it wrote
@@ -164,7 +215,17 @@ std::size_t StreamLink::write_now(const Frame& frame) {
     }
     return shm_write_now(frame);
   }
-  if (tls_ || tls_ctx_) return 0;  // TLS records are written by the asynchronous path
+  if (tls_ctx_) {
+    // TLS: a frame small enough is sealed here and written as a plain link's bytes are; what
+    // the socket does not take now goes the asynchronous way (tls_sealed_ says it is begun).
+    if (!tls_ || frame.size() > kTlsPiece || !tls_seal_locked(frame, kTlsPiece)) return 0;
+    const ssize_t n = ::send(lowest().native_handle(), tls_out_.data(), tls_out_.size(),
+                             MSG_DONTWAIT | MSG_NOSIGNAL);
+    tls_out_sent_ = n > 0 ? static_cast<std::size_t>(n) : 0;
+    if (tls_out_sent_ < tls_out_.size()) return 0;
+    tls_reset_locked();
+    return frame.size();
+  }
   std::vector<iovec> iov;
   iov.reserve(1 + frame.parts.size());
   iov.push_back({const_cast<char*>(frame.header.data()), frame.header.size()});

@@ -14,6 +14,7 @@
 
 #include "baton/net/link.hpp"
 #include "net/link_impl.hpp"
+#include "net/tls_record.hpp"
 
 namespace baton::net {
 namespace {
@@ -111,6 +112,7 @@ std::shared_ptr<asio::ssl::context> make_tls_context(const TlsOptions& tls) {
     ctx->use_private_key_file(tls.key_file, asio::ssl::context::pem);
     ctx->load_verify_file(tls.ca_file);
     ctx->set_verify_mode(asio::ssl::verify_peer | asio::ssl::verify_fail_if_no_peer_cert);
+    configure_tls_records(ctx->native_handle());  // a link seals what it sends itself
   } catch (const std::system_error& e) {
     throw std::runtime_error("cannot set up TLS with certificate " + tls.cert_file + ", key " +
                              tls.key_file + " and CA " + tls.ca_file + ": " + e.what() +
