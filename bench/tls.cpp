@@ -1,8 +1,9 @@
 // Part of `baton-bench rtt`: call round trips (64 bytes) from a proc to an actor in another
 // process over TCP on the loopback, with TLS and the job's secret, and plain, in the same run;
-// the ratio is TLS's price. Each echo server is this executable, started with
-// BATON_BENCH_ECHO_SERVER set (see main.cpp).
+// the ratio is TLS's price, measured on one core and again wherever the scheduler puts them. Each
+// echo server is this executable, started with BATON_BENCH_ECHO_SERVER set (see main.cpp).
 
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
@@ -133,6 +134,28 @@ void run_echo_server(const char* name) {
   for (;;) ::pause();  // until the benchmark kills this process
 }
 
+namespace {
+
+/// Median round trips over TCP and over TLS, alternating in short rounds so both see the same
+/// machine; the first round of each warms up.
+std::pair<double, double> alternating_p50(const net::LinkOptions& plain,
+                                          const net::LinkOptions& tls) {
+  Echoing tcp("tcp", plain);
+  Echoing secure("tls", tls);
+  constexpr int kRounds = 20;
+  constexpr int kTrips = 1000;
+  std::vector<double> tcp_us;
+  std::vector<double> tls_us;
+  for (int r = 0; r <= kRounds; ++r) {
+    std::vector<double> warm;
+    tcp.round_trips(kTrips, r == 0 ? warm : tcp_us);
+    secure.round_trips(kTrips, r == 0 ? warm : tls_us);
+  }
+  return {percentile(tcp_us, 0.5), percentile(tls_us, 0.5)};
+}
+
+}  // namespace
+
 void run_tls_rtt() {
   std::string dir = (std::filesystem::temp_directory_path() / "baton-bench-XXXXXX").string();
   if (::mkdtemp(dir.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
@@ -140,28 +163,31 @@ void run_tls_rtt() {
   net::LinkOptions tls;
   tls.secret = net::new_job_secret();
   tls.tls = net::make_job_certificates(dir);
-  double plain_p50 = 0;
-  double tls_p50 = 0;
-  {
-    Echoing tcp("tcp", plain);
-    Echoing secure("tls", tls);
-    // Short rounds, alternating, so that both see the same machine; the first of each warms up.
-    constexpr int kRounds = 20;
-    constexpr int kTrips = 1000;
-    std::vector<double> tcp_us;
-    std::vector<double> tls_us;
-    for (int r = 0; r <= kRounds; ++r) {
-      std::vector<double> warm;
-      tcp.round_trips(kTrips, r == 0 ? warm : tcp_us);
-      secure.round_trips(kTrips, r == 0 ? warm : tls_us);
-    }
-    plain_p50 = percentile(tcp_us, 0.5);
-    tls_p50 = percentile(tls_us, 0.5);
-  }
+  // First with the client and both servers on one core. Where the threads of a ping-pong run is
+  // otherwise the scheduler's choice, and on a small idle machine it does not choose alike for
+  // two pairs that make the same system calls: one pair's wake-ups stay on one core (about
+  // 12 us a round trip here), the other's cross cores (about 70 us), and which pair gets which
+  // does not follow the transport (with a busy loop on the other core, both stay on one core).
+  // On one core both pay the same hand-offs, and the ratio is what TLS itself costs.
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  ::sched_getaffinity(0, sizeof all, &all);
+  int first = 0;
+  while (first < CPU_SETSIZE && !CPU_ISSET(first, &all)) ++first;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  ::sched_setaffinity(0, sizeof one, &one);  // this thread, and the threads and servers it starts
+  const auto [tcp_one, tls_one] = alternating_p50(plain, tls);
+  ::sched_setaffinity(0, sizeof all, &all);
+  const auto [tcp_free, tls_free] = alternating_p50(plain, tls);
   std::filesystem::remove_all(dir);
-  print_figure("proc_rtt_tcp_p50", plain_p50, "us");
-  print_figure("proc_rtt_tls_p50", tls_p50, "us");
-  print_figure("tls_rtt_ratio", tls_p50 / plain_p50, "x");
+  print_figure("proc_rtt_tcp_p50", tcp_one, "us");
+  print_figure("proc_rtt_tls_p50", tls_one, "us");
+  print_figure("tls_rtt_ratio", tls_one / tcp_one, "x");
+  print_figure("proc_rtt_tcp_any_core_p50", tcp_free, "us");
+  print_figure("proc_rtt_tls_any_core_p50", tls_free, "us");
+  print_figure("tls_rtt_any_core_ratio", tls_free / tcp_free, "x");
 }
 
 }  // namespace baton::bench

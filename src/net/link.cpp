@@ -14,7 +14,6 @@
 #include "net/auth.hpp"
 #include "net/counters.hpp"
 #include "net/link_impl.hpp"
-#include "net/tls_record.hpp"
 
 namespace baton::net {
 
@@ -77,7 +76,7 @@ void log_line(const LinkOptions& options, detail::LogLevel level, const std::str
 }
 
 StreamLink::StreamLink(asio::io_context& ctx, Protocol::socket socket, std::string description,
-                       const LinkOptions& options, std::shared_ptr<asio::ssl::context> tls_ctx)
+                       const LinkOptions& options, std::shared_ptr<SSL_CTX> tls_ctx)
     : ctx_(ctx),
       strand_(asio::make_strand(ctx)),
       timer_(strand_),
@@ -266,37 +265,53 @@ std::uint64_t StreamLink::connections() const {
 /// this link uses it, then frames.
 void StreamLink::secure(std::uint64_t epoch) {
   if (!tls_ctx_) return authenticated(epoch);
-  tls_ = std::make_unique<TlsStream>(std::move(socket_), *tls_ctx_);
-  tls_handshake(*tls_, redial_.has_value(), epoch,
-                [self = shared(), epoch](const std::string& error) {
-                  if (!error.empty()) return self->shutdown(error);
-                  self->authenticated(epoch);
-                });
+  tls_ = std::make_unique<TlsSession>(tls_ctx_.get(), socket_.native_handle(), redial_.has_value());
+  tls_handshake(socket_, *tls_, epoch, [self = shared(), epoch](const std::string& error) {
+    if (!error.empty()) return self->shutdown(error);
+    self->authenticated(epoch);
+  });
 }
 
-/// Runs a TLS handshake (bounded by dead_after) on the strand; `done` gets "" or why not.
-void StreamLink::tls_handshake(TlsStream& stream, bool client, std::uint64_t epoch,
+/// Runs a TLS handshake over `socket` (bounded by dead_after) on the strand; `done` gets "" or
+/// why not.
+void StreamLink::tls_handshake(Protocol::socket& socket, TlsSession& session, std::uint64_t epoch,
                                std::function<void(const std::string&)> done) {
   auto timer = std::make_shared<asio::steady_timer>(strand_, options_.dead_after);
   auto finished = std::make_shared<bool>(false);
-  timer->async_wait([self = shared(), finished, &stream](asio::error_code ec) {
+  timer->async_wait([self = shared(), finished, &socket](asio::error_code ec) {
     if (ec || *finished) return;
     asio::error_code ignored;
-    stream.next_layer().cancel(ignored);
+    socket.cancel(ignored);
   });
-  stream.async_handshake(
-      client ? asio::ssl::stream_base::client : asio::ssl::stream_base::server,
-      asio::bind_executor(strand_, [self = shared(), timer, finished, epoch,
-                                    done = std::move(done)](asio::error_code ec) {
-        *finished = true;
-        timer->cancel();
-        if (epoch != self->epoch_ || self->closed()) return;
-        if (ec) {
-          return done("TLS handshake with " + self->description_ + " failed: " + ec.message() +
-                      " (does the peer's certificate chain to our CA, and ours to its?)");
-        }
-        done({});
-      }));
+  auto step = std::make_shared<std::function<void(asio::error_code)>>();
+  *step = [self = shared(), timer, finished, epoch, done = std::move(done), &socket, &session,
+           weak = std::weak_ptr(step)](asio::error_code ec) {
+    if (epoch != self->epoch_ || self->closed()) return;
+    std::string error;
+    TlsSession::Want want = TlsSession::Want::nothing;
+    if (ec) {
+      error = ec == asio::error::operation_aborted
+                  ? "no answer within " + std::to_string(self->options_.dead_after.count()) + " ms"
+                  : ec.message();
+    } else {
+      want = session.handshake(error);
+    }
+    if (want != TlsSession::Want::nothing) {
+      const auto wait = want == TlsSession::Want::read ? Protocol::socket::wait_read
+                                                       : Protocol::socket::wait_write;
+      auto again = weak.lock();
+      return socket.async_wait(
+          wait, asio::bind_executor(self->strand_, [again](asio::error_code e) { (*again)(e); }));
+    }
+    *finished = true;
+    timer->cancel();
+    if (!error.empty()) {
+      return done("TLS handshake with " + self->description_ + " failed: " + error +
+                  " (does the peer's certificate chain to our CA, and ours to its?)");
+    }
+    done({});
+  };
+  (*step)({});
 }
 
 /// The first connection proved the peer (on the strand): frames may flow.
@@ -305,7 +320,6 @@ void StreamLink::authenticated(std::uint64_t epoch) {
   {
     std::lock_guard lock(mu_);
     connected_ = true;
-    if (tls_) tls_sender_ = TlsSender::of(tls_->native_handle());
     direct = writing_;  // the dialler's hello is queued and the writer marked as ours
     if (!direct) start_writer_locked();
   }
@@ -354,8 +368,8 @@ void StreamLink::shutdown(const std::string& reason, bool tell_peer) {
   {
     std::lock_guard lock(mu_);
     ++epoch_;
-    lowest().shutdown(Protocol::socket::shutdown_both, ignored);
-    lowest().close(ignored);
+    socket_.shutdown(Protocol::socket::shutdown_both, ignored);
+    socket_.close(ignored);
   }
   if (handler_.on_unsent && !unsent.empty()) {
     std::vector<Envelope> back;
@@ -426,7 +440,7 @@ std::shared_ptr<Link> Link::connect(IoThread& io, const Address& to, LinkHandler
     throw std::runtime_error("cannot connect to " + to.to_string() + ": " + e.code().message() +
                              " (is the peer running and listening there?)");
   }
-  std::shared_ptr<asio::ssl::context> tls;
+  std::shared_ptr<SSL_CTX> tls;
   if (options.tls.enabled() && to.transport == Address::Transport::tcp) {
     tls = internal::make_tls_context(options.tls);
   }

@@ -14,8 +14,6 @@
 
 #include "net/asio.hpp"  // before any other Asio header: see there
 
-#include <asio/ssl.hpp>
-
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -36,12 +34,12 @@
 #include "log/log.hpp"
 #include "net/shm_ring.hpp"
 #include "net/spin.hpp"
+#include "net/tls_session.hpp"
 #include "net/watchdog.hpp"
 
 namespace baton::net {
 
 using Protocol = asio::generic::stream_protocol;
-using TlsStream = asio::ssl::stream<Protocol::socket>;
 
 struct IoThread::Impl : std::enable_shared_from_this<IoThread::Impl> {
   asio::io_context ctx;
@@ -114,11 +112,7 @@ std::uint64_t new_session_id();
 /// by default).
 void log_line(const LinkOptions& options, detail::LogLevel level, const std::string& line);
 
-/// The TLS context of links with `tls`: mutual, TLS 1.2 or later, peers checked against the CA.
-std::shared_ptr<asio::ssl::context> make_tls_context(const TlsOptions& tls);
-
 class StreamLink;
-class TlsSender;
 
 /// The links a listener accepted, by session, so a reconnecting dialler finds its link again.
 struct Sessions {
@@ -132,7 +126,7 @@ class StreamLink final : public Link {
 
   // link.cpp: opening, sending, closing.
   StreamLink(asio::io_context& ctx, Protocol::socket socket, std::string description,
-             const LinkOptions& options, std::shared_ptr<asio::ssl::context> tls_ctx = nullptr);
+             const LinkOptions& options, std::shared_ptr<SSL_CTX> tls_ctx = nullptr);
   void set_dialler(Address to);
   /// The dialler on an I/O thread: the first connection is opened on the strand (see
   /// connect_first()), not by the caller.
@@ -153,12 +147,12 @@ class StreamLink final : public Link {
   std::atomic<std::uint64_t> received_messages_{0};
   std::atomic<std::uint64_t> received_bytes_{0};
   void secure(std::uint64_t epoch);
-  void tls_handshake(TlsStream& stream, bool client, std::uint64_t epoch,
+  void tls_handshake(Protocol::socket& socket, TlsSession& session, std::uint64_t epoch,
                      std::function<void(const std::string&)> done);
   void authenticated(std::uint64_t epoch);
 
   // link_repair.cpp
-  void resume(Protocol::socket socket, std::unique_ptr<TlsStream> tls, std::uint64_t peer_expects);
+  void resume(Protocol::socket socket, std::unique_ptr<TlsSession> tls, std::uint64_t peer_expects);
 
   // link_reader.cpp
   void pause_reading() override { pause_requested_.store(true, std::memory_order_release); }
@@ -186,25 +180,19 @@ class StreamLink final : public Link {
   void deliver(std::uint64_t epoch);
   void on_control(std::uint64_t epoch, const std::string& kind);
   bool adopt_session(std::uint64_t session, std::uint64_t peer_expects);
-  std::pair<Protocol::socket, std::unique_ptr<TlsStream>> take_socket();
-
-  /// The transport under TLS, or the plain socket.
-  Protocol::socket& lowest() { return tls_ ? tls_->next_layer() : socket_; }
+  std::pair<Protocol::socket, std::unique_ptr<TlsSession>> take_socket();
 
   template <class Buffers, class Handler>
   void async_read_all(const Buffers& buffers, Handler&& handler) {
     if (shm_ && shm_->reading) {
       return shm_read(asio::mutable_buffer(buffers), std::forward<Handler>(handler));
     }
-    if (tls_) {
-      asio::async_read(*tls_, buffers, std::forward<Handler>(handler));
-    } else {
-      asio::async_read(socket_, buffers, std::forward<Handler>(handler));
-    }
+    if (tls_) return tls_read(asio::mutable_buffer(buffers), 0, std::forward<Handler>(handler));
+    asio::async_read(socket_, buffers, std::forward<Handler>(handler));
   }
   template <class Buffers, class Handler>
   void async_write_all(const Buffers& buffers, Handler&& handler) {
-    // (A TLS link seals its records itself and writes them to lowest(): link_writer.cpp.)
+    // (A TLS link seals its records itself and writes them to the socket: link_writer.cpp.)
     if (shm_ && shm_->writing) return shm_write(buffers, std::forward<Handler>(handler));
     asio::async_write(socket_, buffers, std::forward<Handler>(handler));
   }
@@ -235,8 +223,16 @@ class StreamLink final : public Link {
   void wait_for_peer(std::uint64_t epoch);
   static std::string eof_reason(const asio::error_code& ec);
 
-  // --- shared memory (link_shm.cpp) -----------------------------------------------------------
   using IoHandler = std::function<void(asio::error_code, std::size_t)>;
+  /// Calls a read's handler at once, unless that nests too deep or work waits (then posts it).
+  void complete(IoHandler handler, asio::error_code ec, std::size_t n);
+  int read_depth_ = 0;  // read handlers called inline, nested (strand)
+
+  // --- TLS (link_reader.cpp) -------------------------------------------------------------------
+  /// Fills `buffer` (`done` of it already) with the peer's plaintext, opening its records.
+  void tls_read(asio::mutable_buffer buffer, std::size_t done, IoHandler handler);
+
+  // --- shared memory (link_shm.cpp) -----------------------------------------------------------
   struct Shm {
     shm::Region region;
     shm::RingEnd in;               // the peer's frames (strand)
@@ -246,7 +242,6 @@ class StreamLink final : public Link {
     bool peer_gone = false;        // the socket ended: the peer closed or died (strand)
     bool owe_doorbell = false;     // a wake-up waits for `writing` (strand)
     std::size_t switch_after = 0;  // control frames to write on the socket before `writing`
-    int depth = 0;                 // handlers called inline, nested (strand)
     // A read or write in progress. One that must wait for the peer hands its handler (which
     // holds the link) to a timer's wait that only a cancel ends: an event loop that goes frees
     // it with its other operations, and no cycle keeps the link alive.
@@ -293,7 +288,6 @@ class StreamLink final : public Link {
   void shm_write(const std::vector<asio::const_buffer>& buffers, IoHandler handler);
   void serve_read();
   void serve_write();
-  void complete(IoHandler handler, asio::error_code ec, std::size_t n);
   void finish(Shm::Op& op, asio::error_code ec, std::size_t n);
   void park(Shm::Op& op);
   void doorbell();
@@ -314,9 +308,9 @@ class StreamLink final : public Link {
   asio::io_context& ctx_;
   asio::strand<asio::io_context::executor_type> strand_;
   asio::steady_timer timer_;
-  Protocol::socket socket_;                      // the connection, unless TLS holds it
-  std::shared_ptr<asio::ssl::context> tls_ctx_;  // set when this link runs TLS
-  std::unique_ptr<TlsStream> tls_;               // the connection, under TLS
+  Protocol::socket socket_;           // the connection, unless TLS holds it
+  std::shared_ptr<SSL_CTX> tls_ctx_;  // set when this link runs TLS
+  std::unique_ptr<TlsSession> tls_;   // the connection's TLS (tls_session.hpp)
   std::string description_;
   LinkOptions options_;
   LinkHandler handler_;
@@ -359,21 +353,17 @@ class StreamLink final : public Link {
   std::uint64_t out_base_seq_ = 0;
   std::size_t written_ = 0;
   std::vector<asio::const_buffer> buffers_;
-  // TLS (tls_record.hpp): records this side sealed of the frame at out_[written_] (or of the
+  // TLS (tls_session.hpp): records this side sealed of the frame at out_[written_] (or of the
   // control frame at ctl_.front()), and how much of them is on the wire. Under mu_, by the one
   // writer: a sender while the writer is idle, or the strand while writing_.
   std::string tls_out_;
   std::size_t tls_out_sent_ = 0;
   std::size_t tls_sealed_ = 0;  // plaintext bytes of the frame sealed so far
-  // The connection's sender, taken on the strand as the connection starts carrying frames
-  // (before its reader uses the SSL object); under mu_.
-  TlsSender* tls_sender_ = nullptr;
   // What is sealed at a time: a frame up to this size from the sending thread, larger ones in
   // pieces of it, so sealing never holds a second copy of a large frame.
   static constexpr std::size_t kTlsPiece = std::size_t{256} << 10;
-  /// Seals the next piece of `frame` (from tls_sealed_ on) into tls_out_; false if the
-  /// connection gave no sender (then the link is closed, saying why).
-  bool tls_seal_locked(const Frame& frame, std::size_t most);
+  /// Seals the next piece of `frame` (from tls_sealed_ on) into tls_out_.
+  void tls_seal_locked(const Frame& frame);
   void tls_reset_locked();
   /// A frame has begun to go out: part of it written, or sealed.
   bool front_started_locked() const { return front_sent_ != 0 || tls_sealed_ != 0; }

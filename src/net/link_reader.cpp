@@ -182,7 +182,7 @@ bool StreamLink::adopt_session(std::uint64_t session, std::uint64_t peer_expects
     return true;
   }
   auto taken =
-      std::make_shared<std::pair<Protocol::socket, std::unique_ptr<TlsStream>>>(take_socket());
+      std::make_shared<std::pair<Protocol::socket, std::unique_ptr<TlsSession>>>(take_socket());
   shutdown("connection resumed by its session's link");
   asio::post(owner->strand_, [owner, peer_expects, taken]() mutable {
     owner->resume(std::move(taken->first), std::move(taken->second), peer_expects);
@@ -191,11 +191,44 @@ bool StreamLink::adopt_session(std::uint64_t session, std::uint64_t peer_expects
   return false;
 }
 
-std::pair<Protocol::socket, std::unique_ptr<TlsStream>> StreamLink::take_socket() {
+std::pair<Protocol::socket, std::unique_ptr<TlsSession>> StreamLink::take_socket() {
   std::lock_guard lock(mu_);
   ++epoch_;
-  tls_sender_ = nullptr;  // goes with the connection
   return {std::move(socket_), std::move(tls_)};
+}
+
+void StreamLink::complete(IoHandler handler, asio::error_code ec, std::size_t n) {
+  if (read_depth_ < 16 && !work_waits_after_handler()) {
+    ++read_depth_;
+    handler(ec, n);
+    --read_depth_;
+    return;
+  }
+  asio::post(strand_, [handler = std::move(handler), ec, n] { handler(ec, n); });
+}
+
+void StreamLink::tls_read(asio::mutable_buffer buffer, std::size_t done, IoHandler handler) {
+  std::string error;
+  bool peer_closed = false;
+  auto* data = static_cast<std::byte*>(buffer.data());
+  done += tls_->take({data + done, buffer.size() - done}, error, peer_closed);
+  if (!error.empty()) return shutdown("link " + description_ + ": " + error);
+  if (done == buffer.size()) return complete(std::move(handler), {}, done);
+  if (peer_closed) return complete(std::move(handler), asio::error::eof, done);
+  const std::span<std::byte> space = tls_->read_space();
+  socket_.async_read_some(
+      asio::buffer(space.data(), space.size()),
+      asio::bind_executor(strand_,
+                          [self = shared(), buffer, done, handler = std::move(handler),
+                           session = tls_.get()](asio::error_code ec, std::size_t n) mutable {
+                            // A connection handed to another link, or closed, is no longer this
+                            // read's.
+                            if (ec || session != self->tls_.get()) {
+                              return handler(ec ? ec : asio::error::operation_aborted, done);
+                            }
+                            session->received(n);
+                            self->tls_read(buffer, done, std::move(handler));
+                          }));
 }
 
 }  // namespace baton::net::internal

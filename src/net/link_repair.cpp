@@ -3,7 +3,6 @@
 
 #include "net/auth.hpp"
 #include "net/link_impl.hpp"
-#include "net/tls_record.hpp"
 
 namespace baton::net::internal {
 
@@ -48,7 +47,7 @@ void StreamLink::broken(std::uint64_t epoch, const asio::error_code& ec) {
     writing_ = false;
     in_flight_ = false;
     asio::error_code ignored;
-    lowest().close(ignored);
+    socket_.close(ignored);
   }
   if (detail::log_enabled(detail::LogLevel::debug)) {
     log_line(options_, detail::LogLevel::debug,
@@ -139,11 +138,12 @@ void StreamLink::resolve(
 /// A redialled connection, authenticated: TLS over it if this link uses TLS, then resume.
 void StreamLink::resecure(Protocol::socket socket, std::uint64_t epoch) {
   if (!tls_ctx_) return resume(std::move(socket), nullptr, 0);
-  auto tls = std::make_shared<std::unique_ptr<TlsStream>>(
-      std::make_unique<TlsStream>(std::move(socket), *tls_ctx_));
-  tls_handshake(**tls, true, epoch, [self = shared(), tls, epoch](const std::string& error) {
+  auto s = std::make_shared<Protocol::socket>(std::move(socket));
+  auto tls = std::make_shared<std::unique_ptr<TlsSession>>(
+      std::make_unique<TlsSession>(tls_ctx_.get(), s->native_handle(), true));
+  tls_handshake(*s, **tls, epoch, [self = shared(), s, tls, epoch](const std::string& error) {
     if (!error.empty()) return self->retry_or_give_up(epoch, error);
-    self->resume(Protocol::socket(self->ctx_), std::move(*tls), 0);
+    self->resume(std::move(*s), std::move(*tls), 0);
   });
 }
 
@@ -171,20 +171,15 @@ void StreamLink::wait_for_peer(std::uint64_t epoch) {
 
 /// Takes over a new connection for this link (on its strand): everything not yet
 /// acknowledged is sent again from the start; the peer drops what it already has.
-void StreamLink::resume(Protocol::socket socket, std::unique_ptr<TlsStream> tls,
+void StreamLink::resume(Protocol::socket socket, std::unique_ptr<TlsSession> tls,
                         std::uint64_t peer_expects) {
   if (closed()) return;
   {
     std::lock_guard lock(mu_);
     asio::error_code ignored;
-    lowest().close(ignored);  // an old connection still thought alive is replaced
-    if (tls) {
-      tls_ = std::move(tls);
-      tls_sender_ = TlsSender::of(tls_->native_handle());
-    } else {
-      tls_.reset();
-      socket_ = std::move(socket);
-    }
+    socket_.close(ignored);  // an old connection still thought alive is replaced
+    socket_ = std::move(socket);
+    tls_ = std::move(tls);
     ++epoch_;
     ++connections_;
     connected_ = true;

@@ -83,7 +83,7 @@ bool StreamLink::send_slabs(Frame& frame) {
     std::string error;
     try {
       p = wire::to_slab(p);
-      error = shm::send_fd(lowest().native_handle(), wire::slab_fd(p),
+      error = shm::send_fd(socket_.native_handle(), wire::slab_fd(p),
                            static_cast<int>(options_.dead_after.count()), 's');
     } catch (const std::exception& e) {
       error = e.what();
@@ -158,14 +158,14 @@ bool StreamLink::offer_shm() {
 void StreamLink::take_shm(std::uint64_t epoch) {
   if (redial_ || shm_ || !unix_) return shutdown("an unexpected shared-memory offer");
   std::string error;
-  const int fd = shm::receive_fd(lowest().native_handle(), error);
+  const int fd = shm::receive_fd(socket_.native_handle(), error);
   if (fd < 0 && error.empty()) {
-    lowest().async_wait(Protocol::socket::wait_read,
-                        asio::bind_executor(strand_, [self = shared(), epoch](asio::error_code ec) {
-                          if (epoch != self->epoch_ || self->closed()) return;
-                          if (ec) return self->broken(epoch, ec);
-                          self->take_shm(epoch);
-                        }));
+    socket_.async_wait(Protocol::socket::wait_read,
+                       asio::bind_executor(strand_, [self = shared(), epoch](asio::error_code ec) {
+                         if (epoch != self->epoch_ || self->closed()) return;
+                         if (ec) return self->broken(epoch, ec);
+                         self->take_shm(epoch);
+                       }));
     return;
   }
   if (fd < 0) return shutdown(error);
@@ -226,11 +226,11 @@ void StreamLink::watch_spins() {
 
 /// Waits for the socket: a doorbell (drained), or its end (the peer is gone).
 void StreamLink::watch_shm(std::uint64_t epoch) {
-  lowest().async_wait(Protocol::socket::wait_read,
-                      asio::bind_executor(strand_, [self = shared(), epoch](asio::error_code ec) {
-                        if (epoch != self->epoch_ || self->closed()) return;
-                        self->on_socket(epoch, ec);
-                      }));
+  socket_.async_wait(Protocol::socket::wait_read,
+                     asio::bind_executor(strand_, [self = shared(), epoch](asio::error_code ec) {
+                       if (epoch != self->epoch_ || self->closed()) return;
+                       self->on_socket(epoch, ec);
+                     }));
 }
 
 /// The socket woke the watcher (strand): doorbells, slabs' memfds, or the peer's end.
@@ -239,7 +239,7 @@ void StreamLink::on_socket(std::uint64_t epoch, const asio::error_code& ec) {
   if (ec) {
     s.peer_gone = true;
   } else {
-    const shm::Drained d = shm::drain(lowest().native_handle(), s.fds);
+    const shm::Drained d = shm::drain(socket_.native_handle(), s.fds);
     if (!d.error.empty()) return ring_broke(d.error);
     if (s.fds.size() > kMaxPendingSlabs) {
       return ring_broke("the peer sent more memfds than its frames use");
@@ -264,7 +264,7 @@ void StreamLink::doorbell() {
   }
   const char byte = 'd';
   // A full socket already holds a doorbell the peer has yet to drain.
-  (void)::send(lowest().native_handle(), &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+  (void)::send(socket_.native_handle(), &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
 void StreamLink::ring_broke(const std::string& why) {
@@ -277,17 +277,6 @@ void StreamLink::ring_broke(const std::string& why) {
 /// in the ring is read without a trip through the event loop), posted beyond that, and posted
 /// when a frame delivered woke work that runs after this handler: that work may block, and the
 /// next frame may be what it waits for (the watchdog's loop reads it then).
-void StreamLink::complete(IoHandler handler, asio::error_code ec, std::size_t n) {
-  Shm& s = *shm_;
-  if (s.depth < 16 && !work_waits_after_handler()) {
-    ++s.depth;
-    handler(ec, n);
-    --s.depth;
-    return;
-  }
-  asio::post(strand_, [handler = std::move(handler), ec, n] { handler(ec, n); });
-}
-
 void StreamLink::shm_read(asio::mutable_buffer buffer, IoHandler handler) {
   Shm& s = *shm_;
   s.read_buffer = buffer;

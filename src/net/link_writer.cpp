@@ -8,7 +8,6 @@
 #include <climits>
 
 #include "net/link_impl.hpp"
-#include "net/tls_record.hpp"
 #include "wire/slab.hpp"
 
 namespace baton::net::internal {
@@ -150,12 +149,12 @@ void StreamLink::wrote(std::uint64_t epoch, bool control) {
 void StreamLink::write_sealed(std::uint64_t epoch, const Frame& frame, bool control) {
   {
     std::lock_guard lock(mu_);
-    if (tls_out_sent_ == tls_out_.size() && !tls_seal_locked(frame, kTlsPiece)) return;
+    if (tls_out_sent_ == tls_out_.size()) tls_seal_locked(frame);
     buffers_.assign(
         1, asio::const_buffer(tls_out_.data() + tls_out_sent_, tls_out_.size() - tls_out_sent_));
   }
   in_flight_ = true;
-  asio::async_write(lowest(), buffers_,
+  asio::async_write(socket_, buffers_,
                     asio::bind_executor(strand_, [self = shared(), control, epoch, &frame](
                                                      asio::error_code ec, std::size_t) {
                       if (epoch != self->epoch_) return;
@@ -173,24 +172,16 @@ void StreamLink::write_sealed(std::uint64_t epoch, const Frame& frame, bool cont
                     }));
 }
 
-bool StreamLink::tls_seal_locked(const Frame& frame, std::size_t most) {
-  TlsSender* sender = tls_sender_;
-  if (sender == nullptr) {
-    asio::post(strand_, [self = shared()] {
-      self->shutdown("TLS gave no traffic secret for sending (a peer without TLS 1.3?)");
-    });
-    return false;
-  }
+void StreamLink::tls_seal_locked(const Frame& frame) {
   std::vector<std::span<const std::byte>> pieces;
   pieces.reserve(1 + frame.parts.size());
   pieces.emplace_back(reinterpret_cast<const std::byte*>(frame.header.data()), frame.header.size());
   for (const Bytes& p : frame.parts) pieces.emplace_back(p.data(), p.size());
-  const std::size_t n = std::min(most, frame.size() - tls_sealed_);
+  const std::size_t n = std::min(kTlsPiece, frame.size() - tls_sealed_);
   tls_out_.clear();
   tls_out_sent_ = 0;
-  sender->seal(pieces, tls_sealed_, n, tls_out_);
+  tls_->seal(pieces, tls_sealed_, n, tls_out_);
   tls_sealed_ += n;
-  return true;
 }
 
 void StreamLink::tls_reset_locked() {
@@ -218,8 +209,9 @@ std::size_t StreamLink::write_now(const Frame& frame) {
   if (tls_ctx_) {
     // TLS: a frame small enough is sealed here and written as a plain link's bytes are; what
     // the socket does not take now goes the asynchronous way (tls_sealed_ says it is begun).
-    if (!tls_ || frame.size() > kTlsPiece || !tls_seal_locked(frame, kTlsPiece)) return 0;
-    const ssize_t n = ::send(lowest().native_handle(), tls_out_.data(), tls_out_.size(),
+    if (!tls_ || frame.size() > kTlsPiece) return 0;
+    tls_seal_locked(frame);
+    const ssize_t n = ::send(socket_.native_handle(), tls_out_.data(), tls_out_.size(),
                              MSG_DONTWAIT | MSG_NOSIGNAL);
     tls_out_sent_ = n > 0 ? static_cast<std::size_t>(n) : 0;
     if (tls_out_sent_ < tls_out_.size()) return 0;

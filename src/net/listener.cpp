@@ -96,7 +96,7 @@ struct AcceptCore : std::enable_shared_from_this<AcceptCore> {
   LinkOptions options;
   Address address;
   std::shared_ptr<Sessions> sessions = std::make_shared<Sessions>();
-  std::shared_ptr<asio::ssl::context> tls;
+  std::shared_ptr<SSL_CTX> tls;
   std::optional<internal::RefusalLog> refusals;  // from start() on; used on the I/O thread only
   asio::steady_timer refusal_timer{ctx};
 };

@@ -13,8 +13,6 @@
 #include <string>
 
 #include "baton/net/link.hpp"
-#include "net/link_impl.hpp"
-#include "net/tls_record.hpp"
 
 namespace baton::net {
 namespace {
@@ -99,28 +97,5 @@ TlsOptions make_job_certificates(const std::string& dir, int days) {
   write_pem(t.key_file, nullptr, key.get());
   return t;
 }
-
-namespace internal {
-
-std::shared_ptr<asio::ssl::context> make_tls_context(const TlsOptions& tls) {
-  auto ctx = std::make_shared<asio::ssl::context>(asio::ssl::context::tls);
-  try {
-    ctx->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
-                     asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
-                     asio::ssl::context::no_tlsv1_1);
-    ctx->use_certificate_chain_file(tls.cert_file);
-    ctx->use_private_key_file(tls.key_file, asio::ssl::context::pem);
-    ctx->load_verify_file(tls.ca_file);
-    ctx->set_verify_mode(asio::ssl::verify_peer | asio::ssl::verify_fail_if_no_peer_cert);
-    configure_tls_records(ctx->native_handle());  // a link seals what it sends itself
-  } catch (const std::system_error& e) {
-    throw std::runtime_error("cannot set up TLS with certificate " + tls.cert_file + ", key " +
-                             tls.key_file + " and CA " + tls.ca_file + ": " + e.what() +
-                             " (check the files exist and are PEM)");
-  }
-  return ctx;
-}
-
-}  // namespace internal
 
 }  // namespace baton::net
