@@ -1,0 +1,187 @@
+#pragma once
+
+// baton's tensor store: values put and got by key across a job, held by storage volumes (actors
+// spread over a proc mesh). A value is plain bytes, or one shard of a global tensor (the box of
+// it this value covers); a reader asks for any box of the tensor and gets exactly that box,
+// assembled from the shards it meets. Every put of a key makes a new version; a key is readable
+// once the shards of a version cover the whole tensor, and a reader always gets one whole
+// version. A Store is a handle, like a mesh: copy it, or pass it in calls to actors in any proc.
+//
+// Inside an actor's coroutine, name the options before a co_await rather than writing them as a
+// braced temporary in it: GCC 12 destroys such a temporary twice.
+//
+//   auto store = store::Store::create(procs);
+//   store.put("w", Bytes::copy(v.data(), bytes), {"float32", 4, {8, 16}}).get();
+//   Bytes rows = store.get("w", {.box = store::Box{{0, 0}, {4, 16}}}).get().data;
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "baton/actor/actor_ref.hpp"
+#include "baton/actor/future.hpp"
+#include "baton/mesh/proc_mesh.hpp"
+#include "baton/store/box.hpp"
+#include "baton/wire/bytes.hpp"
+
+namespace baton::store {
+
+/// What went wrong with a store operation: the message names the key, and what to do.
+class StoreError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// No version of the key is complete (it was never put, was erased, or is partial).
+class KeyNotFound : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+
+/// What a value's bytes are: elements of a tensor of `shape`, `element` bytes each, of `dtype`
+/// (a name the store only compares: "float32", "bfloat16", ...). The default, a one-dimensional
+/// tensor of bytes as long as the value, is plain bytes.
+struct TensorInfo {
+  std::string dtype;
+  std::size_t element = 1;
+  std::vector<std::int64_t> shape;
+
+  bool operator==(const TensorInfo&) const = default;
+  std::string to_string() const;
+  template <class Ar>
+  void serialize(Ar& ar) {
+    ar(dtype, element, shape);
+  }
+};
+
+struct PutOptions {
+  /// The box of the global tensor this value covers; none: the whole tensor.
+  std::optional<Box> shard;
+  /// How many complete versions of the key the store keeps (at least 1). A reader that already
+  /// holds a version's bytes keeps them whatever the store drops.
+  std::size_t keep = 1;
+};
+
+struct GetOptions {
+  /// The version to read; none: the latest complete one.
+  std::optional<std::uint64_t> version;
+  /// The box of the tensor to read; none: the whole tensor.
+  std::optional<Box> box;
+};
+
+/// A value read: exactly the box asked for, its elements row-major.
+struct Got {
+  Bytes data;
+  TensorInfo info;
+  Box box;
+  std::uint64_t version = 0;
+
+  template <class Ar>
+  void serialize(Ar& ar) {
+    ar(data, info, box, version);
+  }
+};
+
+/// What a put made: the version its value went into, and whether that version is complete
+/// (readable) now.
+struct Put {
+  std::uint64_t version = 0;
+  bool complete = false;
+
+  template <class Ar>
+  void serialize(Ar& ar) {
+    ar(version, complete);
+  }
+};
+
+/// What one volume holds and has moved.
+struct VolumeStats {
+  std::string proc;
+  std::uint64_t keys = 0;
+  std::uint64_t versions = 0;
+  std::uint64_t bytes_held = 0;
+  std::uint64_t puts = 0;
+  std::uint64_t gets = 0;
+  std::uint64_t bytes_in = 0;
+  std::uint64_t bytes_out = 0;
+
+  template <class Ar>
+  void serialize(Ar& ar) {
+    ar(proc, keys, versions, bytes_held, puts, gets, bytes_in, bytes_out);
+  }
+};
+
+namespace detail {
+class Volume;
+}
+
+/// Where a store's volumes go.
+enum class Spread : std::uint8_t {
+  per_proc,  // one volume in each proc of the mesh
+  single,    // one volume, in the mesh's first proc
+};
+
+class Store {
+ public:
+  /// An empty handle, to be assigned a store.
+  Store() = default;
+
+  /// Spawns the store's volumes over `procs`. Outside actors; inside one, co_await
+  /// create_async().
+  static Store create(const ProcMesh& procs, Spread spread = Spread::per_proc,
+                      const std::string& name = "store");
+  static Future<Store> create_async(const ProcMesh& procs, Spread spread = Spread::per_proc,
+                                    const std::string& name = "store");
+
+  /// Puts `value` under `key`: the whole tensor `info` describes, or the shard `options.shard`
+  /// of it. A shard joins the oldest version of the key still being assembled that it does not
+  /// overlap (a new version otherwise); a version becomes readable once its shards cover the
+  /// tensor. Fails (StoreError) for a value whose size is not its box's, a box outside the
+  /// tensor, or a tensor unlike the one the version being assembled holds.
+  Future<Put> put(const std::string& key, Bytes value, const TensorInfo& info = {},
+                  const PutOptions& options = {}) const;
+  /// Several puts, all or nothing: either every value is stored, or none is (the first error).
+  Future<std::vector<Put>> put_batch(
+      const std::vector<std::tuple<std::string, Bytes, TensorInfo, PutOptions>>& puts) const;
+
+  /// Reads `key` (a box of it, a version of it). KeyNotFound, naming the nearest keys, for a
+  /// key with no complete version (a partial one is reported with what its shards miss).
+  Future<Got> get(const std::string& key, const GetOptions& options = {}) const;
+  /// Several gets: every value, or the first error.
+  Future<std::vector<Got>> get_batch(const std::vector<std::string>& keys) const;
+
+  Future<bool> exists(const std::string& key) const;
+  /// The keys that start with `prefix` (a plain string prefix: no separator is special), sorted.
+  Future<std::vector<std::string>> keys(const std::string& prefix = "") const;
+  /// Drops every version of `key`; nothing happens for a key that is not there.
+  Future<void> erase(const std::string& key) const;
+  /// The latest complete version of `key`, if any.
+  Future<std::optional<std::uint64_t>> latest_version(const std::string& key) const;
+  /// Each volume's holdings and traffic.
+  Future<std::vector<VolumeStats>> stats() const;
+
+  std::size_t volumes() const { return volumes_.size(); }
+  explicit operator bool() const { return !volumes_.empty(); }
+
+  template <class Ar>
+  void serialize(Ar& ar) {
+    ar(volumes_);
+  }
+
+ private:
+  explicit Store(std::vector<ActorRef<detail::Volume>> v) : volumes_(std::move(v)) {}
+  /// Index of the volume `key` lives on.
+  std::size_t home(const std::string& key) const;
+  /// Fails `next` with a KeyNotFound that names the nearest keys.
+  void not_found(const std::string& key, const std::string& message,
+                 const std::shared_ptr<baton::detail::State<Got>>& next) const;
+
+  std::vector<ActorRef<detail::Volume>> volumes_;
+};
+
+}  // namespace baton::store

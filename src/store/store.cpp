@@ -1,0 +1,400 @@
+// The tensor store's handle (see store.hpp): which volume a key lives on, and each operation as
+// calls to volumes, their answers and failures turned into StoreErrors that name the key.
+
+#include "baton/store/store.hpp"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <variant>
+
+#include "baton/mesh/actor_mesh.hpp"
+#include "store/volume.hpp"
+
+namespace baton::store {
+
+using detail::Answer;
+using detail::Code;
+using detail::GetAnswer;
+using detail::GetItem;
+using detail::PutAnswer;
+using detail::PutItem;
+using detail::Volume;
+
+std::string TensorInfo::to_string() const {
+  std::string out = (dtype.empty() ? "bytes" : dtype) + "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    out += (i > 0 ? ", " : "") + std::to_string(shape[i]);
+  }
+  return out + "]";
+}
+
+namespace {
+
+template <class T>
+using Value = std::conditional_t<std::is_void_v<T>, std::monostate, T>;
+
+/// How a future ended: its value, or its failure.
+template <class T>
+struct Outcome {
+  std::optional<T> value;
+  std::exception_ptr error;
+};
+
+/// Calls `cb` with how `f` ended, on the thread that completes it (nothing waits).
+template <class T, class F>
+void when(Future<T> f, F cb) {
+  const auto& src = f.state();
+  src->on_ready([src, cb = std::move(cb)]() mutable {
+    Outcome<Value<T>> o;
+    try {
+      if constexpr (std::is_void_v<T>) {
+        src->value();
+        o.value.emplace();
+      } else {
+        o.value.emplace(std::move(src->value()));
+      }
+    } catch (...) {
+      o.error = std::current_exception();
+    }
+    cb(std::move(o));
+  });
+}
+
+/// How each of `futures` ended, once all have.
+template <class T>
+void when_all(std::vector<Future<T>> futures,
+              std::function<void(std::vector<Outcome<Value<T>>>)> cb) {
+  struct Gather {
+    std::mutex mu;
+    std::vector<Outcome<Value<T>>> outcomes;
+    std::size_t left = 0;
+    std::function<void(std::vector<Outcome<Value<T>>>)> cb;
+  };
+  auto g = std::make_shared<Gather>();
+  g->outcomes.resize(futures.size());
+  g->left = futures.size();
+  g->cb = std::move(cb);
+  if (futures.empty()) return g->cb({});
+  for (std::size_t i = 0; i < futures.size(); ++i) {
+    when(std::move(futures[i]), [g, i](Outcome<Value<T>> o) {
+      std::unique_lock lock(g->mu);
+      g->outcomes[i] = std::move(o);
+      if (--g->left > 0) return;
+      lock.unlock();
+      g->cb(std::move(g->outcomes));
+    });
+  }
+}
+
+/// What a failure says.
+std::string reason(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "an unknown error";
+  }
+}
+
+/// Makes `next` ready: `make` gives its value, or throws its failure.
+template <class U, class F>
+void settle(const std::shared_ptr<baton::detail::State<U>>& next, F make) {
+  try {
+    if constexpr (std::is_void_v<U>) {
+      make();
+      next->set_value();
+    } else {
+      next->set_value(make());
+    }
+  } catch (...) {
+    next->set_exception(std::current_exception());
+  }
+}
+
+/// A volume's call that failed as a call (its proc gone, say): the operation fails naming it.
+[[noreturn]] void lost(const std::string& what, const ActorRef<Volume>& volume,
+                       const std::exception_ptr& e) {
+  throw StoreError(what + ": its volume in proc " + volume.id().proc.to_string() + " failed (" +
+                   reason(e) + "); the store's other keys are unaffected");
+}
+
+/// One call to `volume`, its answer mapped by `map` (which may throw the answer's error).
+template <class R, class F>
+auto ask(const ActorRef<Volume>& volume, Future<R> call, const std::string& what, F map) {
+  using U = std::invoke_result_t<F, Value<R>>;
+  auto next = std::make_shared<baton::detail::State<U>>();
+  when(std::move(call), [next, volume, what, map = std::move(map)](Outcome<Value<R>> o) mutable {
+    settle(next, [&] {
+      if (o.error) lost(what, volume, o.error);
+      return map(std::move(*o.value));
+    });
+  });
+  return Future<U>(std::move(next));
+}
+
+/// FNV-1a: the same in every process and build, so every holder of a store finds a key alike.
+std::uint64_t hash_of(const std::string& key) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (const char c : key) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+void throw_answer(const Answer& a) {
+  if (a.code == Code::missing) throw KeyNotFound(a.message);
+  if (a.code == Code::bad) throw StoreError(a.message);
+}
+
+}  // namespace
+
+Future<Store> Store::create_async(const ProcMesh& procs, Spread spread, const std::string& name) {
+  auto spawned = procs.spawn_async<Volume>(name);
+  return std::move(spawned).then([spread](const ActorMesh<Volume>& mesh) {
+    std::vector<ActorRef<Volume>> refs;
+    const std::size_t n =
+        spread == Spread::single ? std::min<std::size_t>(1, mesh.size()) : mesh.size();
+    refs.reserve(n);
+    for (std::size_t r = 0; r < n; ++r) refs.push_back(mesh.at(r));
+    if (refs.empty()) throw StoreError("a store needs a proc mesh with at least one proc");
+    return Store(std::move(refs));
+  });
+}
+
+Store Store::create(const ProcMesh& procs, Spread spread, const std::string& name) {
+  return create_async(procs, spread, name).get();
+}
+
+std::size_t Store::home(const std::string& key) const {
+  if (volumes_.empty()) {
+    throw StoreError("use of an empty store handle (assign it Store::create's result)");
+  }
+  return static_cast<std::size_t>(hash_of(key) % volumes_.size());
+}
+
+namespace {
+
+/// A put's item: plain bytes are a one-dimensional tensor of bytes; no shard is the whole.
+PutItem item_of(const std::string& key, Bytes value, const TensorInfo& info,
+                const PutOptions& options) {
+  PutItem item{key, std::move(value), info, {}, options.keep};
+  if (item.info.shape.empty() && item.info.dtype.empty()) {
+    item.info = TensorInfo{"", 1, {static_cast<std::int64_t>(item.value.size())}};
+  }
+  item.box = options.shard.value_or(Box::whole(item.info.shape));
+  return item;
+}
+
+}  // namespace
+
+Future<Put> Store::put(const std::string& key, Bytes value, const TensorInfo& info,
+                       const PutOptions& options) const {
+  const ActorRef<Volume>& v = volumes_.at(home(key));
+  return ask(
+      v, v.call(&Volume::put, std::vector<PutItem>{item_of(key, std::move(value), info, options)}),
+      "put of '" + key + "'", [](PutAnswer a) {
+        throw_answer(a.answer);
+        return a.puts.at(0);
+      });
+}
+
+Future<std::vector<Put>> Store::put_batch(
+    const std::vector<std::tuple<std::string, Bytes, TensorInfo, PutOptions>>& puts) const {
+  // By volume, each item keeping its place in the batch.
+  struct Batch {
+    std::vector<PutItem> items;
+    std::vector<std::size_t> volumes;          // that hold some of the items
+    std::vector<std::vector<std::size_t>> at;  // each one's items
+  };
+  auto b = std::make_shared<Batch>();
+  std::map<std::size_t, std::vector<std::size_t>> by_volume;
+  for (const auto& [key, value, info, options] : puts) {
+    by_volume[home(key)].push_back(b->items.size());
+    b->items.push_back(item_of(key, value, info, options));
+  }
+  for (auto& [v, at] : by_volume) {
+    b->volumes.push_back(v);
+    b->at.push_back(std::move(at));
+  }
+  auto mine = [b](std::size_t s) {
+    std::vector<PutItem> out;
+    for (const std::size_t i : b->at[s]) out.push_back(b->items[i]);
+    return out;
+  };
+  auto next = std::make_shared<baton::detail::State<std::vector<Put>>>();
+  // All or nothing: every volume checks its items first; only then are they stored, and if a
+  // volume is lost in between, what the others stored is undone.
+  std::vector<Future<int>> checks;
+  for (std::size_t s = 0; s < b->volumes.size(); ++s) {
+    const ActorRef<Volume>& v = volumes_[b->volumes[s]];
+    checks.push_back(ask(v, v.call(&Volume::check, mine(s)), "put_batch", [](const Answer& a) {
+      throw_answer(a);
+      return 0;
+    }));
+  }
+  auto self = *this;
+  when_all<int>(std::move(checks), [self, b, mine, next](const std::vector<Outcome<int>>& checked) {
+    for (const auto& c : checked) {
+      if (c.error) return next->set_exception(c.error);
+    }
+    std::vector<Future<std::vector<Put>>> stored;
+    for (std::size_t s = 0; s < b->volumes.size(); ++s) {
+      const ActorRef<Volume>& v = self.volumes_[b->volumes[s]];
+      stored.push_back(ask(v, v.call(&Volume::put, mine(s)), "put_batch", [](const PutAnswer& a) {
+        throw_answer(a.answer);
+        return a.puts;
+      }));
+    }
+    when_all<std::vector<Put>>(
+        std::move(stored), [self, b, next](std::vector<Outcome<std::vector<Put>>> done) {
+          std::exception_ptr failure;
+          for (auto& d : done) {
+            if (d.error && !failure) failure = d.error;
+          }
+          if (failure) {
+            for (std::size_t s = 0; s < done.size(); ++s) {
+              if (!done[s].value) continue;
+              std::vector<std::string> keys;
+              for (const std::size_t i : b->at[s]) keys.push_back(b->items[i].key);
+              self.volumes_[b->volumes[s]].send(&Volume::undo, keys, *done[s].value);
+            }
+            return next->set_exception(failure);
+          }
+          std::vector<Put> out(b->items.size());
+          for (std::size_t s = 0; s < done.size(); ++s) {
+            for (std::size_t j = 0; j < b->at[s].size(); ++j)
+              out[b->at[s][j]] = (*done[s].value)[j];
+          }
+          next->set_value(std::move(out));
+        });
+  });
+  return Future<std::vector<Put>>(std::move(next));
+}
+
+Future<Got> Store::get(const std::string& key, const GetOptions& options) const {
+  const ActorRef<Volume>& v = volumes_.at(home(key));
+  auto next = std::make_shared<baton::detail::State<Got>>();
+  auto self = *this;
+  when(v.call(&Volume::get, std::vector<GetItem>{GetItem{key, options.version, options.box}}),
+       [self, v, key, next](Outcome<GetAnswer> o) {
+         if (!o.error && o.value->answer.code == Code::missing)
+           return self.not_found(key, o.value->answer.message, next);
+         settle(next, [&] {
+           if (o.error) lost("get of '" + key + "'", v, o.error);
+           throw_answer(o.value->answer);
+           return std::move(o.value->got.at(0));
+         });
+       });
+  return Future<Got>(std::move(next));
+}
+
+void Store::not_found(const std::string& key, const std::string& message,
+                      const std::shared_ptr<baton::detail::State<Got>>& next) const {
+  // Names the keys sorted nearest to it, from every volume that answers.
+  std::vector<Future<std::vector<std::string>>> asked;
+  asked.reserve(volumes_.size());
+  for (const auto& vol : volumes_) asked.push_back(vol.call(&Volume::nearest, key));
+  when_all<std::vector<std::string>>(
+      std::move(asked), [key, message, next](std::vector<Outcome<std::vector<std::string>>> all) {
+        std::vector<std::string> near;
+        for (auto& o : all) {
+          if (o.value) near.insert(near.end(), o.value->begin(), o.value->end());
+        }
+        auto common = [&](const std::string& k) {
+          return std::mismatch(k.begin(), k.end(), key.begin(), key.end()).first - k.begin();
+        };
+        std::sort(near.begin(), near.end(), [&](const std::string& a, const std::string& b) {
+          return common(a) != common(b) ? common(a) > common(b) : a < b;
+        });
+        near.erase(std::unique(near.begin(), near.end()), near.end());
+        if (near.size() > 3) near.resize(3);
+        std::string names;
+        for (const auto& k : near) names += (names.empty() ? "'" : ", '") + k + "'";
+        next->set_exception(std::make_exception_ptr(KeyNotFound(
+            message + (names.empty() ? " (the store holds no key)" : "; nearest keys: " + names))));
+      });
+}
+
+Future<std::vector<Got>> Store::get_batch(const std::vector<std::string>& keys) const {
+  std::vector<Future<Got>> each;
+  each.reserve(keys.size());
+  for (const auto& k : keys) each.push_back(get(k));
+  auto next = std::make_shared<baton::detail::State<std::vector<Got>>>();
+  when_all<Got>(std::move(each), [next](std::vector<Outcome<Got>> all) {
+    settle(next, [&] {
+      std::vector<Got> out;
+      out.reserve(all.size());
+      for (auto& o : all) {
+        if (o.error) std::rethrow_exception(o.error);
+        out.push_back(std::move(*o.value));
+      }
+      return out;
+    });
+  });
+  return Future<std::vector<Got>>(std::move(next));
+}
+
+Future<bool> Store::exists(const std::string& key) const {
+  const ActorRef<Volume>& v = volumes_.at(home(key));
+  return ask(v, v.call(&Volume::exists, key), "exists of '" + key + "'", [](bool b) { return b; });
+}
+
+Future<std::vector<std::string>> Store::keys(const std::string& prefix) const {
+  std::vector<Future<std::vector<std::string>>> each;
+  each.reserve(volumes_.size());
+  for (const auto& v : volumes_) {
+    each.push_back(ask(v, v.call(&Volume::keys, prefix), "keys('" + prefix + "')",
+                       [](std::vector<std::string> k) { return k; }));
+  }
+  auto next = std::make_shared<baton::detail::State<std::vector<std::string>>>();
+  when_all<std::vector<std::string>>(std::move(each),
+                                     [next](std::vector<Outcome<std::vector<std::string>>> all) {
+                                       settle(next, [&] {
+                                         std::vector<std::string> out;
+                                         for (auto& o : all) {
+                                           if (o.error) std::rethrow_exception(o.error);
+                                           out.insert(out.end(), o.value->begin(), o.value->end());
+                                         }
+                                         std::sort(out.begin(), out.end());
+                                         return out;
+                                       });
+                                     });
+  return Future<std::vector<std::string>>(std::move(next));
+}
+
+Future<void> Store::erase(const std::string& key) const {
+  const ActorRef<Volume>& v = volumes_.at(home(key));
+  return ask(v, v.call(&Volume::erase, key), "erase of '" + key + "'", [](std::monostate) {});
+}
+
+Future<std::optional<std::uint64_t>> Store::latest_version(const std::string& key) const {
+  const ActorRef<Volume>& v = volumes_.at(home(key));
+  return ask(v, v.call(&Volume::latest, key), "latest_version of '" + key + "'",
+             [](std::optional<std::uint64_t> n) { return n; });
+}
+
+Future<std::vector<VolumeStats>> Store::stats() const {
+  std::vector<Future<VolumeStats>> each;
+  each.reserve(volumes_.size());
+  for (const auto& v : volumes_) {
+    each.push_back(ask(v, v.call(&Volume::stats), "stats", [](VolumeStats s) { return s; }));
+  }
+  auto next = std::make_shared<baton::detail::State<std::vector<VolumeStats>>>();
+  when_all<VolumeStats>(std::move(each), [next](std::vector<Outcome<VolumeStats>> all) {
+    settle(next, [&] {
+      std::vector<VolumeStats> out;
+      for (auto& o : all) {
+        if (o.error) std::rethrow_exception(o.error);
+        out.push_back(std::move(*o.value));
+      }
+      return out;
+    });
+  });
+  return Future<std::vector<VolumeStats>>(std::move(next));
+}
+
+}  // namespace baton::store

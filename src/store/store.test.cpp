@@ -1,0 +1,297 @@
+// The tensor store over real worker processes: values put and got by key from the controller and
+// from actors holding the store's handle, tensors put as shards and read back as any box
+// (checked element by element), versions and what is kept, bad input, and a volume whose proc
+// is killed. This binary is its own worker: main() creates the Runtime first.
+
+#include "baton/store/store.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "baton/baton.hpp"
+
+namespace baton::store {
+namespace {
+
+using ::testing::HasSubstr;
+
+/// The elements of `b` of the test's tensor with `cols` columns, row-major: element (r, c) is
+/// r * cols + c.
+std::vector<float> expected(const Box& b, std::int64_t cols) {
+  std::vector<float> out;
+  for (std::int64_t r = 0; r < b.sizes[0]; ++r) {
+    for (std::int64_t c = 0; c < b.sizes[1]; ++c) {
+      out.push_back(static_cast<float>((b.offsets[0] + r) * cols + b.offsets[1] + c));
+    }
+  }
+  return out;
+}
+
+std::vector<float> floats(const Bytes& b) {
+  std::vector<float> out(b.size() / sizeof(float));
+  std::memcpy(out.data(), b.data(), out.size() * sizeof(float));
+  return out;
+}
+
+/// The bytes of box `b` of the test's tensor.
+Bytes shard_bytes(const Box& b, std::int64_t cols) {
+  const std::vector<float> v = expected(b, cols);
+  return Bytes::copy(v.data(), v.size() * sizeof(float));
+}
+
+TensorInfo f32(std::int64_t rows, std::int64_t cols) {
+  return {"float32", 4, {rows, cols}};
+}
+
+/// An actor that uses a store it was handed: puts its rank's row shard, or reads a box.
+class Worker : public Actor {
+ public:
+  // (The options are named, not temporaries in the co_await: GCC 12 destroys such a temporary
+  // twice.)
+  Task<Put> put_rows(Store s, std::string key, std::int64_t rows, std::int64_t cols, int of) {
+    const Box mine =
+        chunk(Box::whole({rows, cols}), 0, context().rank, static_cast<std::size_t>(of));
+    const PutOptions options{.shard = mine};
+    co_return co_await s.put(key, shard_bytes(mine, cols), f32(rows, cols), options);
+  }
+  Task<std::vector<float>> read(Store s, std::string key, Box b) {
+    const GetOptions options{.box = b};
+    co_return floats((co_await s.get(key, options)).data);
+  }
+  int pid() { return static_cast<int>(::getpid()); }
+  static constexpr auto endpoints =
+      baton::endpoints<&Worker::put_rows, &Worker::read, &Worker::pid>();
+};
+
+struct StoreTest : ::testing::Test {
+  static void SetUpTestSuite() {
+    procs_ = new ProcMesh(this_host().spawn_procs({{"procs", 2}}));
+    store_ = new Store(Store::create(*procs_));
+  }
+  static void TearDownTestSuite() {
+    procs_->stop().get();
+    delete store_;
+    delete procs_;
+  }
+  static ProcMesh* procs_;
+  static Store* store_;
+};
+ProcMesh* StoreTest::procs_ = nullptr;
+Store* StoreTest::store_ = nullptr;
+
+TEST_F(StoreTest, BytesGoInAndComeBackWithVersionsKeysAndErase) {
+  Store& s = *store_;
+  EXPECT_EQ(s.volumes(), 2u);
+  const Put first = s.put("plain/a", Bytes::copy("hello")).get();
+  EXPECT_TRUE(first.complete);
+  const Put second = s.put("plain/a", Bytes::copy("hello again")).get();
+  EXPECT_EQ(second.version, first.version + 1);
+  EXPECT_EQ(s.get("plain/a").get().data.str(), "hello again");
+  EXPECT_EQ(s.latest_version("plain/a").get(), second.version);
+  EXPECT_TRUE(s.exists("plain/a").get());
+  // Prefixes are plain strings: no separator is special.
+  for (const char* k : {"plain.b", "plainc", "plain/d/e"}) s.put(k, Bytes::copy(k)).get();
+  EXPECT_EQ(s.keys("plain").get(),
+            (std::vector<std::string>{"plain.b", "plain/a", "plain/d/e", "plainc"}));
+  EXPECT_EQ(s.keys("plain/").get(), (std::vector<std::string>{"plain/a", "plain/d/e"}));
+  s.erase("plain/a").get();
+  s.erase("plain/a").get();  // idempotent
+  EXPECT_FALSE(s.exists("plain/a").get());
+  EXPECT_EQ(s.latest_version("plain/a").get(), std::nullopt);
+}
+
+TEST_F(StoreTest, AMissingKeyIsKeyNotFoundNamingTheNearestKeys) {
+  Store& s = *store_;
+  s.put("model/layer1.weight", Bytes::copy("w")).get();
+  s.put("model/layer1.bias", Bytes::copy("b")).get();
+  try {
+    s.get("model/layer1.wieght").get();
+    FAIL() << "a missing key was found";
+  } catch (const KeyNotFound& e) {
+    EXPECT_THAT(e.what(), HasSubstr("no key 'model/layer1.wieght'"));
+    EXPECT_THAT(e.what(), HasSubstr("'model/layer1.weight'"));
+  }
+}
+
+TEST_F(StoreTest, ShardsPutByActorsAreReadBackAsAnyBoxElementByElement) {
+  constexpr std::int64_t kRows = 7;
+  constexpr std::int64_t kCols = 10;
+  auto workers = procs_->spawn<Worker>("writers");
+  // Two row shards, each put by the actor that owns it, from its own proc.
+  auto puts = workers.call(&Worker::put_rows, *store_, std::string("t"), kRows, kCols, 2).get();
+  EXPECT_NE(puts[0].complete, puts[1].complete);  // the second one completed the version
+  EXPECT_EQ(puts[0].version, puts[1].version);
+  const std::vector<Box> asks = {
+      Box::whole({kRows, kCols}),                  // the whole
+      chunk(Box::whole({kRows, kCols}), 0, 1, 4),  // a row block
+      chunk(Box::whole({kRows, kCols}), 1, 2, 4),  // a column block
+      Box{{2, 3}, {4, 5}},                         // a tile across shards
+      Box{{4, 0}, {1, 10}},                        // one row, in one shard
+  };
+  for (const Box& b : asks) {
+    EXPECT_EQ(floats(store_->get("t", {.box = b}).get().data), expected(b, kCols)) << b.to_string();
+    // And from an actor in another proc, through a handle it was passed.
+    EXPECT_EQ(workers.at(1).call(&Worker::read, *store_, std::string("t"), b).get(),
+              expected(b, kCols))
+        << b.to_string();
+  }
+  // Resharded the other way: 2 row shards read as 4 column shards and as 2x2 tiles.
+  for (std::size_t i = 0; i < 4; ++i) {
+    const Box b = chunk(Box::whole({kRows, kCols}), 1, i, 4);
+    EXPECT_EQ(floats(store_->get("t", {.box = b}).get().data), expected(b, kCols));
+  }
+  for (std::size_t i = 0; i < 2; ++i) {
+    for (std::size_t j = 0; j < 2; ++j) {
+      const Box b = chunk(chunk(Box::whole({kRows, kCols}), 0, i, 2), 1, j, 2);
+      EXPECT_EQ(floats(store_->get("t", {.box = b}).get().data), expected(b, kCols));
+    }
+  }
+}
+
+TEST_F(StoreTest, APartialKeyIsNotReadableAndSaysWhatItLacks) {
+  const Box top = Box{{0, 0}, {2, 4}};
+  store_->put("partial", shard_bytes(top, 4), f32(4, 4), {.shard = top}).get();
+  try {
+    store_->get("partial").get();
+    FAIL() << "a partial key was read";
+  } catch (const KeyNotFound& e) {
+    EXPECT_THAT(e.what(), HasSubstr("is partial"));
+    EXPECT_THAT(e.what(), HasSubstr("lacks [2:4, 0:4]"));
+  }
+  EXPECT_FALSE(store_->exists("partial").get());
+  const Box bottom = Box{{2, 0}, {2, 4}};
+  EXPECT_TRUE(
+      store_->put("partial", shard_bytes(bottom, 4), f32(4, 4), {.shard = bottom}).get().complete);
+  EXPECT_EQ(floats(store_->get("partial").get().data), expected(Box::whole({4, 4}), 4));
+}
+
+TEST_F(StoreTest, AShardPutTwiceBeforeTheOtherStartsTheNextVersion) {
+  // Rank 0 runs a step ahead: its second shard must not tear the first version.
+  const Box top = Box{{0, 0}, {1, 2}};
+  const Box bottom = Box{{1, 0}, {1, 2}};
+  auto value = [](float x) {
+    const float v[2] = {x, x};
+    return Bytes::copy(v, sizeof v);
+  };
+  const Put a = store_->put("ahead", value(1), f32(2, 2), {.shard = top, .keep = 2}).get();
+  const Put b = store_->put("ahead", value(2), f32(2, 2), {.shard = top, .keep = 2}).get();
+  EXPECT_EQ(b.version, a.version + 1);
+  store_->put("ahead", value(1), f32(2, 2), {.shard = bottom, .keep = 2}).get();
+  EXPECT_EQ(floats(store_->get("ahead").get().data), (std::vector<float>{1, 1, 1, 1}));
+  store_->put("ahead", value(2), f32(2, 2), {.shard = bottom, .keep = 2}).get();
+  EXPECT_EQ(floats(store_->get("ahead").get().data), (std::vector<float>{2, 2, 2, 2}));
+  EXPECT_EQ(floats(store_->get("ahead", {.version = a.version}).get().data),
+            (std::vector<float>{1, 1, 1, 1}));
+}
+
+TEST_F(StoreTest, AReaderKeepsItsVersionWhileTheWriterPutsTenMore) {
+  const std::vector<float> first(1 << 16, 1.0F);
+  store_->put("held", Bytes::copy(first.data(), first.size() * 4), {"float32", 4, {1 << 16}}).get();
+  const Got held = store_->get("held").get();
+  for (int i = 2; i <= 11; ++i) {
+    const std::vector<float> next(1 << 16, static_cast<float>(i));
+    store_
+        ->put("held", Bytes::copy(next.data(), next.size() * 4), {"float32", 4, {1 << 16}},
+              {.keep = 3})
+        .get();
+  }
+  EXPECT_EQ(floats(held.data), first);  // its bytes unchanged
+  EXPECT_EQ(floats(store_->get("held").get().data), std::vector<float>(1 << 16, 11.0F));
+  // Only the newest three are kept; an older one says so.
+  EXPECT_NO_THROW(store_->get("held", {.version = held.version + 8}).get());
+  try {
+    store_->get("held", {.version = held.version}).get();
+    FAIL() << "a dropped version was read";
+  } catch (const KeyNotFound& e) {
+    EXPECT_THAT(e.what(), HasSubstr("is not kept"));
+  }
+  std::uint64_t versions = 0;
+  for (const auto& v : store_->stats().get()) versions += v.versions;
+  EXPECT_LE(versions, 3u + 20u);  // this key's three, and the other tests' keys
+}
+
+TEST_F(StoreTest, BadInputIsRefusedSayingWhat) {
+  auto error = [](Future<Put> f) {
+    try {
+      f.get();
+    } catch (const StoreError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_THAT(error(store_->put("bad", Bytes::copy("12345"), f32(2, 2))),
+              HasSubstr("the value has 5 bytes, but shard [0:2, 0:2] of float32[2, 2] needs 16"));
+  EXPECT_THAT(error(store_->put("bad", Bytes::copy(std::string(16, 'x')), f32(2, 2),
+                                {.shard = Box{{1, 0}, {2, 2}}})),
+              HasSubstr("lies outside the tensor float32[2, 2]"));
+  store_->put("good", Bytes::copy(std::string(16, 'x')), f32(2, 2)).get();
+  try {
+    store_->get("good", {.box = Box{{0, 0}, {3, 2}}}).get();
+    FAIL() << "a box outside the tensor was read";
+  } catch (const StoreError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("box [0:3, 0:2] lies outside the tensor float32[2, 2]"));
+  }
+  EXPECT_FALSE(store_->exists("bad").get());
+}
+
+TEST_F(StoreTest, ABatchIsAllOrNothing) {
+  std::vector<std::tuple<std::string, Bytes, TensorInfo, PutOptions>> batch;
+  batch.reserve(101);
+  for (int i = 0; i < 100; ++i) {
+    batch.emplace_back("batch/" + std::to_string(i), Bytes::copy(std::to_string(i)), TensorInfo{},
+                       PutOptions{});
+  }
+  batch.emplace_back("batch/bad", Bytes::copy("123"), f32(1, 1), PutOptions{});
+  EXPECT_THROW(store_->put_batch(batch).get(), StoreError);
+  EXPECT_TRUE(store_->keys("batch/").get().empty());
+  batch.pop_back();
+  const auto puts = store_->put_batch(batch).get();
+  ASSERT_EQ(puts.size(), 100u);
+  std::vector<std::string> keys;
+  keys.reserve(100);
+  for (int i = 0; i < 100; ++i) keys.push_back("batch/" + std::to_string(i));
+  const auto got = store_->get_batch(keys).get();
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(got[i].data.str(), std::to_string(i));
+}
+
+TEST(StoreFailure, AKilledVolumeFailsItsKeysNamingThemAndTheOthersKeepWorking) {
+  auto procs = this_host().spawn_procs({{"procs", 2}});
+  Store s = Store::create(procs);
+  auto workers = procs.spawn<Worker>("pids");
+  std::vector<std::string> keys;
+  for (int i = 0; i < 16; ++i) {
+    keys.push_back("k" + std::to_string(i));
+    s.put(keys.back(), Bytes::copy(keys.back())).get();
+  }
+  ASSERT_EQ(::kill(workers.at(1).call(&Worker::pid).get(), SIGKILL), 0);
+  int lost = 0;
+  int kept = 0;
+  for (const auto& k : keys) {
+    try {
+      EXPECT_EQ(s.get(k).get(std::chrono::seconds(30)).data.str(), k);
+      ++kept;
+    } catch (const StoreError& e) {
+      ++lost;
+      EXPECT_THAT(e.what(), HasSubstr("get of '" + k + "'"));
+      EXPECT_THAT(e.what(), HasSubstr("its volume in proc"));
+    }
+  }
+  EXPECT_GT(lost, 0);
+  EXPECT_GT(kept, 0);
+  procs.stop().get();
+}
+
+}  // namespace
+}  // namespace baton::store
+
+int main(int argc, char** argv) {
+  baton::RuntimeOptions options;
+  options.supervise = [](const baton::MeshFailure&) { return true; };  // the kill test's own
+  baton::Runtime rt(argc, argv, options);  // a worker serves here and never returns
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

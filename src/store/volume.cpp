@@ -1,0 +1,254 @@
+// A storage volume of the tensor store (see volume.hpp): versions assembled from shards, made
+// readable once they cover their tensor, and read back as any box of it.
+
+#include "store/volume.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace baton::store::detail {
+namespace {
+
+std::string quoted(const std::string& key) {
+  return "'" + key + "'";
+}
+
+/// Where the elements of `box` start in the row-major layout of `outer` (which contains it), in
+/// elements, if they are contiguous there: the dimensions after the first one `box` cuts are
+/// whole, and those before it are one element long.
+std::optional<std::int64_t> contiguous_in(const Box& outer, const Box& box) {
+  const std::size_t rank = box.rank();
+  std::size_t cut = 0;  // the first dimension, from the end, that box does not span whole
+  while (cut < rank && box.sizes[rank - 1 - cut] == outer.sizes[rank - 1 - cut]) ++cut;
+  for (std::size_t d = 0; d + cut + 1 < rank; ++d) {
+    if (box.sizes[d] != 1) return std::nullopt;
+  }
+  std::int64_t offset = 0;
+  std::int64_t stride = 1;
+  for (std::size_t d = rank; d-- > 0;) {
+    offset += (box.offsets[d] - outer.offsets[d]) * stride;
+    stride *= outer.sizes[d];
+  }
+  return offset;
+}
+
+std::string boxes(const std::vector<Box>& list) {
+  std::string out;
+  for (const Box& b : list) out += (out.empty() ? "" : ", ") + b.to_string();
+  return out;
+}
+
+}  // namespace
+
+std::string Volume::refuse(const PutItem& item) const {
+  const TensorInfo& info = item.info;
+  const std::string what = "put of " + quoted(item.key) + ": ";
+  if (info.element == 0) return what + "an element of 0 bytes";
+  for (const std::int64_t n : info.shape) {
+    if (n < 0) return what + "a tensor of shape " + info.to_string() + " (a negative extent)";
+  }
+  const Box whole = Box::whole(info.shape);
+  if (item.box.rank() != whole.rank() || !contains(whole, item.box)) {
+    return what + "shard " + item.box.to_string() + " lies outside the tensor " + info.to_string() +
+           " (a shard is a box of the global tensor)";
+  }
+  const auto want = static_cast<std::uint64_t>(item.box.elements()) * info.element;
+  if (item.value.size() != want) {
+    return what + "the value has " + std::to_string(item.value.size()) + " bytes, but shard " +
+           item.box.to_string() + " of " + info.to_string() + " needs " + std::to_string(want);
+  }
+  return {};
+}
+
+Answer Volume::check(const std::vector<PutItem>& items) {
+  for (const PutItem& item : items) {
+    if (std::string why = refuse(item); !why.empty()) return {Code::bad, std::move(why)};
+  }
+  return {};
+}
+
+PutAnswer Volume::put(const std::vector<PutItem>& items) {
+  PutAnswer a;
+  a.answer = check(items);
+  if (a.answer.code != Code::ok) return a;
+  a.puts.reserve(items.size());
+  for (const PutItem& item : items) a.puts.push_back(store(item));
+  return a;
+}
+
+Put Volume::store(const PutItem& item) {
+  Key& k = keys_[item.key];
+  ++stats_.puts;
+  stats_.bytes_in += item.value.size();
+  // The oldest version being assembled, of this tensor, that the shard does not overlap.
+  auto joins = [&](const Version& v) {
+    if (v.info != item.info) return false;
+    return std::none_of(v.shards.begin(), v.shards.end(),
+                        [&](const Shard& s) { return intersect(s.box, item.box).has_value(); });
+  };
+  auto it = std::find_if(k.open.begin(), k.open.end(), joins);
+  if (it == k.open.end()) {
+    k.open.push_back(Version{k.next++, item.info, {}});
+    it = std::prev(k.open.end());
+  }
+  it->shards.push_back(Shard{item.box, item.value});
+  std::vector<Box> have;
+  have.reserve(it->shards.size());
+  for (const Shard& s : it->shards) have.push_back(s.box);
+  const Put done{it->number, uncovered(Box::whole(item.info.shape), have).empty()};
+  if (!done.complete) return done;
+  // Complete: readable from now on. Versions still being assembled that are older can no longer
+  // become the latest, and go.
+  Version v = std::move(*it);
+  k.open.erase(it);
+  while (!k.open.empty() && k.open.front().number < v.number) k.open.pop_front();
+  auto at = std::find_if(k.complete.begin(), k.complete.end(),
+                         [&](const Version& c) { return c.number > v.number; });
+  k.complete.insert(at, std::move(v));
+  const std::size_t keep = std::max<std::uint64_t>(1, item.keep);
+  while (k.complete.size() > keep) k.complete.pop_front();
+  return done;
+}
+
+void Volume::undo(const std::vector<std::string>& keys, const std::vector<Put>& puts) {
+  for (std::size_t i = 0; i < keys.size() && i < puts.size(); ++i) {
+    auto it = keys_.find(keys[i]);
+    if (it == keys_.end()) continue;
+    auto drop = [&](std::deque<Version>& list) {
+      std::erase_if(list, [&](const Version& v) { return v.number == puts[i].version; });
+    };
+    drop(it->second.complete);
+    drop(it->second.open);
+    if (it->second.complete.empty() && it->second.open.empty()) keys_.erase(it);
+  }
+}
+
+Answer Volume::read(const GetItem& item, Got& out) const {
+  auto it = keys_.find(item.key);
+  if (it == keys_.end() || it->second.complete.empty()) {
+    if (it != keys_.end() && !it->second.open.empty()) {
+      const Version& v = it->second.open.back();
+      std::vector<Box> have;
+      for (const Shard& s : v.shards) have.push_back(s.box);
+      return {Code::missing, "key " + quoted(item.key) + " is partial: version " +
+                                 std::to_string(v.number) + " of " + v.info.to_string() +
+                                 " has shards " + boxes(have) + " and lacks " +
+                                 boxes(uncovered(Box::whole(v.info.shape), have)) +
+                                 " (put the missing shards first)"};
+    }
+    return {Code::missing, "no key " + quoted(item.key) + " in the store"};
+  }
+  const std::deque<Version>& kept = it->second.complete;
+  const Version* v = &kept.back();
+  if (item.version) {
+    auto at = std::find_if(kept.begin(), kept.end(),
+                           [&](const Version& c) { return c.number == *item.version; });
+    if (at == kept.end()) {
+      std::string numbers;
+      for (const Version& c : kept)
+        numbers += (numbers.empty() ? "" : ", ") + std::to_string(c.number);
+      return {Code::missing, "version " + std::to_string(*item.version) + " of key " +
+                                 quoted(item.key) + " is not kept (kept: " + numbers +
+                                 "; put with a larger keep to keep more)"};
+    }
+    v = &*at;
+  }
+  const Box whole = Box::whole(v->info.shape);
+  const Box box = item.box.value_or(whole);
+  if (box.rank() != whole.rank() || !contains(whole, box)) {
+    return {Code::bad, "get of " + quoted(item.key) + ": box " + box.to_string() +
+                           " lies outside the tensor " + v->info.to_string()};
+  }
+  out.info = v->info;
+  out.box = box;
+  out.version = v->number;
+  const std::size_t element = v->info.element;
+  // Within one shard, where its bytes are contiguous there: a view, no copy.
+  for (const Shard& s : v->shards) {
+    if (!contains(s.box, box)) continue;
+    if (const auto offset = contiguous_in(s.box, box)) {
+      out.data = s.data.slice(static_cast<std::size_t>(*offset) * element,
+                              static_cast<std::size_t>(box.elements()) * element);
+      return {};
+    }
+  }
+  out.data = Bytes::make(static_cast<std::size_t>(box.elements()) * element,
+                         [&](std::span<std::byte> dst) {
+                           for (const Shard& s : v->shards) {
+                             if (const auto region = intersect(s.box, box)) {
+                               copy_region(s.data.data(), s.box, dst.data(), box, *region, element);
+                             }
+                           }
+                         });
+  return {};
+}
+
+GetAnswer Volume::get(const std::vector<GetItem>& items) {
+  GetAnswer a;
+  a.got.resize(items.size());
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    a.answer = read(items[i], a.got[i]);
+    if (a.answer.code != Code::ok) {
+      a.got.clear();
+      return a;
+    }
+  }
+  for (const Got& g : a.got) {
+    ++stats_.gets;
+    stats_.bytes_out += g.data.size();
+  }
+  return a;
+}
+
+bool Volume::exists(const std::string& key) {
+  auto it = keys_.find(key);
+  return it != keys_.end() && !it->second.complete.empty();
+}
+
+std::vector<std::string> Volume::keys(const std::string& prefix) {
+  std::vector<std::string> out;
+  for (auto it = keys_.lower_bound(prefix); it != keys_.end(); ++it) {
+    if (it->first.compare(0, prefix.size(), prefix) != 0) break;
+    if (!it->second.complete.empty()) out.push_back(it->first);
+  }
+  return out;
+}
+
+void Volume::erase(const std::string& key) {
+  keys_.erase(key);
+}
+
+std::optional<std::uint64_t> Volume::latest(const std::string& key) {
+  auto it = keys_.find(key);
+  if (it == keys_.end() || it->second.complete.empty()) return std::nullopt;
+  return it->second.complete.back().number;
+}
+
+std::vector<std::string> Volume::nearest(const std::string& key) {
+  std::vector<std::string> out;
+  auto at = keys_.lower_bound(key);
+  auto back = at;
+  for (int i = 0; i < 3 && back != keys_.begin(); ++i) out.push_back((--back)->first);
+  for (int i = 0; i < 3 && at != keys_.end(); ++i, ++at) out.push_back(at->first);
+  return out;
+}
+
+VolumeStats Volume::stats() {
+  VolumeStats s = stats_;
+  s.proc = context().id.proc.to_string();
+  s.keys = 0;
+  s.versions = 0;
+  s.bytes_held = 0;
+  for (const auto& [key, k] : keys_) {
+    if (!k.complete.empty()) ++s.keys;
+    for (const auto* list : {&k.complete, &k.open}) {
+      for (const Version& v : *list) {
+        ++s.versions;
+        for (const Shard& sh : v.shards) s.bytes_held += sh.data.size();
+      }
+    }
+  }
+  return s;
+}
+
+}  // namespace baton::store::detail

@@ -1,0 +1,120 @@
+#pragma once
+
+// Internal: a storage volume of the tensor store, the actor that holds the keys placed on it.
+// Each key keeps its complete versions (the newest `keep`) and the versions still being
+// assembled from shards. Answers carry a code rather than throw, so the client tells a missing
+// key from a bad request from a volume that is gone.
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "baton/actor/actor.hpp"
+#include "baton/store/store.hpp"
+
+namespace baton::store::detail {
+
+enum class Code : std::uint8_t { ok, missing, bad };
+
+struct Answer {
+  Code code = Code::ok;
+  std::string message;
+  template <class Ar>
+  void serialize(Ar& ar) {
+    ar(code, message);
+  }
+};
+
+struct PutItem {
+  std::string key;
+  Bytes value;
+  TensorInfo info;
+  Box box;
+  std::uint64_t keep = 1;
+  template <class Ar>
+  void serialize(Ar& ar) {
+    ar(key, value, info, box, keep);
+  }
+};
+
+struct PutAnswer {
+  Answer answer;
+  std::vector<Put> puts;
+  template <class Ar>
+  void serialize(Ar& ar) {
+    ar(answer, puts);
+  }
+};
+
+struct GetItem {
+  std::string key;
+  std::optional<std::uint64_t> version;
+  std::optional<Box> box;
+  template <class Ar>
+  void serialize(Ar& ar) {
+    ar(key, version, box);
+  }
+};
+
+struct GetAnswer {
+  Answer answer;
+  std::vector<Got> got;
+  template <class Ar>
+  void serialize(Ar& ar) {
+    ar(answer, got);
+  }
+};
+
+class Volume : public Actor {
+ public:
+  /// Checks every item, then stores them all (or none, answering why).
+  PutAnswer put(const std::vector<PutItem>& items);
+  /// Checks every item as put() would, storing nothing.
+  Answer check(const std::vector<PutItem>& items);
+  /// Drops the versions `puts` made (a batch that failed elsewhere).
+  void undo(const std::vector<std::string>& keys, const std::vector<Put>& puts);
+  GetAnswer get(const std::vector<GetItem>& items);
+  bool exists(const std::string& key);
+  std::vector<std::string> keys(const std::string& prefix);
+  void erase(const std::string& key);
+  std::optional<std::uint64_t> latest(const std::string& key);
+  /// The keys sorted next to `key` (for a KeyNotFound's message).
+  std::vector<std::string> nearest(const std::string& key);
+  VolumeStats stats();
+
+  static constexpr auto endpoints =
+      baton::endpoints<&Volume::put, &Volume::check, &Volume::undo, &Volume::get, &Volume::exists,
+                       &Volume::keys, &Volume::erase, &Volume::latest, &Volume::nearest,
+                       &Volume::stats>();
+
+ private:
+  struct Shard {
+    Box box;
+    Bytes data;
+  };
+  struct Version {
+    std::uint64_t number = 0;
+    TensorInfo info;
+    std::vector<Shard> shards;
+  };
+  struct Key {
+    std::deque<Version> complete;  // ascending, the newest `keep`
+    std::deque<Version> open;      // being assembled, ascending
+    std::uint64_t next = 1;
+  };
+
+  /// Why `item` cannot be put now ("" if it can).
+  std::string refuse(const PutItem& item) const;
+  Put store(const PutItem& item);
+  /// Reads one item, or says why not (code and message).
+  Answer read(const GetItem& item, Got& out) const;
+
+  std::map<std::string, Key> keys_;
+  VolumeStats stats_;
+};
+
+}  // namespace baton::store::detail
