@@ -135,6 +135,58 @@ auto ask(const ActorRef<Volume>& volume, Future<R> call, const std::string& what
   return Future<U>(std::move(next));
 }
 
+/// Asks the volumes of a key, from its home on, in order: the first one whose call does not fail
+/// as a call (a volume whose proc is gone) and whose answer is `found`, or, when no volume was
+/// lost on the way, the first answer at all. A key moves past a lost volume (see Store::put),
+/// so after one the search goes on. `done` gets the answer it stopped at (if any), and what
+/// the lost volumes said.
+template <class R>
+struct Probe : std::enable_shared_from_this<Probe<R>> {
+  std::vector<ActorRef<Volume>> volumes;
+  std::size_t home = 0;
+  std::function<Future<R>(const ActorRef<Volume>&)> call;
+  std::function<bool(const R&)> found;
+  std::function<void(std::optional<R>, const std::string& lost)> done;
+  std::string lost;
+  std::optional<R> last;
+
+  void attempt(std::size_t tried) {
+    if (tried == volumes.size()) return done(std::move(last), lost);
+    const ActorRef<Volume>& v = volumes[(home + tried) % volumes.size()];
+    when(call(v), [self = this->shared_from_this(), v, tried](Outcome<R> o) {
+      if (o.error) {
+        self->lost += (self->lost.empty() ? "" : "; ") + std::string("its volume in proc ") +
+                      v.id().proc.to_string() + " failed (" + reason(o.error) + ")";
+        return self->attempt(tried + 1);
+      }
+      if (self->found(*o.value) || self->lost.empty())
+        return self->done(std::move(o.value), self->lost);
+      self->last = std::move(o.value);
+      self->attempt(tried + 1);
+    });
+  }
+};
+
+template <class R>
+void probe(const std::vector<ActorRef<Volume>>& volumes, std::size_t home,
+           std::function<Future<R>(const ActorRef<Volume>&)> call,
+           std::function<bool(const R&)> found,
+           std::function<void(std::optional<R>, const std::string& lost)> done) {
+  auto p = std::make_shared<Probe<R>>();
+  p->volumes = volumes;
+  p->home = home;
+  p->call = std::move(call);
+  p->found = std::move(found);
+  p->done = std::move(done);
+  p->attempt(0);
+}
+
+/// The failure of an operation on `key` whose volumes were lost.
+std::exception_ptr lost_error(const std::string& what, const std::string& lost) {
+  return std::make_exception_ptr(
+      StoreError(what + ": " + lost + "; the store's other keys are unaffected"));
+}
+
 /// FNV-1a: the same in every process and build, so every holder of a store finds a key alike.
 std::uint64_t hash_of(const std::string& key) {
   std::uint64_t h = 0xcbf29ce484222325ULL;
@@ -193,13 +245,23 @@ PutItem item_of(const std::string& key, Bytes value, const TensorInfo& info,
 
 Future<Put> Store::put(const std::string& key, Bytes value, const TensorInfo& info,
                        const PutOptions& options) const {
-  const ActorRef<Volume>& v = volumes_.at(home(key));
-  return ask(
-      v, v.call(&Volume::put, std::vector<PutItem>{item_of(key, std::move(value), info, options)}),
-      "put of '" + key + "'", [](PutAnswer a) {
-        throw_answer(a.answer);
-        return a.puts.at(0);
+  // On the key's home volume; if that one is lost, on the next that is not (a get looks there
+  // too), so a key whose volume died can be put again.
+  auto items = std::make_shared<std::vector<PutItem>>();
+  items->push_back(item_of(key, std::move(value), info, options));
+  auto next = std::make_shared<baton::detail::State<Put>>();
+  probe<PutAnswer>(
+      volumes_, home(key),
+      [items](const ActorRef<Volume>& v) { return v.call(&Volume::put, *items); },
+      [](const PutAnswer&) { return true; },
+      [next, key](std::optional<PutAnswer> a, const std::string& lost) {
+        if (!a) return next->set_exception(lost_error("put of '" + key + "'", lost));
+        settle(next, [&] {
+          throw_answer(a->answer);
+          return a->puts.at(0);
+        });
       });
+  return Future<Put>(std::move(next));
 }
 
 Future<std::vector<Put>> Store::put_batch(
@@ -276,19 +338,23 @@ Future<std::vector<Put>> Store::put_batch(
 }
 
 Future<Got> Store::get(const std::string& key, const GetOptions& options) const {
-  const ActorRef<Volume>& v = volumes_.at(home(key));
   auto next = std::make_shared<baton::detail::State<Got>>();
   auto self = *this;
-  when(v.call(&Volume::get, std::vector<GetItem>{GetItem{key, options.version, options.box}}),
-       [self, v, key, next](Outcome<GetAnswer> o) {
-         if (!o.error && o.value->answer.code == Code::missing)
-           return self.not_found(key, o.value->answer.message, next);
-         settle(next, [&] {
-           if (o.error) lost("get of '" + key + "'", v, o.error);
-           throw_answer(o.value->answer);
-           return std::move(o.value->got.at(0));
-         });
-       });
+  const std::vector<GetItem> items{GetItem{key, options.version, options.box}};
+  probe<GetAnswer>(
+      volumes_, home(key),
+      [items](const ActorRef<Volume>& v) { return v.call(&Volume::get, items); },
+      [](const GetAnswer& a) { return a.answer.code != Code::missing; },
+      [self, key, next](std::optional<GetAnswer> a, const std::string& lost) {
+        const bool found = a && a->answer.code != Code::missing;
+        if (!found && !lost.empty())
+          return next->set_exception(lost_error("get of '" + key + "'", lost));
+        if (!found) return self.not_found(key, a->answer.message, next);
+        settle(next, [&] {
+          throw_answer(a->answer);
+          return std::move(a->got.at(0));
+        });
+      });
   return Future<Got>(std::move(next));
 }
 
@@ -339,42 +405,59 @@ Future<std::vector<Got>> Store::get_batch(const std::vector<std::string>& keys) 
 }
 
 Future<bool> Store::exists(const std::string& key) const {
-  const ActorRef<Volume>& v = volumes_.at(home(key));
-  return ask(v, v.call(&Volume::exists, key), "exists of '" + key + "'", [](bool b) { return b; });
+  auto next = std::make_shared<baton::detail::State<bool>>();
+  probe<bool>(
+      volumes_, home(key),
+      [key](const ActorRef<Volume>& v) { return v.call(&Volume::exists, key); },
+      [](const bool& b) { return b; },
+      // A key whose volume is lost is not there any more.
+      [next](std::optional<bool> b, const std::string&) { next->set_value(b.value_or(false)); });
+  return Future<bool>(std::move(next));
 }
 
 Future<std::vector<std::string>> Store::keys(const std::string& prefix) const {
   std::vector<Future<std::vector<std::string>>> each;
   each.reserve(volumes_.size());
-  for (const auto& v : volumes_) {
-    each.push_back(ask(v, v.call(&Volume::keys, prefix), "keys('" + prefix + "')",
-                       [](std::vector<std::string> k) { return k; }));
-  }
+  for (const auto& v : volumes_) each.push_back(v.call(&Volume::keys, prefix));
   auto next = std::make_shared<baton::detail::State<std::vector<std::string>>>();
   when_all<std::vector<std::string>>(std::move(each),
                                      [next](std::vector<Outcome<std::vector<std::string>>> all) {
-                                       settle(next, [&] {
-                                         std::vector<std::string> out;
-                                         for (auto& o : all) {
-                                           if (o.error) std::rethrow_exception(o.error);
+                                       // The keys of a lost volume are not there any more.
+                                       std::vector<std::string> out;
+                                       for (auto& o : all) {
+                                         if (o.value)
                                            out.insert(out.end(), o.value->begin(), o.value->end());
-                                         }
-                                         std::sort(out.begin(), out.end());
-                                         return out;
-                                       });
+                                       }
+                                       std::sort(out.begin(), out.end());
+                                       next->set_value(std::move(out));
                                      });
   return Future<std::vector<std::string>>(std::move(next));
 }
 
 Future<void> Store::erase(const std::string& key) const {
-  const ActorRef<Volume>& v = volumes_.at(home(key));
-  return ask(v, v.call(&Volume::erase, key), "erase of '" + key + "'", [](std::monostate) {});
+  // From every volume the key may be on: its home, and past lost ones.
+  auto next = std::make_shared<baton::detail::State<void>>();
+  probe<std::monostate>(
+      volumes_, home(key),
+      [key](const ActorRef<Volume>& v) {
+        return v.call(&Volume::erase, key).then([] { return std::monostate{}; });
+      },
+      [](const std::monostate&) { return false; },
+      [next](std::optional<std::monostate>, const std::string&) { next->set_value(); });
+  return Future<void>(std::move(next));
 }
 
 Future<std::optional<std::uint64_t>> Store::latest_version(const std::string& key) const {
-  const ActorRef<Volume>& v = volumes_.at(home(key));
-  return ask(v, v.call(&Volume::latest, key), "latest_version of '" + key + "'",
-             [](std::optional<std::uint64_t> n) { return n; });
+  using Latest = std::optional<std::uint64_t>;
+  auto next = std::make_shared<baton::detail::State<Latest>>();
+  probe<Latest>(
+      volumes_, home(key),
+      [key](const ActorRef<Volume>& v) { return v.call(&Volume::latest, key); },
+      [](const Latest& n) { return n.has_value(); },
+      [next](std::optional<Latest> n, const std::string&) {
+        next->set_value(n.value_or(std::nullopt));
+      });
+  return Future<Latest>(std::move(next));
 }
 
 Future<std::vector<VolumeStats>> Store::stats() const {
