@@ -47,6 +47,7 @@ int run_allreduce();
 int run_ddp();
 /// `baton-bench scale`: a call and a reduce over 10^3 .. 10^6 actors in simulated procs.
 int run_scale(Runtime& rt);
+int run_store();
 /// `baton-bench hosts`: three namespace hosts against this host and raw TCP (needs root).
 int run_hosts();
 /// The TCP echo server `run_hosts` starts in a namespace (BATON_BENCH_TCP_ECHO=port).

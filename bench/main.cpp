@@ -76,6 +76,7 @@ int main(int argc, char** argv) {
     if (which == "allreduce") return baton::bench::run_allreduce();
     if (which == "ddp") return baton::bench::run_ddp();
     if (which == "scale") return baton::bench::run_scale(rt);
+    if (which == "store") return baton::bench::run_store();
     if (which == "hosts") {
       const int rc = baton::bench::run_hosts();
       std::filesystem::remove_all(credentials);
@@ -90,8 +91,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "baton-bench: %s\n", e.what());
     return 1;
   }
-  std::fprintf(stderr,
-               "usage: baton-bench "
-               "inproc|rtt|throughput|tls|cast|spawn|failure|rdma|allreduce|ddp|hosts|scale|all\n");
+  std::fprintf(
+      stderr,
+      "usage: baton-bench "
+      "inproc|rtt|throughput|tls|cast|spawn|failure|rdma|allreduce|ddp|hosts|scale|store|all\n");
   return 2;
 }

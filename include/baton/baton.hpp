@@ -16,6 +16,7 @@
 #include "baton/mesh/mesh.hpp"
 #include "baton/rdma/rdma.hpp"
 #include "baton/slice/slice.hpp"
+#include "baton/store/store.hpp"
 #include "baton/wire/address.hpp"
 #include "baton/wire/archive.hpp"
 #include "baton/wire/envelope.hpp"

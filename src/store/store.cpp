@@ -4,6 +4,7 @@
 #include "baton/store/store.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -266,11 +267,11 @@ Future<Put> Store::put(const std::string& key, Bytes value, const TensorInfo& in
 
 Future<std::vector<Put>> Store::put_batch(
     const std::vector<std::tuple<std::string, Bytes, TensorInfo, PutOptions>>& puts) const {
-  // By volume, each item keeping its place in the batch.
+  // By volume, in groups of at most kItemsPerMessage items, each keeping its place in the batch.
   struct Batch {
     std::vector<PutItem> items;
-    std::vector<std::size_t> volumes;          // that hold some of the items
-    std::vector<std::vector<std::size_t>> at;  // each one's items
+    std::vector<std::size_t> volumes;          // each group's volume
+    std::vector<std::vector<std::size_t>> at;  // each group's items
   };
   auto b = std::make_shared<Batch>();
   std::map<std::size_t, std::vector<std::size_t>> by_volume;
@@ -279,12 +280,23 @@ Future<std::vector<Put>> Store::put_batch(
     b->items.push_back(item_of(key, value, info, options));
   }
   for (auto& [v, at] : by_volume) {
-    b->volumes.push_back(v);
-    b->at.push_back(std::move(at));
+    for (std::size_t first = 0; first < at.size(); first += detail::kItemsPerMessage) {
+      const std::size_t last = std::min(at.size(), first + detail::kItemsPerMessage);
+      b->volumes.push_back(v);
+      b->at.emplace_back(at.begin() + static_cast<std::ptrdiff_t>(first),
+                         at.begin() + static_cast<std::ptrdiff_t>(last));
+    }
   }
   auto mine = [b](std::size_t s) {
     std::vector<PutItem> out;
+    out.reserve(b->at[s].size());
     for (const std::size_t i : b->at[s]) out.push_back(b->items[i]);
+    return out;
+  };
+  auto checks_of = [b](std::size_t s) {
+    std::vector<detail::PutCheck> out;
+    out.reserve(b->at[s].size());
+    for (const std::size_t i : b->at[s]) out.push_back(detail::PutCheck::of(b->items[i]));
     return out;
   };
   auto next = std::make_shared<baton::detail::State<std::vector<Put>>>();
@@ -293,7 +305,7 @@ Future<std::vector<Put>> Store::put_batch(
   std::vector<Future<int>> checks;
   for (std::size_t s = 0; s < b->volumes.size(); ++s) {
     const ActorRef<Volume>& v = volumes_[b->volumes[s]];
-    checks.push_back(ask(v, v.call(&Volume::check, mine(s)), "put_batch", [](const Answer& a) {
+    checks.push_back(ask(v, v.call(&Volume::check, checks_of(s)), "put_batch", [](const Answer& a) {
       throw_answer(a);
       return 0;
     }));
@@ -358,6 +370,26 @@ Future<Got> Store::get(const std::string& key, const GetOptions& options) const 
   return Future<Got>(std::move(next));
 }
 
+Future<Got> Store::get_into(const std::string& key, std::span<std::byte> destination,
+                            const GetOptions& options) const {
+  auto next = std::make_shared<baton::detail::State<Got>>();
+  when(get(key, options), [key, destination, next](Outcome<Got> o) {
+    settle(next, [&] {
+      if (o.error) std::rethrow_exception(o.error);
+      Got& got = *o.value;
+      if (got.data.size() != destination.size()) {
+        throw StoreError("get of '" + key + "' into a destination of " +
+                         std::to_string(destination.size()) + " bytes: box " + got.box.to_string() +
+                         " of " + got.info.to_string() + " has " + std::to_string(got.data.size()) +
+                         " (" + std::to_string(got.info.element) + " bytes an element)");
+      }
+      std::memcpy(destination.data(), got.data.data(), got.data.size());
+      return std::move(got);
+    });
+  });
+  return Future<Got>(std::move(next));
+}
+
 void Store::not_found(const std::string& key, const std::string& message,
                       const std::shared_ptr<baton::detail::State<Got>>& next) const {
   // Names the keys sorted nearest to it, from every volume that answers.
@@ -386,21 +418,67 @@ void Store::not_found(const std::string& key, const std::string& message,
 }
 
 Future<std::vector<Got>> Store::get_batch(const std::vector<std::string>& keys) const {
-  std::vector<Future<Got>> each;
-  each.reserve(keys.size());
-  for (const auto& k : keys) each.push_back(get(k));
+  // By volume, in groups of at most kItemsPerMessage keys: one message each way per group. A
+  // group that does not come back whole (a key missing, a volume lost) is asked again key by
+  // key, which says precisely what is wrong.
+  struct Group {
+    std::size_t volume = 0;
+    std::vector<std::size_t> at;
+  };
+  std::map<std::size_t, std::vector<std::size_t>> by_volume;
+  for (std::size_t i = 0; i < keys.size(); ++i) by_volume[home(keys[i])].push_back(i);
+  std::vector<Group> groups;
+  for (auto& [v, at] : by_volume) {
+    for (std::size_t first = 0; first < at.size(); first += detail::kItemsPerMessage) {
+      const std::size_t last = std::min(at.size(), first + detail::kItemsPerMessage);
+      groups.push_back({v,
+                        {at.begin() + static_cast<std::ptrdiff_t>(first),
+                         at.begin() + static_cast<std::ptrdiff_t>(last)}});
+    }
+  }
+  auto self = *this;
+  std::vector<Future<std::vector<Got>>> each;
+  each.reserve(groups.size());
+  for (const Group& g : groups) {
+    std::vector<GetItem> items;
+    items.reserve(g.at.size());
+    for (const std::size_t i : g.at) items.push_back(GetItem{keys[i], std::nullopt, std::nullopt});
+    auto one = std::make_shared<baton::detail::State<std::vector<Got>>>();
+    when(volumes_[g.volume].call(&Volume::get, std::move(items)),
+         [self, keys, at = g.at, one](Outcome<GetAnswer> o) {
+           if (!o.error && o.value->answer.code == Code::ok)
+             return one->set_value(std::move(o.value->got));
+           std::vector<Future<Got>> singly;
+           singly.reserve(at.size());
+           for (const std::size_t i : at) singly.push_back(self.get(keys[i]));
+           when_all<Got>(std::move(singly), [one](std::vector<Outcome<Got>> all) {
+             settle(one, [&] {
+               std::vector<Got> out;
+               out.reserve(all.size());
+               for (auto& x : all) {
+                 if (x.error) std::rethrow_exception(x.error);
+                 out.push_back(std::move(*x.value));
+               }
+               return out;
+             });
+           });
+         });
+    each.push_back(Future<std::vector<Got>>(std::move(one)));
+  }
   auto next = std::make_shared<baton::detail::State<std::vector<Got>>>();
-  when_all<Got>(std::move(each), [next](std::vector<Outcome<Got>> all) {
-    settle(next, [&] {
-      std::vector<Got> out;
-      out.reserve(all.size());
-      for (auto& o : all) {
-        if (o.error) std::rethrow_exception(o.error);
-        out.push_back(std::move(*o.value));
-      }
-      return out;
-    });
-  });
+  when_all<std::vector<Got>>(
+      std::move(each), [next, groups, n = keys.size()](std::vector<Outcome<std::vector<Got>>> all) {
+        settle(next, [&] {
+          std::vector<Got> out(n);
+          for (std::size_t g = 0; g < all.size(); ++g) {
+            if (all[g].error) std::rethrow_exception(all[g].error);
+            for (std::size_t j = 0; j < groups[g].at.size(); ++j) {
+              out[groups[g].at[j]] = std::move((*all[g].value)[j]);
+            }
+          }
+          return out;
+        });
+      });
   return Future<std::vector<Got>>(std::move(next));
 }
 

@@ -236,12 +236,25 @@ TEST_F(StoreTest, BadInputIsRefusedSayingWhat) {
     EXPECT_THAT(e.what(), HasSubstr("box [0:3, 0:2] lies outside the tensor float32[2, 2]"));
   }
   EXPECT_FALSE(store_->exists("bad").get());
+  std::vector<std::byte> small(15);
+  try {
+    store_->get_into("good", small).get();
+    FAIL() << "a destination of the wrong size was filled";
+  } catch (const StoreError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("into a destination of 15 bytes: box [0:2, 0:2] of "
+                                    "float32[2, 2] has 16 (4 bytes an element)"));
+  }
+  std::vector<std::byte> right(16);
+  store_->get_into("good", right).get();
+  EXPECT_EQ(right[15], std::byte{'x'});
 }
 
 TEST_F(StoreTest, ABatchIsAllOrNothing) {
+  // More items than one message carries to a volume (kItemsPerMessage), so in several groups.
+  constexpr int kItems = 2500;
   std::vector<std::tuple<std::string, Bytes, TensorInfo, PutOptions>> batch;
-  batch.reserve(101);
-  for (int i = 0; i < 100; ++i) {
+  batch.reserve(kItems + 1);
+  for (int i = 0; i < kItems; ++i) {
     batch.emplace_back("batch/" + std::to_string(i), Bytes::copy(std::to_string(i)), TensorInfo{},
                        PutOptions{});
   }
@@ -250,12 +263,16 @@ TEST_F(StoreTest, ABatchIsAllOrNothing) {
   EXPECT_TRUE(store_->keys("batch/").get().empty());
   batch.pop_back();
   const auto puts = store_->put_batch(batch).get();
-  ASSERT_EQ(puts.size(), 100u);
+  ASSERT_EQ(puts.size(), static_cast<std::size_t>(kItems));
   std::vector<std::string> keys;
-  keys.reserve(100);
-  for (int i = 0; i < 100; ++i) keys.push_back("batch/" + std::to_string(i));
+  keys.reserve(kItems);
+  for (int i = 0; i < kItems; ++i) keys.push_back("batch/" + std::to_string(i));
   const auto got = store_->get_batch(keys).get();
-  for (int i = 0; i < 100; ++i) EXPECT_EQ(got[i].data.str(), std::to_string(i));
+  ASSERT_EQ(got.size(), static_cast<std::size_t>(kItems));
+  for (int i = 0; i < kItems; ++i) ASSERT_EQ(got[i].data.str(), std::to_string(i));
+  // A missing key fails the batch, naming it.
+  keys.emplace_back("batch/none");
+  EXPECT_THROW(store_->get_batch(keys).get(), KeyNotFound);
 }
 
 TEST(StoreFailure, AKilledVolumeFailsItsKeysNamingThemTheOthersKeepWorkingAndTheyCanBePutAgain) {

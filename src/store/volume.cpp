@@ -40,7 +40,7 @@ std::string boxes(const std::vector<Box>& list) {
 
 }  // namespace
 
-std::string Volume::refuse(const PutItem& item) const {
+std::string Volume::refuse(const PutCheck& item) const {
   const TensorInfo& info = item.info;
   const std::string what = "put of " + quoted(item.key) + ": ";
   if (info.element == 0) return what + "an element of 0 bytes";
@@ -53,15 +53,15 @@ std::string Volume::refuse(const PutItem& item) const {
            " (a shard is a box of the global tensor)";
   }
   const auto want = static_cast<std::uint64_t>(item.box.elements()) * info.element;
-  if (item.value.size() != want) {
-    return what + "the value has " + std::to_string(item.value.size()) + " bytes, but shard " +
+  if (item.size != want) {
+    return what + "the value has " + std::to_string(item.size) + " bytes, but shard " +
            item.box.to_string() + " of " + info.to_string() + " needs " + std::to_string(want);
   }
   return {};
 }
 
-Answer Volume::check(const std::vector<PutItem>& items) {
-  for (const PutItem& item : items) {
+Answer Volume::check(const std::vector<PutCheck>& items) {
+  for (const PutCheck& item : items) {
     if (std::string why = refuse(item); !why.empty()) return {Code::bad, std::move(why)};
   }
   return {};
@@ -69,7 +69,10 @@ Answer Volume::check(const std::vector<PutItem>& items) {
 
 PutAnswer Volume::put(const std::vector<PutItem>& items) {
   PutAnswer a;
-  a.answer = check(items);
+  std::vector<PutCheck> checks;
+  checks.reserve(items.size());
+  for (const PutItem& item : items) checks.push_back(PutCheck::of(item));
+  a.answer = check(checks);
   if (a.answer.code != Code::ok) return a;
   a.puts.reserve(items.size());
   for (const PutItem& item : items) a.puts.push_back(store(item));

@@ -41,6 +41,24 @@ struct PutItem {
   }
 };
 
+/// A put's item as a check sees it: its bytes' count, not its bytes.
+struct PutCheck {
+  std::string key;
+  TensorInfo info;
+  Box box;
+  std::uint64_t size = 0;
+  static PutCheck of(const PutItem& item) {
+    return {item.key, item.info, item.box, item.value.size()};
+  }
+  template <class Ar>
+  void serialize(Ar& ar) {
+    ar(key, info, box, size);
+  }
+};
+
+/// At most this many items go in one message (a message carries at most 4096 buffers).
+constexpr std::size_t kItemsPerMessage = 1024;
+
 struct PutAnswer {
   Answer answer;
   std::vector<Put> puts;
@@ -74,7 +92,7 @@ class Volume : public Actor {
   /// Checks every item, then stores them all (or none, answering why).
   PutAnswer put(const std::vector<PutItem>& items);
   /// Checks every item as put() would, storing nothing.
-  Answer check(const std::vector<PutItem>& items);
+  Answer check(const std::vector<PutCheck>& items);
   /// Drops the versions `puts` made (a batch that failed elsewhere).
   void undo(const std::vector<std::string>& keys, const std::vector<Put>& puts);
   GetAnswer get(const std::vector<GetItem>& items);
@@ -108,7 +126,7 @@ class Volume : public Actor {
   };
 
   /// Why `item` cannot be put now ("" if it can).
-  std::string refuse(const PutItem& item) const;
+  std::string refuse(const PutCheck& item) const;
   Put store(const PutItem& item);
   /// Reads one item, or says why not (code and message).
   Answer read(const GetItem& item, Got& out) const;
