@@ -310,8 +310,10 @@ std::span<std::byte> TlsSession::read_space() {
 
 std::size_t TlsSession::take(std::span<std::byte> out, std::string& error, bool& closed) {
   std::size_t got = std::min(out.size(), plain_end_ - plain_begin_);
-  std::memcpy(out.data(), plain_.data() + plain_begin_, got);
-  plain_begin_ += got;
+  if (got > 0) {
+    std::memcpy(out.data(), plain_.data() + plain_begin_, got);
+    plain_begin_ += got;
+  }
   while (got < out.size() && in_end_ - in_begin_ >= kHeader) {
     const auto* h = reinterpret_cast<const unsigned char*>(in_.data() + in_begin_);
     const std::size_t body = (std::size_t{h[3]} << 8) | h[4];
