@@ -23,12 +23,14 @@ import pkgutil
 # in <build>/python/baton): the package spans both when both are on PYTHONPATH.
 __path__ = pkgutil.extend_path(__path__, __name__)
 
-from . import collective
+from . import collective, store
 from ._actor import Actor, concurrent_endpoint, endpoint
 from ._errors import (
     ActorError,
     BatonError,
     JobError,
+    KeyNotFound,
+    StoreError,
     SupervisionError,
     TimeoutError,
     UndeliverableError,
@@ -73,6 +75,7 @@ __all__ = [
     "Future",
     "HostMesh",
     "JobError",
+    "KeyNotFound",
     "KubernetesJob",
     "ProcessJob",
     "Point",
@@ -82,6 +85,7 @@ __all__ = [
     "RdmaBuffer",
     "SlurmJob",
     "SshJob",
+    "StoreError",
     "SupervisionError",
     "TimeoutError",
     "UndeliverableError",
@@ -103,6 +107,7 @@ __all__ = [
     "save",
     "set_supervise",
     "shutdown",
+    "store",
     "this_host",
     "this_proc",
 ]

@@ -24,6 +24,19 @@ class UndeliverableError(BatonError):
     """A message could not be delivered (unknown actor, link lost)."""
 
 
+class StoreError(BatonError):
+    """A tensor store operation refused or failed: a bad value or box, a destination of the
+    wrong size or type, a volume whose process died. The message names the key."""
+
+
+class KeyNotFound(StoreError, KeyError):
+    """No readable version of a key in the tensor store: never put, deleted, partial (the
+    message says what its shards lack), or an old version no longer kept."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 class JobError(BatonError):
     """The hosts of a job could not be had: a host ssh cannot reach, an agent that does not
     answer, a scheduler that refuses or never gives the nodes. The message is in the tool's own

@@ -271,3 +271,37 @@ class Debuggee(baton.Actor):
         breakpoint()  # the line `baton debug` lists
         z = y + 1
         return z
+
+
+class StoreUser(baton.Actor):
+    """Uses a tensor store it is handed: puts its rank's row shard, reads boxes, state dicts."""
+
+    @baton.endpoint
+    def put_rows(self, store, key, rows, cols, of):
+        import torch
+
+        rank = baton.current_rank().rank
+        box = baton.store.box_of([rows, cols], [baton.store.Shard(0)], [of], [rank])
+        full = torch.arange(rows * cols, dtype=torch.float32).reshape(rows, cols)
+        (r0, c0), (nr, nc) = box
+        mine = full[r0:r0 + nr, c0:c0 + nc].clone()
+        return tuple(store.put(key, mine, shard=box, global_shape=[rows, cols]).get())
+
+    @baton.endpoint
+    async def read_box(self, store, key, box):
+        t = await store.get(key, box=box)
+        return t.tolist()
+
+    @baton.endpoint
+    def load_policy(self, store, prefix):
+        import torch
+
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+        sd = model.state_dict()
+        store.get_state_dict(prefix, into=sd).get()
+        model.load_state_dict(sd)
+        return {k: v.tolist() for k, v in model.state_dict().items()}
+
+    @baton.endpoint
+    def pid(self):
+        return os.getpid()

@@ -176,6 +176,8 @@ using Dims = std::vector<std::pair<std::string, std::size_t>>;
 void bind_collectives(py::module_& m);
 /// C++ actors exposed by name (exposed.py.cpp).
 void bind_exposed(py::module_& m);
+/// The tensor store (store.py.cpp).
+void bind_store(py::module_& m);
 /// Host meshes and the jobs that give them (job.py.cpp).
 void bind_jobs(py::module_& m);
 /// The Runtime of a _baton.Runtime object (the controller's); throws UsageError once closed.

@@ -472,6 +472,7 @@ PYBIND11_MODULE(_baton, m) {
       .def_static("from_wire", &from_wire<RdmaBuffer>);
 
   bind_collectives(m);
+  bind_store(m);
   bind_exposed(m);
 
   py::class_<ProcMesh>(m, "ProcMesh")

@@ -371,12 +371,17 @@ Future<Got> Store::get(const std::string& key, const GetOptions& options) const 
 }
 
 Future<Got> Store::get_into(const std::string& key, std::span<std::byte> destination,
-                            const GetOptions& options) const {
+                            const GetOptions& options, const std::string& dtype) const {
   auto next = std::make_shared<baton::detail::State<Got>>();
-  when(get(key, options), [key, destination, next](Outcome<Got> o) {
+  when(get(key, options), [key, destination, dtype, next](Outcome<Got> o) {
     settle(next, [&] {
       if (o.error) std::rethrow_exception(o.error);
       Got& got = *o.value;
+      if (!dtype.empty() && got.info.dtype != dtype) {
+        throw StoreError("get of '" + key + "' into a destination of " + dtype +
+                         ", but the key holds " + got.info.to_string() +
+                         " (read it without a destination, then convert)");
+      }
       if (got.data.size() != destination.size()) {
         throw StoreError("get of '" + key + "' into a destination of " +
                          std::to_string(destination.size()) + " bytes: box " + got.box.to_string() +

@@ -152,10 +152,11 @@ class Store {
   /// Reads `key` (a box of it, a version of it). KeyNotFound, naming the nearest keys, for a
   /// key with no complete version (a partial one is reported with what its shards miss).
   Future<Got> get(const std::string& key, const GetOptions& options = {}) const;
-  /// get() into `destination`, which must be exactly the size of what is read (StoreError
-  /// otherwise, saying what was expected); it must stay valid until the future is ready.
+  /// get() into `destination`, which must be exactly the size of what is read and, when
+  /// `dtype` is given, of that type (StoreError otherwise, saying what was expected, with
+  /// `destination` untouched); it must stay valid until the future is ready.
   Future<Got> get_into(const std::string& key, std::span<std::byte> destination,
-                       const GetOptions& options = {}) const;
+                       const GetOptions& options = {}, const std::string& dtype = "") const;
   /// Several gets: every value, or the first error.
   Future<std::vector<Got>> get_batch(const std::vector<std::string>& keys) const;
 
