@@ -1,10 +1,13 @@
 // rl_weight_sync: reinforcement learning as one program. Generator actors play CartPole (written
-// here in C++) with a policy network; a trainer actor improves the policy from their episodes
-// (REINFORCE); an evaluator scores it. After each update the trainer publishes its weights in an
-// RdmaBuffer slot, and generators pull them with one-sided reads (no copy through the
-// controller), asynchronously: a generator keeps playing while the trainer updates, so its
-// weights may be a little stale; batches staler than --max-staleness updates are dropped. The run
-// fails (exit 1) unless the evaluator's mean return reaches --target within --updates.
+// here in C++) with a policy network; a trainer improves the policy from their episodes
+// (REINFORCE); an evaluator scores it. The weights travel through baton's tensor store: the
+// trainer runs as two ranks (replicas fed the same batches), and after each update each rank
+// puts its half of the flat weight vector as a shard of one tensor; the store makes a version of
+// the two halves, and generators and the evaluator read whole copies of the version they were
+// told, never a mix of two updates, without the controller carrying any weights. Generators
+// never wait for the trainer: a batch is played with weights at most --max-staleness updates
+// old (the store keeps that many versions), else dropped. The run fails (exit 1) unless the
+// evaluator's mean return reaches --target within --updates.
 //
 //   rl_weight_sync [--generators G] [--updates U] [--episodes E] [--target R] [--max-staleness S]
 
@@ -64,6 +67,10 @@ class CartPole {
   int steps_ = 0;
 };
 
+// The store's key of the policy's weights, and their element type.
+const std::string kKey = "policy";
+const std::string kFloat32 = "float32";
+
 torch::nn::Sequential make_policy() {
   torch::manual_seed(1);
   return torch::nn::Sequential(torch::nn::Linear(4, 64), torch::nn::Tanh(),
@@ -106,14 +113,16 @@ class Generator : public baton::Actor {
   Generator() : policy_(make_policy()), env_(1000 + static_cast<std::uint64_t>(context().rank)) {
     torch::set_num_threads(1);
   }
-  /// Pulls weights `version` from `weights` (one-sided) and plays `episodes` episodes.
-  Task<Batch> play(baton::RdmaBuffer weights, int version, int episodes) {
+  /// Reads weights `version` from the store (a whole copy, assembled from the trainer's two
+  /// shards) and plays `episodes` episodes.
+  Task<Batch> play(baton::store::Store store, int version, int episodes) {
     Batch b;
     b.version = version;
     if (version != have_) {
       std::vector<float> w(static_cast<std::size_t>(parameter_count(policy_)));
       const auto t0 = Clock::now();
-      co_await weights.read_into(w.data(), w.size() * sizeof(float));
+      const baton::store::GetOptions which{.version = static_cast<std::uint64_t>(version)};
+      co_await store.get_into(kKey, std::as_writable_bytes(std::span(w)), which, kFloat32);
       b.sync_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
       load_weights(policy_, w);
       have_ = version;
@@ -152,78 +161,64 @@ class Generator : public baton::Actor {
   int have_ = -1;
 };
 
-/// Where the trainer's weights of one version are.
-struct Published {
-  baton::RdmaBuffer weights;
-  int version = 0;
-
-  template <class Ar>
-  void serialize(Ar& ar) {
-    ar(weights, version);
-  }
-};
-
+/// One rank of the trainer. Both ranks hold the whole policy and take the same steps on the same
+/// batches; each publishes its half of the weights, a shard of the flat weight vector.
 class Trainer : public baton::Actor {
  public:
-  Trainer() : policy_(make_policy()) {
+  Trainer(baton::store::Store store, int keep)
+      : policy_(make_policy()), store_(std::move(store)), keep_(keep) {
     torch::set_num_threads(1);
     optimizer_ = std::make_unique<torch::optim::Adam>(policy_->parameters(),
                                                       torch::optim::AdamOptions(0.01));
-    // Slots for the published weights: a version is overwritten only kSlots updates later,
-    // more than any batch may be stale.
-    for (auto& slot : slots_) {
-      slot.resize(static_cast<std::size_t>(parameter_count(policy_)));
-    }
-    for (std::size_t i = 0; i < kSlots; ++i) {
-      buffers_[i] =
-          baton::RdmaBuffer::register_memory(slots_[i].data(), slots_[i].size() * sizeof(float));
-    }
-    write_slot();
   }
-  /// The latest weights.
-  Published latest() { return {buffers_[version_ % kSlots], version_}; }
+  /// Puts this rank's shard of the current weights; the version it went into.
+  Task<int> publish() {
+    std::vector<torch::Tensor> all;
+    for (auto& p : policy_->parameters()) all.push_back(p.detach().view(-1));
+    const torch::Tensor flat = torch::cat(all).contiguous();
+    const std::int64_t n = flat.numel();
+    const baton::store::Box mine =
+        baton::store::chunk(baton::store::Box::whole({n}), 0, context().rank, 2);
+    const auto* first = flat.data_ptr<float>() + mine.offsets[0];
+    // (Named, not temporaries in the co_await: GCC 12 mishandles those.)
+    const baton::store::PutOptions shard{.shard = mine, .keep = static_cast<std::size_t>(keep_)};
+    const baton::store::TensorInfo info{"float32", sizeof(float), {n}};
+    baton::Bytes half =
+        baton::Bytes::copy(first, static_cast<std::size_t>(mine.sizes[0]) * sizeof(float));
+    const baton::store::Put put = co_await store_.put(kKey, std::move(half), info, shard);
+    co_return static_cast<int>(put.version);
+  }
   /// One policy-gradient step on `batch`; the new weights are published.
-  Published update(const Batch& batch) {
+  Task<int> update(Batch batch) {
     const auto n = static_cast<std::int64_t>(batch.actions.size());
-    const auto states = torch::from_blob(const_cast<float*>(batch.states.data()), {n, 4});
-    const auto actions =
-        torch::from_blob(const_cast<std::int64_t*>(batch.actions.data()), {n, 1}, torch::kLong);
-    auto returns = torch::from_blob(const_cast<float*>(batch.returns.data()), {n}).clone();
+    const auto states = torch::from_blob(batch.states.data(), {n, 4});
+    const auto actions = torch::from_blob(batch.actions.data(), {n, 1}, torch::kLong);
+    auto returns = torch::from_blob(batch.returns.data(), {n}).clone();
     returns = (returns - returns.mean()) / (returns.std() + 1e-6);
     const auto logp = torch::log_softmax(policy_->forward(states), 1).gather(1, actions).view(-1);
     const auto loss = -(logp * returns).mean();
     optimizer_->zero_grad();
     loss.backward();
     optimizer_->step();
-    ++version_;
-    write_slot();
-    return latest();
+    co_return co_await publish();
   }
-  static constexpr auto endpoints = baton::endpoints<&Trainer::latest, &Trainer::update>();
+  static constexpr auto endpoints = baton::endpoints<&Trainer::publish, &Trainer::update>();
 
  private:
-  static constexpr std::size_t kSlots = 8;
-  void write_slot() {
-    std::vector<torch::Tensor> all;
-    for (auto& p : policy_->parameters()) all.push_back(p.detach().view(-1));
-    const torch::Tensor flat = torch::cat(all).contiguous();
-    auto& slot = slots_[static_cast<std::size_t>(version_) % kSlots];
-    std::copy(flat.data_ptr<float>(), flat.data_ptr<float>() + flat.numel(), slot.begin());
-  }
   torch::nn::Sequential policy_;
   std::unique_ptr<torch::optim::Adam> optimizer_;
-  std::vector<float> slots_[kSlots];
-  baton::RdmaBuffer buffers_[kSlots];
-  int version_ = 0;
+  baton::store::Store store_;
+  int keep_;
 };
 
 class Evaluator : public baton::Actor {
  public:
   Evaluator() : policy_(make_policy()), env_(7) { torch::set_num_threads(1); }
-  /// The mean return of `episodes` greedy episodes with the weights at `published`.
-  Task<double> score(Published published, int episodes) {
+  /// The mean return of `episodes` greedy episodes with weights `version` from the store.
+  Task<double> score(baton::store::Store store, int version, int episodes) {
     std::vector<float> w(static_cast<std::size_t>(parameter_count(policy_)));
-    co_await published.weights.read_into(w.data(), w.size() * sizeof(float));
+    const baton::store::GetOptions which{.version = static_cast<std::uint64_t>(version)};
+    co_await store.get_into(kKey, std::as_writable_bytes(std::span(w)), which, kFloat32);
     load_weights(policy_, w);
     torch::NoGradGuard no_grad;
     double total = 0;
@@ -273,20 +268,28 @@ int main(int argc, char** argv) {
   auto gen_procs =
       baton::this_host().spawn_procs({{"generators", static_cast<std::size_t>(generators_n)}});
   auto generators = gen_procs.spawn<Generator>("generators");
-  auto trainer_proc = baton::this_host().spawn_procs({{"trainer", 1}});
-  auto trainer = trainer_proc.spawn<Trainer>("trainer").at(0);
+  // The store's volume lives with the trainer's two ranks, which put the weights.
+  auto trainer_procs = baton::this_host().spawn_procs({{"trainer", 2}});
+  const baton::store::Store store = baton::store::Store::create(trainer_procs);
+  // A generator may read weights max_staleness updates old, and one more is being played.
+  const int keep = max_staleness + 2;
+  auto trainer = trainer_procs.spawn<Trainer>("trainer", store, keep);
   auto eval_proc = baton::this_host().spawn_procs({{"evaluator", 1}});
   auto evaluator = eval_proc.spawn<Evaluator>("evaluator").at(0);
   std::printf("rl_weight_sync: %d generators, %d episodes each per batch, up to %d updates\n",
               generators_n, episodes, updates);
 
-  Published latest = trainer.call(&Trainer::latest).get();
+  auto newest = [](const baton::ValueMesh<int>& versions) {
+    return std::max(versions[0], versions[1]);  // the rank whose put completed the version
+  };
+  int latest = newest(trainer.call(&Trainer::publish).get());
   // Every generator plays all the time: when its batch arrives it starts the next one, with
   // whatever weights are latest then.
   std::deque<std::pair<int, baton::Future<Batch>>> playing;
   for (int g = 0; g < generators_n; ++g) {
-    playing.emplace_back(g, generators.at(static_cast<std::size_t>(g))
-                                .call(&Generator::play, latest.weights, latest.version, episodes));
+    playing.emplace_back(
+        g,
+        generators.at(static_cast<std::size_t>(g)).call(&Generator::play, store, latest, episodes));
   }
   const auto start = Clock::now();
   double samples = 0;
@@ -300,23 +303,24 @@ int main(int argc, char** argv) {
     auto [g, next] = std::move(playing.front());
     playing.pop_front();
     Batch batch = next.get();
-    playing.emplace_back(g, generators.at(static_cast<std::size_t>(g))
-                                .call(&Generator::play, latest.weights, latest.version, episodes));
+    playing.emplace_back(
+        g,
+        generators.at(static_cast<std::size_t>(g)).call(&Generator::play, store, latest, episodes));
     if (batch.sync_ms > 0) {
       sync_ms += batch.sync_ms;
       ++syncs;
     }
-    const int staleness = latest.version - batch.version;
+    const int staleness = latest - batch.version;
     if (staleness > max_staleness) {
       ++dropped;
       continue;
     }
     staleness_sum += staleness;
     samples += static_cast<double>(batch.actions.size());
-    latest = trainer.call(&Trainer::update, batch).get();
+    latest = newest(trainer.call(&Trainer::update, batch).get());
     ++update;
     if (update % 10 == 0) {
-      const double score = evaluator.call(&Evaluator::score, latest, 5).get();
+      const double score = evaluator.call(&Evaluator::score, store, latest, 5).get();
       best = std::max(best, score);
       const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
       std::printf(
@@ -330,7 +334,7 @@ int main(int argc, char** argv) {
   }
   for (auto& p : playing) (void)p.second.get();
   gen_procs.stop().get();
-  trainer_proc.stop().get();
+  trainer_procs.stop().get();
   eval_proc.stop().get();
   std::printf("rl_weight_sync: best evaluated mean return %.1f after %d updates (target %.0f)\n",
               best, update, target);
