@@ -202,8 +202,8 @@ def main():
     while update < args.updates:
         g, future = playing.pop(0)
         batch = future.get()
-        playing.append((g, generators.slice(generators=g).play.call_one(store, latest,
-                                                                         args.episodes)))
+        member = generators.slice(generators=g)
+        playing.append((g, member.play.call_one(store, latest, args.episodes)))
         if batch["sync_ms"] > 0:
             sync_ms, syncs = sync_ms + batch["sync_ms"], syncs + 1
         if latest - batch["version"] > args.max_staleness:
