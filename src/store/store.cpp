@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <variant>
 
 #include "baton/mesh/actor_mesh.hpp"
@@ -87,6 +88,59 @@ void when_all(std::vector<Future<T>> futures,
       g->cb(std::move(g->outcomes));
     });
   }
+}
+
+/// Runs steps 0..count-1, at most `window` at a time (`step(i)` starts one), and gives how each
+/// ended, in order, once all have; after a failure no further step starts (those get its error).
+template <class T>
+void windowed(std::size_t count, std::size_t window, std::function<Future<T>(std::size_t)> step,
+              std::function<void(std::vector<Outcome<Value<T>>>)> done) {
+  struct Run : std::enable_shared_from_this<Run> {
+    std::mutex mu;
+    std::size_t count = 0, window = 0, next = 0, running = 0;
+    std::exception_ptr failed;
+    std::vector<Outcome<Value<T>>> outcomes;
+    std::function<Future<T>(std::size_t)> step;
+    std::function<void(std::vector<Outcome<Value<T>>>)> done;
+    void launch() {
+      std::vector<std::size_t> start;
+      std::function<void(std::vector<Outcome<Value<T>>>)> finish;
+      std::vector<Outcome<Value<T>>> all;
+      {
+        std::lock_guard lock(mu);
+        while (running < window && next < count && !failed) {
+          start.push_back(next++);
+          ++running;
+        }
+        if (failed) {
+          for (; next < count; ++next) outcomes[next].error = failed;
+        }
+        if (running == 0 && next == count && done) {
+          finish = std::exchange(done, nullptr);
+          all = std::move(outcomes);
+        }
+      }
+      if (finish) return finish(std::move(all));
+      for (const std::size_t i : start) {
+        when(step(i), [self = this->shared_from_this(), i](Outcome<Value<T>> o) {
+          {
+            std::lock_guard lock(self->mu);
+            if (o.error && !self->failed) self->failed = o.error;
+            self->outcomes[i] = std::move(o);
+            --self->running;
+          }
+          self->launch();
+        });
+      }
+    }
+  };
+  auto run = std::make_shared<Run>();
+  run->count = count;
+  run->window = std::max<std::size_t>(1, window);
+  run->outcomes.resize(count);
+  run->step = std::move(step);
+  run->done = std::move(done);
+  run->launch();
 }
 
 /// What a failure says.
@@ -246,20 +300,64 @@ PutItem item_of(const std::string& key, Bytes value, const TensorInfo& info,
 
 Future<Put> Store::put(const std::string& key, Bytes value, const TensorInfo& info,
                        const PutOptions& options) const {
-  // On the key's home volume; if that one is lost, on the next that is not (a get looks there
-  // too), so a key whose volume died can be put again.
-  auto items = std::make_shared<std::vector<PutItem>>();
-  items->push_back(item_of(key, std::move(value), info, options));
+  PutItem whole = item_of(key, std::move(value), info, options);
+  // A value larger than a message carries goes as pieces of rows, each a shard of the same
+  // version (their put's group), which the last one completes.
+  std::vector<PutItem> pieces;
+  if (whole.value.size() > detail::kPieceBytes && whole.box.rank() > 0 && whole.box.sizes[0] > 1) {
+    const std::size_t row = whole.value.size() / static_cast<std::size_t>(whole.box.sizes[0]);
+    const auto rows =
+        static_cast<std::int64_t>(std::max<std::size_t>(1, detail::kPieceBytes / row));
+    std::random_device random;
+    const std::uint64_t group =
+        (hash_of(key) ^ random() ^ (static_cast<std::uint64_t>(random()) << 32)) | 1;  // not 0
+    for (std::int64_t first = 0; first < whole.box.sizes[0]; first += rows) {
+      PutItem piece = whole;
+      piece.box.offsets[0] += first;
+      piece.box.sizes[0] = std::min(rows, whole.box.sizes[0] - first);
+      piece.value = whole.value.slice(static_cast<std::size_t>(first) * row,
+                                      static_cast<std::size_t>(piece.box.sizes[0]) * row);
+      piece.group = group;
+      pieces.push_back(std::move(piece));
+    }
+  } else {
+    pieces.push_back(std::move(whole));
+  }
+  auto self = *this;
+  auto send = [self, key](PutItem piece) {
+    auto items = std::make_shared<std::vector<PutItem>>();
+    items->push_back(std::move(piece));
+    auto one = std::make_shared<baton::detail::State<Put>>();
+    // On the key's home volume; if that one is lost, on the next that is not (a get looks there
+    // too), so a key whose volume died can be put again.
+    probe<PutAnswer>(
+        self.volumes_, self.home(key),
+        [items](const ActorRef<Volume>& v) { return v.call(&Volume::put, *items); },
+        [](const PutAnswer&) { return true; },
+        [one, key](std::optional<PutAnswer> a, const std::string& lost) {
+          if (!a) return one->set_exception(lost_error("put of '" + key + "'", lost));
+          settle(one, [&] {
+            throw_answer(a->answer);
+            return a->puts.at(0);
+          });
+        });
+    return Future<Put>(std::move(one));
+  };
+  if (pieces.size() == 1) return send(std::move(pieces.front()));
+  // Two pieces at a time: each is copied into a slab of its own as it is sent.
   auto next = std::make_shared<baton::detail::State<Put>>();
-  probe<PutAnswer>(
-      volumes_, home(key),
-      [items](const ActorRef<Volume>& v) { return v.call(&Volume::put, *items); },
-      [](const PutAnswer&) { return true; },
-      [next, key](std::optional<PutAnswer> a, const std::string& lost) {
-        if (!a) return next->set_exception(lost_error("put of '" + key + "'", lost));
+  auto shared = std::make_shared<std::vector<PutItem>>(std::move(pieces));
+  windowed<Put>(
+      shared->size(), 2, [send, shared](std::size_t i) { return send((*shared)[i]); },
+      [next](std::vector<Outcome<Put>> done) {
         settle(next, [&] {
-          throw_answer(a->answer);
-          return a->puts.at(0);
+          Put out;
+          for (auto& d : done) {
+            if (d.error) std::rethrow_exception(d.error);
+            out.version = d.value->version;
+            out.complete = out.complete || d.value->complete;
+          }
+          return out;
         });
       });
   return Future<Put>(std::move(next));
@@ -351,48 +449,110 @@ Future<std::vector<Put>> Store::put_batch(
 
 Future<Got> Store::get(const std::string& key, const GetOptions& options) const {
   auto next = std::make_shared<baton::detail::State<Got>>();
-  auto self = *this;
-  const std::vector<GetItem> items{GetItem{key, options.version, options.box}};
-  probe<GetAnswer>(
-      volumes_, home(key),
-      [items](const ActorRef<Volume>& v) { return v.call(&Volume::get, items); },
-      [](const GetAnswer& a) { return a.answer.code != Code::missing; },
-      [self, key, next](std::optional<GetAnswer> a, const std::string& lost) {
-        const bool found = a && a->answer.code != Code::missing;
-        if (!found && !lost.empty())
-          return next->set_exception(lost_error("get of '" + key + "'", lost));
-        if (!found) return self.not_found(key, a->answer.message, next);
-        settle(next, [&] {
-          throw_answer(a->answer);
-          return std::move(a->got.at(0));
-        });
-      });
+  fetch(key, options, std::nullopt, {}, next);
   return Future<Got>(std::move(next));
 }
 
 Future<Got> Store::get_into(const std::string& key, std::span<std::byte> destination,
                             const GetOptions& options, const std::string& dtype) const {
   auto next = std::make_shared<baton::detail::State<Got>>();
-  when(get(key, options), [key, destination, dtype, next](Outcome<Got> o) {
-    settle(next, [&] {
-      if (o.error) std::rethrow_exception(o.error);
-      Got& got = *o.value;
-      if (!dtype.empty() && got.info.dtype != dtype) {
-        throw StoreError("get of '" + key + "' into a destination of " + dtype +
-                         ", but the key holds " + got.info.to_string() +
-                         " (read it without a destination, then convert)");
-      }
-      if (got.data.size() != destination.size()) {
-        throw StoreError("get of '" + key + "' into a destination of " +
-                         std::to_string(destination.size()) + " bytes: box " + got.box.to_string() +
-                         " of " + got.info.to_string() + " has " + std::to_string(got.data.size()) +
-                         " (" + std::to_string(got.info.element) + " bytes an element)");
-      }
-      std::memcpy(destination.data(), got.data.data(), got.data.size());
-      return std::move(got);
-    });
-  });
+  fetch(key, options, destination, dtype, next);
   return Future<Got>(std::move(next));
+}
+
+namespace {
+
+/// Why `into` cannot take what `got` describes ("" if it can).
+std::string unfit(const std::string& key, const Got& got, std::span<std::byte> into,
+                  const std::string& dtype) {
+  if (!dtype.empty() && got.info.dtype != dtype) {
+    return "get of '" + key + "' into a destination of " + dtype + ", but the key holds " +
+           got.info.to_string() + " (read it without a destination, then convert)";
+  }
+  const auto bytes = static_cast<std::size_t>(got.box.elements()) * got.info.element;
+  if (bytes != into.size()) {
+    return "get of '" + key + "' into a destination of " + std::to_string(into.size()) +
+           " bytes: box " + got.box.to_string() + " of " + got.info.to_string() + " has " +
+           std::to_string(bytes) + " (" + std::to_string(got.info.element) + " bytes an element)";
+  }
+  return {};
+}
+
+}  // namespace
+
+void Store::fetch(const std::string& key, const GetOptions& options,
+                  std::optional<std::span<std::byte>> into, const std::string& dtype,
+                  const std::shared_ptr<baton::detail::State<Got>>& next) const {
+  auto self = *this;
+  const std::vector<GetItem> items{GetItem{key, options.version, options.box}};
+  probe<GetAnswer>(
+      volumes_, home(key),
+      [items](const ActorRef<Volume>& v) { return v.call(&Volume::get, items); },
+      [](const GetAnswer& a) { return a.answer.code != Code::missing; },
+      [self, key, into, dtype, next](std::optional<GetAnswer> a, const std::string& lost) {
+        const bool found = a && a->answer.code != Code::missing;
+        if (!found && !lost.empty()) {
+          return next->set_exception(lost_error("get of '" + key + "'", lost));
+        }
+        if (!found) return self.not_found(key, a->answer.message, next);
+        if (a->answer.code == Code::too_big) {
+          return self.read_pieces(key, std::move(a->got.at(0)), into, dtype, next);
+        }
+        settle(next, [&] {
+          throw_answer(a->answer);
+          Got& got = a->got.at(0);
+          if (into) {
+            if (std::string why = unfit(key, got, *into, dtype); !why.empty()) {
+              throw StoreError(why);
+            }
+            std::memcpy(into->data(), got.data.data(), got.data.size());
+          }
+          return std::move(got);
+        });
+      });
+}
+
+void Store::read_pieces(const std::string& key, Got meta, std::optional<std::span<std::byte>> into,
+                        const std::string& dtype,
+                        const std::shared_ptr<baton::detail::State<Got>>& next) const {
+  const auto total = static_cast<std::size_t>(meta.box.elements()) * meta.info.element;
+  std::shared_ptr<std::byte[]> owned;
+  if (into) {
+    if (std::string why = unfit(key, meta, *into, dtype); !why.empty()) {
+      return next->set_exception(std::make_exception_ptr(StoreError(why)));
+    }
+  } else {
+    owned.reset(new std::byte[total]);  // not zeroed: every byte is read into it
+    into = std::span<std::byte>(owned.get(), total);
+  }
+  // Pieces of whole rows (of dimension 0), each at most kPieceBytes, each contiguous both in
+  // the box and in the destination; all of the version the first answer named.
+  const std::size_t row = total / static_cast<std::size_t>(meta.box.sizes.at(0));
+  const auto rows = static_cast<std::int64_t>(std::max<std::size_t>(1, detail::kPieceBytes / row));
+  // Two at a time: what a piece holds on the way (a slab mapped, or copied) stays bounded.
+  const auto count = static_cast<std::size_t>((meta.box.sizes[0] + rows - 1) / rows);
+  auto self = *this;
+  auto step = [self, key, box = meta.box, version = meta.version, rows, row, dst = *into,
+               dtype](std::size_t i) {
+    Box piece = box;
+    const std::int64_t first = static_cast<std::int64_t>(i) * rows;
+    piece.offsets[0] += first;
+    piece.sizes[0] = std::min(rows, box.sizes[0] - first);
+    const std::span<std::byte> at = dst.subspan(static_cast<std::size_t>(first) * row,
+                                                static_cast<std::size_t>(piece.sizes[0]) * row);
+    return self.get_into(key, at, GetOptions{version, piece}, dtype);
+  };
+  windowed<Got>(
+      count, 2, step,
+      [meta = std::move(meta), owned, total, next](std::vector<Outcome<Got>> done) mutable {
+        settle(next, [&] {
+          for (auto& d : done) {
+            if (d.error) std::rethrow_exception(d.error);
+          }
+          if (owned) meta.data = Bytes::view(owned, owned.get(), total);
+          return std::move(meta);
+        });
+      });
 }
 
 void Store::not_found(const std::string& key, const std::string& message,

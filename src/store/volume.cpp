@@ -75,23 +75,24 @@ PutAnswer Volume::put(const std::vector<PutItem>& items) {
   a.answer = check(checks);
   if (a.answer.code != Code::ok) return a;
   a.puts.reserve(items.size());
-  for (const PutItem& item : items) a.puts.push_back(store(item));
+  for (const PutItem& item : items) a.puts.push_back(store(item, item.group));
   return a;
 }
 
-Put Volume::store(const PutItem& item) {
+Put Volume::store(const PutItem& item, std::uint64_t group) {
   Key& k = keys_[item.key];
   ++stats_.puts;
   stats_.bytes_in += item.value.size();
-  // The oldest version being assembled, of this tensor, that the shard does not overlap.
+  // The oldest version being assembled, of this tensor, that the shard does not overlap; a
+  // piece of a large put joins only its own put's version.
   auto joins = [&](const Version& v) {
-    if (v.info != item.info) return false;
+    if (v.info != item.info || v.group != group) return false;
     return std::none_of(v.shards.begin(), v.shards.end(),
                         [&](const Shard& s) { return intersect(s.box, item.box).has_value(); });
   };
   auto it = std::find_if(k.open.begin(), k.open.end(), joins);
   if (it == k.open.end()) {
-    k.open.push_back(Version{k.next++, item.info, {}});
+    k.open.push_back(Version{k.next++, item.info, {}, group});
     it = std::prev(k.open.end());
   }
   it->shards.push_back(Shard{item.box, item.value});
@@ -166,12 +167,18 @@ Answer Volume::read(const GetItem& item, Got& out) const {
   out.box = box;
   out.version = v->number;
   const std::size_t element = v->info.element;
+  if (static_cast<std::uint64_t>(box.elements()) * element > kPieceBytes) {
+    return {Code::too_big, {}};  // the reader asks for it in pieces
+  }
   // Within one shard, where its bytes are contiguous there: a view, no copy.
   for (const Shard& s : v->shards) {
     if (!contains(s.box, box)) continue;
     if (const auto offset = contiguous_in(s.box, box)) {
-      out.data = s.data.slice(static_cast<std::size_t>(*offset) * element,
-                              static_cast<std::size_t>(box.elements()) * element);
+      const auto bytes = static_cast<std::size_t>(box.elements()) * element;
+      // The whole shard as it is (a slab goes on as the same memfd), or a slice of it.
+      out.data = bytes == s.data.size()
+                     ? s.data
+                     : s.data.slice(static_cast<std::size_t>(*offset) * element, bytes);
       return {};
     }
   }
@@ -191,6 +198,7 @@ GetAnswer Volume::get(const std::vector<GetItem>& items) {
   a.got.resize(items.size());
   for (std::size_t i = 0; i < items.size(); ++i) {
     a.answer = read(items[i], a.got[i]);
+    if (a.answer.code == Code::too_big && items.size() == 1) return a;  // with what to read
     if (a.answer.code != Code::ok) {
       a.got.clear();
       return a;

@@ -18,7 +18,13 @@
 
 namespace baton::store::detail {
 
-enum class Code : std::uint8_t { ok, missing, bad };
+/// too_big: what was asked for is more than one message carries (kPieceBytes); the answer has
+/// its tensor, box and version, to be read in pieces.
+enum class Code : std::uint8_t { ok, missing, bad, too_big };
+
+/// The most bytes of a value one message carries; larger values are put and read in pieces of
+/// rows (a message carries at most 1 GiB).
+constexpr std::size_t kPieceBytes = std::size_t{256} << 20;
 
 struct Answer {
   Code code = Code::ok;
@@ -35,9 +41,10 @@ struct PutItem {
   TensorInfo info;
   Box box;
   std::uint64_t keep = 1;
+  std::uint64_t group = 0;  // the pieces of one large put share it (0: a put of its own)
   template <class Ar>
   void serialize(Ar& ar) {
-    ar(key, value, info, box, keep);
+    ar(key, value, info, box, keep, group);
   }
 };
 
@@ -118,6 +125,7 @@ class Volume : public Actor {
     std::uint64_t number = 0;
     TensorInfo info;
     std::vector<Shard> shards;
+    std::uint64_t group = 0;  // of the large put whose pieces make it
   };
   struct Key {
     std::deque<Version> complete;  // ascending, the newest `keep`
@@ -127,7 +135,7 @@ class Volume : public Actor {
 
   /// Why `item` cannot be put now ("" if it can).
   std::string refuse(const PutCheck& item) const;
-  Put store(const PutItem& item);
+  Put store(const PutItem& item, std::uint64_t group);
   /// Reads one item, or says why not (code and message).
   Answer read(const GetItem& item, Got& out) const;
 

@@ -182,6 +182,14 @@ class Store {
   explicit Store(std::vector<ActorRef<detail::Volume>> v) : volumes_(std::move(v)) {}
   /// Index of the volume `key` lives on.
   std::size_t home(const std::string& key) const;
+  /// A get, into `into` if given.
+  void fetch(const std::string& key, const GetOptions& options,
+             std::optional<std::span<std::byte>> into, const std::string& dtype,
+             const std::shared_ptr<baton::detail::State<Got>>& next) const;
+  /// A get of more than one message carries, as pieces of `meta` (its box, tensor and version).
+  void read_pieces(const std::string& key, Got meta, std::optional<std::span<std::byte>> into,
+                   const std::string& dtype,
+                   const std::shared_ptr<baton::detail::State<Got>>& next) const;
   /// Fails `next` with a KeyNotFound that names the nearest keys.
   void not_found(const std::string& key, const std::string& message,
                  const std::shared_ptr<baton::detail::State<Got>>& next) const;
