@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,26 @@ class Trainer : public baton::Actor {
     w_ = wb.at(0);
     b_ = wb.at(1);
   }
+  /// Puts this trainer's weights [w, b] (float64) in the tensor store whose handle is `store`,
+  /// under `key`: a Python program reads them as any tensor.
+  baton::Task<std::int64_t> publish(std::string store, std::string key) {
+    const baton::store::Store s = baton::store::Store::from_handle(store);
+    const double wb[2] = {w_, b_};
+    const baton::store::TensorInfo info{"float64", sizeof(double), {2}};
+    baton::Bytes value = baton::Bytes::copy(wb, sizeof wb);
+    const baton::store::Put put = co_await s.put(key, std::move(value), info);
+    co_return static_cast<std::int64_t>(put.version);
+  }
+  /// Sets the weights from a float64 [2] tensor a Python program put in the store.
+  baton::Task<void> load_from(std::string store, std::string key) {
+    const baton::store::Store s = baton::store::Store::from_handle(store);
+    double wb[2] = {};
+    const baton::store::GetOptions latest;
+    const std::string dtype = "float64";
+    co_await s.get_into(key, std::as_writable_bytes(std::span(wb)), latest, dtype);
+    w_ = wb[0];
+    b_ = wb[1];
+  }
   /// What this trainer is: its tag, rank and data size.
   std::map<std::string, std::string> about() {
     return {{"tag", tag_},
@@ -57,7 +78,7 @@ class Trainer : public baton::Actor {
 
   static constexpr auto endpoints =
       baton::endpoints<&Trainer::load, &Trainer::train, &Trainer::weights, &Trainer::set_weights,
-                       &Trainer::about>();
+                       &Trainer::about, &Trainer::publish, &Trainer::load_from>();
 
  private:
   double lr_;

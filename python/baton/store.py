@@ -238,6 +238,15 @@ class Store:
             raise UsageError("Store.create takes a proc mesh (this_host().spawn_procs(...))")
         return Future(_baton.store_create(procs._core, spread, name), cls)
 
+    def handle(self) -> str:
+        """The handle as text, for a C++ actor (which takes it as a string and makes it again
+        with baton::store::Store::from_handle)."""
+        return self._core.handle()
+
+    @classmethod
+    def from_handle(cls, text: str) -> "Store":
+        return cls(_baton.Store.from_handle(text))
+
     def __reduce__(self):
         return (_store_from_wire, tuple(self._core.to_wire()))
 

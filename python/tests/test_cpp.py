@@ -71,3 +71,19 @@ def test_a_python_actor_calls_a_cpp_mesh_it_was_given(trainers):
 def test_a_missing_program_is_refused_saying_why():
     with pytest.raises(baton.UsageError, match="cannot run"):
         baton.this_host().spawn_procs({"trainers": 1}, program=["/nonexistent/program"])
+
+
+def test_cpp_and_python_read_each_others_keys_in_a_tensor_store(trainers):
+    from baton.store import Store
+
+    procs = baton.this_host().spawn_procs({"volumes": 1})
+    store = Store.create(procs)
+    trainers.set_weights.broadcast([3, 4])
+    assert trainers.slice(trainers=0).publish.call_one(store.handle(), "cpp/w").get(timeout=30) >= 1
+    assert [float(v) for v in store.get("cpp/w").get()] == [3.0, 4.0]
+    store.put("py/w", np.array([5.0, 6.0])).get()
+    trainers.slice(trainers=1).load_from.call_one(store.handle(), "py/w").get(timeout=30)
+    assert trainers.slice(trainers=1).weights.call_one().get(timeout=30) == [5.0, 6.0]
+    with pytest.raises(baton.ActorError, match="not a store handle"):
+        trainers.slice(trainers=1).load_from.call_one("zz", "py/w").get(timeout=30)
+    procs.stop().get(timeout=60)

@@ -63,6 +63,8 @@ void bind_store(py::module_& m) {
 
   py::class_<st::Store>(m, "Store")
       .def("volumes", &st::Store::volumes)
+      .def("handle", &st::Store::handle)
+      .def_static("from_handle", &st::Store::from_handle)
       .def("to_wire", [](const st::Store& s) { return to_wire(s); })
       .def_static("from_wire", &from_wire<st::Store>)
       .def("put",

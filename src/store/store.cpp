@@ -276,6 +276,38 @@ Store Store::create(const ProcMesh& procs, Spread spread, const std::string& nam
   return create_async(procs, spread, name).get();
 }
 
+std::string Store::handle() const {
+  const Body body = encode(*this);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(body.head.size() * 2);
+  for (const char c : body.head) {
+    const auto b = static_cast<unsigned char>(c);
+    out.push_back(kHex[b >> 4]);
+    out.push_back(kHex[b & 15]);
+  }
+  return out;
+}
+
+Store Store::from_handle(const std::string& text) {
+  auto nibble = [&](char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    throw StoreError("not a store handle (Store::handle() gives one): a character '" +
+                     std::string(1, c) + "'");
+  };
+  if (text.size() % 2 != 0) throw StoreError("not a store handle (Store::handle() gives one)");
+  Body body;
+  for (std::size_t i = 0; i < text.size(); i += 2) {
+    body.head.push_back(static_cast<char>((nibble(text[i]) << 4) | nibble(text[i + 1])));
+  }
+  try {
+    return decode<Store>(body);
+  } catch (const std::exception& e) {
+    throw StoreError(std::string("not a store handle (Store::handle() gives one): ") + e.what());
+  }
+}
+
 std::size_t Store::home(const std::string& key) const {
   if (volumes_.empty()) {
     throw StoreError("use of an empty store handle (assign it Store::create's result)");

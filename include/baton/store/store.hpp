@@ -170,6 +170,11 @@ class Store {
   /// Each volume's holdings and traffic.
   Future<std::vector<VolumeStats>> stats() const;
 
+  /// The handle as text, for where no baton type goes (a C++ actor that Python calls takes
+  /// strings); from_handle() makes the handle again, in any process of the job.
+  std::string handle() const;
+  static Store from_handle(const std::string& text);
+
   std::size_t volumes() const { return volumes_.size(); }
   explicit operator bool() const { return !volumes_.empty(); }
 
