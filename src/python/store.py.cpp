@@ -158,8 +158,10 @@ void bind_store(py::module_& m) {
           st::Spread how = st::Spread::per_proc;
           if (spread == "single") {
             how = st::Spread::single;
+          } else if (spread == "per_host") {
+            how = st::Spread::per_host;
           } else if (spread != "per_proc") {
-            throw UsageError("no store spread '" + spread + "': use per_proc or single");
+            throw UsageError("no store spread '" + spread + "': use per_proc, per_host or single");
           }
           return wrap(st::Store::create_async(procs, how, name),
                       [](const st::Store& s) { return py::cast(s); });

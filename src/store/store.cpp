@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <set>
 #include <variant>
 
 #include "baton/mesh/actor_mesh.hpp"
@@ -260,16 +261,44 @@ void throw_answer(const Answer& a) {
 }  // namespace
 
 Future<Store> Store::create_async(const ProcMesh& procs, Spread spread, const std::string& name) {
-  auto spawned = procs.spawn_async<Volume>(name);
-  return std::move(spawned).then([spread](const ActorMesh<Volume>& mesh) {
-    std::vector<ActorRef<Volume>> refs;
-    const std::size_t n =
-        spread == Spread::single ? std::min<std::size_t>(1, mesh.size()) : mesh.size();
-    refs.reserve(n);
-    for (std::size_t r = 0; r < n; ++r) refs.push_back(mesh.at(r));
-    if (refs.empty()) throw StoreError("a store needs a proc mesh with at least one proc");
-    return Store(std::move(refs));
+  auto next = std::make_shared<baton::detail::State<Store>>();
+  when(procs.spawn_async<Volume>(name), [spread, next](Outcome<ActorMesh<Volume>> o) {
+    if (o.error) return next->set_exception(o.error);
+    const ActorMesh<Volume>& mesh = *o.value;
+    if (mesh.size() == 0) {
+      return next->set_exception(
+          std::make_exception_ptr(StoreError("a store needs a proc mesh with at least one proc")));
+    }
+    std::vector<ActorRef<Volume>> all;
+    all.reserve(mesh.size());
+    for (std::size_t r = 0; r < mesh.size(); ++r) all.push_back(mesh.at(r));
+    if (spread == Spread::per_proc) return next->set_value(Store(std::move(all)));
+    if (spread == Spread::single) {
+      for (std::size_t r = 1; r < all.size(); ++r) (void)all[r].stop();
+      all.resize(1);
+      return next->set_value(Store(std::move(all)));
+    }
+    // per_host: the first volume of each host keeps; the others stop.
+    std::vector<Future<std::string>> hosts;
+    hosts.reserve(all.size());
+    for (const auto& v : all) hosts.push_back(v.call(&Volume::host));
+    when_all<std::string>(std::move(hosts), [all, next](std::vector<Outcome<std::string>> where) {
+      settle(next, [&] {
+        std::vector<ActorRef<Volume>> kept;
+        std::set<std::string> seen;
+        for (std::size_t r = 0; r < all.size(); ++r) {
+          if (where[r].error) std::rethrow_exception(where[r].error);
+          if (seen.insert(*where[r].value).second) {
+            kept.push_back(all[r]);
+          } else {
+            (void)all[r].stop();
+          }
+        }
+        return Store(std::move(kept));
+      });
+    });
   });
+  return Future<Store>(std::move(next));
 }
 
 Store Store::create(const ProcMesh& procs, Spread spread, const std::string& name) {

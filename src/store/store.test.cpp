@@ -275,6 +275,20 @@ TEST_F(StoreTest, ABatchIsAllOrNothing) {
   EXPECT_THROW(store_->get_batch(keys).get(), KeyNotFound);
 }
 
+TEST(StoreSpread, OneVolumePerProcPerHostOrOneInAll) {
+  auto procs = this_host().spawn_procs({{"procs", 3}});
+  EXPECT_EQ(Store::create(procs, Spread::per_proc).volumes(), 3u);
+  EXPECT_EQ(Store::create(procs, Spread::per_host, "by_host").volumes(), 1u);  // one host here
+  const Store one = Store::create(procs, Spread::single, "one");
+  ASSERT_EQ(one.volumes(), 1u);
+  for (int i = 0; i < 20; ++i) one.put("k" + std::to_string(i), Bytes::copy("v")).get();
+  const auto stats = one.stats().get();
+  ASSERT_EQ(stats.size(), 1u);
+  EXPECT_EQ(stats[0].keys, 20u);
+  EXPECT_EQ(stats[0].proc, "procs" + stats[0].proc.substr(5, stats[0].proc.find('.') - 5) + ".0");
+  procs.stop().get();
+}
+
 TEST(StoreFailure, AKilledVolumeFailsItsKeysNamingThemTheOthersKeepWorkingAndTheyCanBePutAgain) {
   auto procs = this_host().spawn_procs({{"procs", 2}});
   Store s = Store::create(procs);

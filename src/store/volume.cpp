@@ -3,8 +3,12 @@
 
 #include "store/volume.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
+
+#include "baton/actor/port.hpp"
 
 namespace baton::store::detail {
 namespace {
@@ -260,6 +264,17 @@ VolumeStats Volume::stats() {
     }
   }
   return s;
+}
+
+std::string Volume::host() {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  std::string where = name;
+  const std::string address = baton::detail::address_text(context().id.proc);
+  if (address.rfind("tcp://", 0) == 0) {
+    where += " " + address.substr(6, address.rfind(':') - 6);  // the IP, without the port
+  }
+  return where;
 }
 
 }  // namespace baton::store::detail

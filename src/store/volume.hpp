@@ -110,11 +110,14 @@ class Volume : public Actor {
   /// The keys sorted next to `key` (for a KeyNotFound's message).
   std::vector<std::string> nearest(const std::string& key);
   VolumeStats stats();
+  /// The host this volume is on: its name, and its address on the network for a proc reached
+  /// over TCP (hosts of one machine in network namespaces share a name).
+  std::string host();
 
   static constexpr auto endpoints =
       baton::endpoints<&Volume::put, &Volume::check, &Volume::undo, &Volume::get, &Volume::exists,
                        &Volume::keys, &Volume::erase, &Volume::latest, &Volume::nearest,
-                       &Volume::stats>();
+                       &Volume::stats, &Volume::host>();
 
  private:
   struct Shard {

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -271,6 +272,48 @@ TEST(NetHosts, AHostWhoseAgentAndProcsAreKilledIsReportedByName) {
   EXPECT_ANY_THROW(nodes.slice("hosts", 2).call_one(&Node::twice, 1).get(std::chrono::seconds(60)));
   EXPECT_EQ(nodes.slice("hosts", 0, 2).call(&Node::twice, 1).get().values(),
             (std::vector<int>{2, 2}));
+  procs.stop().get();
+}
+
+TEST(NetHosts, ATensorStoreKeepsAVolumeOnEachHostAndReshardsAcrossThem) {
+  auto cluster = make_cluster(2);
+  ASSERT_TRUE(cluster);
+  ProcMesh procs = job::attach(cluster->addresses).spawn_procs({{"gpus", 2}});  // 2 on each
+  const store::Store s = store::Store::create(procs, store::Spread::per_host);
+  ASSERT_EQ(s.volumes(), 2u);
+  // A 6 x 8 float32 tensor put by the controller as two row shards, read back as column blocks
+  // and a tile that crosses them, over the links to the hosts' procs.
+  const std::int64_t rows = 6;
+  const std::int64_t cols = 8;
+  auto values = [&](const store::Box& b) {
+    std::vector<float> v;
+    for (std::int64_t r = 0; r < b.sizes[0]; ++r) {
+      for (std::int64_t c = 0; c < b.sizes[1]; ++c) {
+        v.push_back(static_cast<float>((b.offsets[0] + r) * cols + b.offsets[1] + c));
+      }
+    }
+    return v;
+  };
+  const store::TensorInfo info{"float32", 4, {rows, cols}};
+  for (std::size_t i = 0; i < 2; ++i) {
+    const store::Box shard = store::chunk(store::Box::whole({rows, cols}), 0, i, 2);
+    const auto v = values(shard);
+    s.put("w", Bytes::copy(v.data(), v.size() * 4), info, {.shard = shard}).get();
+  }
+  for (const store::Box& b :
+       {store::chunk(store::Box::whole({rows, cols}), 1, 1, 2), store::Box{{2, 3}, {3, 4}}}) {
+    const store::Got got = s.get("w", {.box = b}).get();
+    std::vector<float> back(got.data.size() / 4);
+    std::memcpy(back.data(), got.data.data(), got.data.size());
+    EXPECT_EQ(back, values(b)) << b.to_string();
+  }
+  // Keys spread over both hosts' volumes.
+  for (int i = 0; i < 32; ++i) s.put("k" + std::to_string(i), Bytes::copy("v")).get();
+  const auto stats = s.stats().get();
+  ASSERT_EQ(stats.size(), 2u);
+  EXPECT_GT(stats[0].keys, 0u);
+  EXPECT_GT(stats[1].keys, 0u);
+  EXPECT_NE(stats[0].proc, stats[1].proc);
   procs.stop().get();
 }
 

@@ -123,6 +123,7 @@ class Volume;
 /// Where a store's volumes go.
 enum class Spread : std::uint8_t {
   per_proc,  // one volume in each proc of the mesh
+  per_host,  // one volume on each host, in the mesh's first proc there
   single,    // one volume, in the mesh's first proc
 };
 
