@@ -311,7 +311,8 @@ class Store:
 
     def stats(self) -> "Future[List[Dict[str, Any]]]":
         """Each volume's holdings and traffic: proc, keys, versions, bytes_held, puts, gets,
-        bytes_in, bytes_out."""
+        bytes_in, bytes_out, and bytes_by_path / transfers_by_path: what moved by the path
+        it took ("in-process", "shm" on one host, "unix", "tcp" or "tls" to another)."""
         return Future(self._core.stats(), list)
 
     def put_state_dict(self, prefix: str, state_dict: Dict[str, Any], *, keep: int = 2):

@@ -106,6 +106,10 @@ def test_a_reader_keeps_its_version_while_the_writer_puts_ten_more(store):
     assert torch.equal(store.get("held").get(), torch.full((1000,), 11.0))
     volumes = store.stats().get()
     assert sum(v["versions"] for v in volumes) < 100
+    # Every proc of this test is on one host: shared memory (or a unix socket before a link
+    # switches to it), and actors in a volume's own proc.
+    paths = set().union(*(v["transfers_by_path"] for v in volumes))
+    assert "shm" in paths and paths <= {"shm", "unix", "in-process"}, paths
 
 
 def test_state_dicts_nested_strict_and_cast(procs, store):

@@ -404,6 +404,21 @@ std::string address_text(const ProcId& id) {
   return it == r->addresses.end() ? std::string() : it->second;
 }
 
+std::string path_to(const ProcId& id) {
+  if (find_proc(id)) return "in-process";
+  RemoteRouter* r = router_here();
+  if (r == nullptr) return "in-process";
+  {
+    std::lock_guard lock(r->routes_mu);
+    auto it = r->routes.find(id.name);
+    if (it != r->routes.end() && it->second.link) return it->second.link->transport();
+  }
+  const std::string address = address_text(id);
+  if (address.rfind("tcp://", 0) == 0) return "tcp";
+  if (address.rfind("unix://", 0) == 0) return "unix";
+  return "unknown";
+}
+
 void remember_address(const ProcId& id, const std::string& address) {
   if (address.empty()) return;
   auto node = node_here();

@@ -147,6 +147,8 @@ void bind_store(py::module_& m) {
             d["gets"] = v.gets;
             d["bytes_in"] = v.bytes_in;
             d["bytes_out"] = v.bytes_out;
+            d["bytes_by_path"] = v.bytes_by_path;
+            d["transfers_by_path"] = v.transfers_by_path;
             out.append(d);
           }
           return py::object(out);

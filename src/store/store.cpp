@@ -393,7 +393,9 @@ Future<Put> Store::put(const std::string& key, Bytes value, const TensorInfo& in
     // too), so a key whose volume died can be put again.
     probe<PutAnswer>(
         self.volumes_, self.home(key),
-        [items](const ActorRef<Volume>& v) { return v.call(&Volume::put, *items); },
+        [items](const ActorRef<Volume>& v) {
+          return v.call(&Volume::put, detail::via(*items, v.id()));
+        },
         [](const PutAnswer&) { return true; },
         [one, key](std::optional<PutAnswer> a, const std::string& lost) {
           if (!a) return one->set_exception(lost_error("put of '" + key + "'", lost));
@@ -477,10 +479,11 @@ Future<std::vector<Put>> Store::put_batch(
     std::vector<Future<std::vector<Put>>> stored;
     for (std::size_t s = 0; s < b->volumes.size(); ++s) {
       const ActorRef<Volume>& v = self.volumes_[b->volumes[s]];
-      stored.push_back(ask(v, v.call(&Volume::put, mine(s)), "put_batch", [](const PutAnswer& a) {
-        throw_answer(a.answer);
-        return a.puts;
-      }));
+      stored.push_back(ask(v, v.call(&Volume::put, detail::via(mine(s), v.id())), "put_batch",
+                           [](const PutAnswer& a) {
+                             throw_answer(a.answer);
+                             return a.puts;
+                           }));
     }
     when_all<std::vector<Put>>(
         std::move(stored), [self, b, next](std::vector<Outcome<std::vector<Put>>> done) {
@@ -548,7 +551,9 @@ void Store::fetch(const std::string& key, const GetOptions& options,
   const std::vector<GetItem> items{GetItem{key, options.version, options.box}};
   probe<GetAnswer>(
       volumes_, home(key),
-      [items](const ActorRef<Volume>& v) { return v.call(&Volume::get, items); },
+      [items](const ActorRef<Volume>& v) {
+        return v.call(&Volume::get, detail::via(items, v.id()));
+      },
       [](const GetAnswer& a) { return a.answer.code != Code::missing; },
       [self, key, into, dtype, next](std::optional<GetAnswer> a, const std::string& lost) {
         const bool found = a && a->answer.code != Code::missing;
@@ -670,7 +675,8 @@ Future<std::vector<Got>> Store::get_batch(const std::vector<std::string>& keys) 
     items.reserve(g.at.size());
     for (const std::size_t i : g.at) items.push_back(GetItem{keys[i], std::nullopt, std::nullopt});
     auto one = std::make_shared<baton::detail::State<std::vector<Got>>>();
-    when(volumes_[g.volume].call(&Volume::get, std::move(items)),
+    when(volumes_[g.volume].call(&Volume::get,
+                                 detail::via(std::move(items), volumes_[g.volume].id())),
          [self, keys, at = g.at, one](Outcome<GetAnswer> o) {
            if (!o.error && o.value->answer.code == Code::ok)
              return one->set_value(std::move(o.value->got));

@@ -285,6 +285,9 @@ TEST(StoreSpread, OneVolumePerProcPerHostOrOneInAll) {
   const auto stats = one.stats().get();
   ASSERT_EQ(stats.size(), 1u);
   EXPECT_EQ(stats[0].keys, 20u);
+  // The controller and the volume are procs of one host: their link is shared memory.
+  EXPECT_EQ(stats[0].transfers_by_path.at("shm"), 20u);
+  EXPECT_EQ(stats[0].bytes_by_path.at("shm"), 20u);
   EXPECT_EQ(stats[0].proc, "procs" + stats[0].proc.substr(5, stats[0].proc.find('.') - 5) + ".0");
   procs.stop().get();
 }

@@ -87,6 +87,8 @@ Put Volume::store(const PutItem& item, std::uint64_t group) {
   Key& k = keys_[item.key];
   ++stats_.puts;
   stats_.bytes_in += item.value.size();
+  stats_.bytes_by_path[item.via] += item.value.size();
+  ++stats_.transfers_by_path[item.via];
   // The oldest version being assembled, of this tensor, that the shard does not overlap; a
   // piece of a large put joins only its own put's version.
   auto joins = [&](const Version& v) {
@@ -208,9 +210,11 @@ GetAnswer Volume::get(const std::vector<GetItem>& items) {
       return a;
     }
   }
-  for (const Got& g : a.got) {
+  for (std::size_t i = 0; i < a.got.size(); ++i) {
     ++stats_.gets;
-    stats_.bytes_out += g.data.size();
+    stats_.bytes_out += a.got[i].data.size();
+    stats_.bytes_by_path[items[i].via] += a.got[i].data.size();
+    ++stats_.transfers_by_path[items[i].via];
   }
   return a;
 }

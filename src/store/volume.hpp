@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "baton/actor/actor.hpp"
+#include "baton/actor/port.hpp"
 #include "baton/store/store.hpp"
 
 namespace baton::store::detail {
@@ -42,9 +43,10 @@ struct PutItem {
   Box box;
   std::uint64_t keep = 1;
   std::uint64_t group = 0;  // the pieces of one large put share it (0: a put of its own)
+  std::string via;          // how it travels to the volume (baton::detail::path_to)
   template <class Ar>
   void serialize(Ar& ar) {
-    ar(key, value, info, box, keep, group);
+    ar(key, value, info, box, keep, group, via);
   }
 };
 
@@ -79,11 +81,20 @@ struct GetItem {
   std::string key;
   std::optional<std::uint64_t> version;
   std::optional<Box> box;
+  std::string via;  // how the answer travels back (the same link)
   template <class Ar>
   void serialize(Ar& ar) {
-    ar(key, version, box);
+    ar(key, version, box, via);
   }
 };
+
+/// `items` with `via` set to the path from this process to `volume`.
+template <class Item>
+std::vector<Item> via(std::vector<Item> items, const ActorId& volume) {
+  const std::string path = baton::detail::path_to(volume.proc);
+  for (Item& i : items) i.via = path;
+  return items;
+}
 
 struct GetAnswer {
   Answer answer;

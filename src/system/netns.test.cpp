@@ -314,6 +314,12 @@ TEST(NetHosts, ATensorStoreKeepsAVolumeOnEachHostAndReshardsAcrossThem) {
   EXPECT_GT(stats[0].keys, 0u);
   EXPECT_GT(stats[1].keys, 0u);
   EXPECT_NE(stats[0].proc, stats[1].proc);
+  for (const auto& v : stats) {
+    // Every transfer went over the network to the hosts' procs (TCP, under TLS).
+    for (const auto& [path, n] : v.transfers_by_path) {
+      EXPECT_TRUE(path == "tls" || path == "tcp") << path << ": " << n;
+    }
+  }
   procs.stop().get();
 }
 

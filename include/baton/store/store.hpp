@@ -109,10 +109,16 @@ struct VolumeStats {
   std::uint64_t gets = 0;
   std::uint64_t bytes_in = 0;
   std::uint64_t bytes_out = 0;
+  /// Bytes put and got, and how many transfers, by the path they took between the volume and
+  /// the other proc: "in-process", "shm" (one host: shared memory, large values as mapped
+  /// memfds), "unix", "tcp", "tls" (another host).
+  std::map<std::string, std::uint64_t> bytes_by_path;
+  std::map<std::string, std::uint64_t> transfers_by_path;
 
   template <class Ar>
   void serialize(Ar& ar) {
-    ar(proc, keys, versions, bytes_held, puts, gets, bytes_in, bytes_out);
+    ar(proc, keys, versions, bytes_held, puts, gets, bytes_in, bytes_out, bytes_by_path,
+       transfers_by_path);
   }
 };
 
