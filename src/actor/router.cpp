@@ -4,6 +4,7 @@
 #include "actor/directory.hpp"
 #include "actor/failures.hpp"
 #include "actor/node.hpp"
+#include "actor/path.hpp"
 #include "actor/remote_impl.hpp"
 #include "actor/replies.hpp"
 #include "actor/routing.hpp"

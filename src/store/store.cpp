@@ -13,17 +13,27 @@
 #include <variant>
 
 #include "baton/mesh/actor_mesh.hpp"
+#include "store/client.hpp"
 #include "store/volume.hpp"
 
 namespace baton::store {
 
-using detail::Answer;
 using detail::Code;
 using detail::GetAnswer;
 using detail::GetItem;
+using detail::hash_of;
+using detail::item_of;
+using detail::lost_error;
+using detail::Outcome;
+using detail::probe;
 using detail::PutAnswer;
 using detail::PutItem;
+using detail::settle;
+using detail::throw_answer;
 using detail::Volume;
+using detail::when;
+using detail::when_all;
+using detail::windowed;
 
 std::string TensorInfo::to_string() const {
   std::string out = (dtype.empty() ? "bytes" : dtype) + "[";
@@ -32,233 +42,6 @@ std::string TensorInfo::to_string() const {
   }
   return out + "]";
 }
-
-namespace {
-
-template <class T>
-using Value = std::conditional_t<std::is_void_v<T>, std::monostate, T>;
-
-/// How a future ended: its value, or its failure.
-template <class T>
-struct Outcome {
-  std::optional<T> value;
-  std::exception_ptr error;
-};
-
-/// Calls `cb` with how `f` ended, on the thread that completes it (nothing waits).
-template <class T, class F>
-void when(Future<T> f, F cb) {
-  const auto& src = f.state();
-  src->on_ready([src, cb = std::move(cb)]() mutable {
-    Outcome<Value<T>> o;
-    try {
-      if constexpr (std::is_void_v<T>) {
-        src->value();
-        o.value.emplace();
-      } else {
-        o.value.emplace(std::move(src->value()));
-      }
-    } catch (...) {
-      o.error = std::current_exception();
-    }
-    cb(std::move(o));
-  });
-}
-
-/// How each of `futures` ended, once all have.
-template <class T>
-void when_all(std::vector<Future<T>> futures,
-              std::function<void(std::vector<Outcome<Value<T>>>)> cb) {
-  struct Gather {
-    std::mutex mu;
-    std::vector<Outcome<Value<T>>> outcomes;
-    std::size_t left = 0;
-    std::function<void(std::vector<Outcome<Value<T>>>)> cb;
-  };
-  auto g = std::make_shared<Gather>();
-  g->outcomes.resize(futures.size());
-  g->left = futures.size();
-  g->cb = std::move(cb);
-  if (futures.empty()) return g->cb({});
-  for (std::size_t i = 0; i < futures.size(); ++i) {
-    when(std::move(futures[i]), [g, i](Outcome<Value<T>> o) {
-      std::unique_lock lock(g->mu);
-      g->outcomes[i] = std::move(o);
-      if (--g->left > 0) return;
-      lock.unlock();
-      g->cb(std::move(g->outcomes));
-    });
-  }
-}
-
-/// Runs steps 0..count-1, at most `window` at a time (`step(i)` starts one), and gives how each
-/// ended, in order, once all have; after a failure no further step starts (those get its error).
-template <class T>
-void windowed(std::size_t count, std::size_t window, std::function<Future<T>(std::size_t)> step,
-              std::function<void(std::vector<Outcome<Value<T>>>)> done) {
-  struct Run : std::enable_shared_from_this<Run> {
-    std::mutex mu;
-    std::size_t count = 0, window = 0, next = 0, running = 0;
-    std::exception_ptr failed;
-    std::vector<Outcome<Value<T>>> outcomes;
-    std::function<Future<T>(std::size_t)> step;
-    std::function<void(std::vector<Outcome<Value<T>>>)> done;
-    void launch() {
-      std::vector<std::size_t> start;
-      std::function<void(std::vector<Outcome<Value<T>>>)> finish;
-      std::vector<Outcome<Value<T>>> all;
-      {
-        std::lock_guard lock(mu);
-        while (running < window && next < count && !failed) {
-          start.push_back(next++);
-          ++running;
-        }
-        if (failed) {
-          for (; next < count; ++next) outcomes[next].error = failed;
-        }
-        if (running == 0 && next == count && done) {
-          finish = std::exchange(done, nullptr);
-          all = std::move(outcomes);
-        }
-      }
-      if (finish) return finish(std::move(all));
-      for (const std::size_t i : start) {
-        when(step(i), [self = this->shared_from_this(), i](Outcome<Value<T>> o) {
-          {
-            std::lock_guard lock(self->mu);
-            if (o.error && !self->failed) self->failed = o.error;
-            self->outcomes[i] = std::move(o);
-            --self->running;
-          }
-          self->launch();
-        });
-      }
-    }
-  };
-  auto run = std::make_shared<Run>();
-  run->count = count;
-  run->window = std::max<std::size_t>(1, window);
-  run->outcomes.resize(count);
-  run->step = std::move(step);
-  run->done = std::move(done);
-  run->launch();
-}
-
-/// What a failure says.
-std::string reason(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  } catch (...) {
-    return "an unknown error";
-  }
-}
-
-/// Makes `next` ready: `make` gives its value, or throws its failure.
-template <class U, class F>
-void settle(const std::shared_ptr<baton::detail::State<U>>& next, F make) {
-  try {
-    if constexpr (std::is_void_v<U>) {
-      make();
-      next->set_value();
-    } else {
-      next->set_value(make());
-    }
-  } catch (...) {
-    next->set_exception(std::current_exception());
-  }
-}
-
-/// A volume's call that failed as a call (its proc gone, say): the operation fails naming it.
-[[noreturn]] void lost(const std::string& what, const ActorRef<Volume>& volume,
-                       const std::exception_ptr& e) {
-  throw StoreError(what + ": its volume in proc " + volume.id().proc.to_string() + " failed (" +
-                   reason(e) + "); the store's other keys are unaffected");
-}
-
-/// One call to `volume`, its answer mapped by `map` (which may throw the answer's error).
-template <class R, class F>
-auto ask(const ActorRef<Volume>& volume, Future<R> call, const std::string& what, F map) {
-  using U = std::invoke_result_t<F, Value<R>>;
-  auto next = std::make_shared<baton::detail::State<U>>();
-  when(std::move(call), [next, volume, what, map = std::move(map)](Outcome<Value<R>> o) mutable {
-    settle(next, [&] {
-      if (o.error) lost(what, volume, o.error);
-      return map(std::move(*o.value));
-    });
-  });
-  return Future<U>(std::move(next));
-}
-
-/// Asks the volumes of a key, from its home on, in order: the first one whose call does not fail
-/// as a call (a volume whose proc is gone) and whose answer is `found`, or, when no volume was
-/// lost on the way, the first answer at all. A key moves past a lost volume (see Store::put),
-/// so after one the search goes on. `done` gets the answer it stopped at (if any), and what
-/// the lost volumes said.
-template <class R>
-struct Probe : std::enable_shared_from_this<Probe<R>> {
-  std::vector<ActorRef<Volume>> volumes;
-  std::size_t home = 0;
-  std::function<Future<R>(const ActorRef<Volume>&)> call;
-  std::function<bool(const R&)> found;
-  std::function<void(std::optional<R>, const std::string& lost)> done;
-  std::string lost;
-  std::optional<R> last;
-
-  void attempt(std::size_t tried) {
-    if (tried == volumes.size()) return done(std::move(last), lost);
-    const ActorRef<Volume>& v = volumes[(home + tried) % volumes.size()];
-    when(call(v), [self = this->shared_from_this(), v, tried](Outcome<R> o) {
-      if (o.error) {
-        self->lost += (self->lost.empty() ? "" : "; ") + std::string("its volume in proc ") +
-                      v.id().proc.to_string() + " failed (" + reason(o.error) + ")";
-        return self->attempt(tried + 1);
-      }
-      if (self->found(*o.value) || self->lost.empty())
-        return self->done(std::move(o.value), self->lost);
-      self->last = std::move(o.value);
-      self->attempt(tried + 1);
-    });
-  }
-};
-
-template <class R>
-void probe(const std::vector<ActorRef<Volume>>& volumes, std::size_t home,
-           std::function<Future<R>(const ActorRef<Volume>&)> call,
-           std::function<bool(const R&)> found,
-           std::function<void(std::optional<R>, const std::string& lost)> done) {
-  auto p = std::make_shared<Probe<R>>();
-  p->volumes = volumes;
-  p->home = home;
-  p->call = std::move(call);
-  p->found = std::move(found);
-  p->done = std::move(done);
-  p->attempt(0);
-}
-
-/// The failure of an operation on `key` whose volumes were lost.
-std::exception_ptr lost_error(const std::string& what, const std::string& lost) {
-  return std::make_exception_ptr(
-      StoreError(what + ": " + lost + "; the store's other keys are unaffected"));
-}
-
-/// FNV-1a: the same in every process and build, so every holder of a store finds a key alike.
-std::uint64_t hash_of(const std::string& key) {
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  for (const char c : key) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 0x100000001b3ULL;
-  }
-  return h;
-}
-
-void throw_answer(const Answer& a) {
-  if (a.code == Code::missing) throw KeyNotFound(a.message);
-  if (a.code == Code::bad) throw StoreError(a.message);
-}
-
-}  // namespace
 
 Future<Store> Store::create_async(const ProcMesh& procs, Spread spread, const std::string& name) {
   auto next = std::make_shared<baton::detail::State<Store>>();
@@ -344,21 +127,6 @@ std::size_t Store::home(const std::string& key) const {
   return static_cast<std::size_t>(hash_of(key) % volumes_.size());
 }
 
-namespace {
-
-/// A put's item: plain bytes are a one-dimensional tensor of bytes; no shard is the whole.
-PutItem item_of(const std::string& key, Bytes value, const TensorInfo& info,
-                const PutOptions& options) {
-  PutItem item{key, std::move(value), info, {}, options.keep};
-  if (item.info.shape.empty() && item.info.dtype.empty()) {
-    item.info = TensorInfo{"", 1, {static_cast<std::int64_t>(item.value.size())}};
-  }
-  item.box = options.shard.value_or(Box::whole(item.info.shape));
-  return item;
-}
-
-}  // namespace
-
 Future<Put> Store::put(const std::string& key, Bytes value, const TensorInfo& info,
                        const PutOptions& options) const {
   PutItem whole = item_of(key, std::move(value), info, options);
@@ -424,91 +192,6 @@ Future<Put> Store::put(const std::string& key, Bytes value, const TensorInfo& in
         });
       });
   return Future<Put>(std::move(next));
-}
-
-Future<std::vector<Put>> Store::put_batch(
-    const std::vector<std::tuple<std::string, Bytes, TensorInfo, PutOptions>>& puts) const {
-  // By volume, in groups of at most kItemsPerMessage items, each keeping its place in the batch.
-  struct Batch {
-    std::vector<PutItem> items;
-    std::vector<std::size_t> volumes;          // each group's volume
-    std::vector<std::vector<std::size_t>> at;  // each group's items
-  };
-  auto b = std::make_shared<Batch>();
-  std::map<std::size_t, std::vector<std::size_t>> by_volume;
-  for (const auto& [key, value, info, options] : puts) {
-    by_volume[home(key)].push_back(b->items.size());
-    b->items.push_back(item_of(key, value, info, options));
-  }
-  for (auto& [v, at] : by_volume) {
-    for (std::size_t first = 0; first < at.size(); first += detail::kItemsPerMessage) {
-      const std::size_t last = std::min(at.size(), first + detail::kItemsPerMessage);
-      b->volumes.push_back(v);
-      b->at.emplace_back(at.begin() + static_cast<std::ptrdiff_t>(first),
-                         at.begin() + static_cast<std::ptrdiff_t>(last));
-    }
-  }
-  auto mine = [b](std::size_t s) {
-    std::vector<PutItem> out;
-    out.reserve(b->at[s].size());
-    for (const std::size_t i : b->at[s]) out.push_back(b->items[i]);
-    return out;
-  };
-  auto checks_of = [b](std::size_t s) {
-    std::vector<detail::PutCheck> out;
-    out.reserve(b->at[s].size());
-    for (const std::size_t i : b->at[s]) out.push_back(detail::PutCheck::of(b->items[i]));
-    return out;
-  };
-  auto next = std::make_shared<baton::detail::State<std::vector<Put>>>();
-  // All or nothing: every volume checks its items first; only then are they stored, and if a
-  // volume is lost in between, what the others stored is undone.
-  std::vector<Future<int>> checks;
-  for (std::size_t s = 0; s < b->volumes.size(); ++s) {
-    const ActorRef<Volume>& v = volumes_[b->volumes[s]];
-    checks.push_back(ask(v, v.call(&Volume::check, checks_of(s)), "put_batch", [](const Answer& a) {
-      throw_answer(a);
-      return 0;
-    }));
-  }
-  auto self = *this;
-  when_all<int>(std::move(checks), [self, b, mine, next](const std::vector<Outcome<int>>& checked) {
-    for (const auto& c : checked) {
-      if (c.error) return next->set_exception(c.error);
-    }
-    std::vector<Future<std::vector<Put>>> stored;
-    for (std::size_t s = 0; s < b->volumes.size(); ++s) {
-      const ActorRef<Volume>& v = self.volumes_[b->volumes[s]];
-      stored.push_back(ask(v, v.call(&Volume::put, detail::via(mine(s), v.id())), "put_batch",
-                           [](const PutAnswer& a) {
-                             throw_answer(a.answer);
-                             return a.puts;
-                           }));
-    }
-    when_all<std::vector<Put>>(
-        std::move(stored), [self, b, next](std::vector<Outcome<std::vector<Put>>> done) {
-          std::exception_ptr failure;
-          for (auto& d : done) {
-            if (d.error && !failure) failure = d.error;
-          }
-          if (failure) {
-            for (std::size_t s = 0; s < done.size(); ++s) {
-              if (!done[s].value) continue;
-              std::vector<std::string> keys;
-              for (const std::size_t i : b->at[s]) keys.push_back(b->items[i].key);
-              self.volumes_[b->volumes[s]].send(&Volume::undo, keys, *done[s].value);
-            }
-            return next->set_exception(failure);
-          }
-          std::vector<Put> out(b->items.size());
-          for (std::size_t s = 0; s < done.size(); ++s) {
-            for (std::size_t j = 0; j < b->at[s].size(); ++j)
-              out[b->at[s][j]] = (*done[s].value)[j];
-          }
-          next->set_value(std::move(out));
-        });
-  });
-  return Future<std::vector<Put>>(std::move(next));
 }
 
 Future<Got> Store::get(const std::string& key, const GetOptions& options) const {
@@ -646,72 +329,6 @@ void Store::not_found(const std::string& key, const std::string& message,
         next->set_exception(std::make_exception_ptr(KeyNotFound(
             message + (names.empty() ? " (the store holds no key)" : "; nearest keys: " + names))));
       });
-}
-
-Future<std::vector<Got>> Store::get_batch(const std::vector<std::string>& keys) const {
-  // By volume, in groups of at most kItemsPerMessage keys: one message each way per group. A
-  // group that does not come back whole (a key missing, a volume lost) is asked again key by
-  // key, which says precisely what is wrong.
-  struct Group {
-    std::size_t volume = 0;
-    std::vector<std::size_t> at;
-  };
-  std::map<std::size_t, std::vector<std::size_t>> by_volume;
-  for (std::size_t i = 0; i < keys.size(); ++i) by_volume[home(keys[i])].push_back(i);
-  std::vector<Group> groups;
-  for (auto& [v, at] : by_volume) {
-    for (std::size_t first = 0; first < at.size(); first += detail::kItemsPerMessage) {
-      const std::size_t last = std::min(at.size(), first + detail::kItemsPerMessage);
-      groups.push_back({v,
-                        {at.begin() + static_cast<std::ptrdiff_t>(first),
-                         at.begin() + static_cast<std::ptrdiff_t>(last)}});
-    }
-  }
-  auto self = *this;
-  std::vector<Future<std::vector<Got>>> each;
-  each.reserve(groups.size());
-  for (const Group& g : groups) {
-    std::vector<GetItem> items;
-    items.reserve(g.at.size());
-    for (const std::size_t i : g.at) items.push_back(GetItem{keys[i], std::nullopt, std::nullopt});
-    auto one = std::make_shared<baton::detail::State<std::vector<Got>>>();
-    when(volumes_[g.volume].call(&Volume::get,
-                                 detail::via(std::move(items), volumes_[g.volume].id())),
-         [self, keys, at = g.at, one](Outcome<GetAnswer> o) {
-           if (!o.error && o.value->answer.code == Code::ok)
-             return one->set_value(std::move(o.value->got));
-           std::vector<Future<Got>> singly;
-           singly.reserve(at.size());
-           for (const std::size_t i : at) singly.push_back(self.get(keys[i]));
-           when_all<Got>(std::move(singly), [one](std::vector<Outcome<Got>> all) {
-             settle(one, [&] {
-               std::vector<Got> out;
-               out.reserve(all.size());
-               for (auto& x : all) {
-                 if (x.error) std::rethrow_exception(x.error);
-                 out.push_back(std::move(*x.value));
-               }
-               return out;
-             });
-           });
-         });
-    each.push_back(Future<std::vector<Got>>(std::move(one)));
-  }
-  auto next = std::make_shared<baton::detail::State<std::vector<Got>>>();
-  when_all<std::vector<Got>>(
-      std::move(each), [next, groups, n = keys.size()](std::vector<Outcome<std::vector<Got>>> all) {
-        settle(next, [&] {
-          std::vector<Got> out(n);
-          for (std::size_t g = 0; g < all.size(); ++g) {
-            if (all[g].error) std::rethrow_exception(all[g].error);
-            for (std::size_t j = 0; j < groups[g].at.size(); ++j) {
-              out[groups[g].at[j]] = std::move((*all[g].value)[j]);
-            }
-          }
-          return out;
-        });
-      });
-  return Future<std::vector<Got>>(std::move(next));
 }
 
 Future<bool> Store::exists(const std::string& key) const {

@@ -13,8 +13,8 @@
 #include <tuple>
 #include <vector>
 
+#include "actor/path.hpp"
 #include "baton/actor/actor.hpp"
-#include "baton/actor/port.hpp"
 #include "baton/store/store.hpp"
 
 namespace baton::store::detail {

@@ -40,10 +40,6 @@ PortSinkPtr resolve_port(const PortId& id);
 /// Where the proc `id` can be reached from another process ("" if unknown), for serialized
 /// references; remember_address() records what a received reference said.
 std::string address_text(const ProcId& id);
-/// How a message from this process to proc `id` travels now: "in-process" (a proc of this
-/// process), the kind of the link to it ("shm", "unix", "tcp", "tls"), or, before any link is
-/// made, the kind its address gives ("unix", "tcp").
-std::string path_to(const ProcId& id);
 void remember_address(const ProcId& id, const std::string& address);
 
 /// A sink that completes a future: the state of a OncePort.
