@@ -31,6 +31,12 @@ constexpr unsigned char kApplicationData = 23;
   throw std::runtime_error(std::string("TLS record layer: ") + what + " failed");
 }
 
+/// How many bytes sealing `n` bytes of plaintext adds: 22 a record.
+std::size_t overhead(std::size_t n) {
+  const std::size_t records = std::max<std::size_t>(1, (n + kMaxPlain - 1) / kMaxPlain);
+  return records * (kHeader + 1 + kTag);
+}
+
 /// What OpenSSL's error queue says, emptied.
 std::string openssl_errors() {
   std::string out;
@@ -234,11 +240,6 @@ void TlsSession::key(Direction& d, bool encrypt) {
 void TlsSession::Direction::nonce(unsigned char out[12]) const {
   std::memcpy(out, iv, sizeof iv);
   for (std::size_t i = 0; i < 8; ++i) out[11 - i] ^= static_cast<unsigned char>(seq >> (8 * i));
-}
-
-std::size_t TlsSession::overhead(std::size_t n) {
-  const std::size_t records = std::max<std::size_t>(1, (n + kMaxPlain - 1) / kMaxPlain);
-  return records * (kHeader + 1 + kTag);
 }
 
 void TlsSession::seal(std::span<const std::span<const std::byte>> pieces, std::size_t from,

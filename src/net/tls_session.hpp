@@ -52,8 +52,6 @@ class TlsSession {
   /// 16 KiB of plaintext each, appended to `out`.
   void seal(std::span<const std::span<const std::byte>> pieces, std::size_t from, std::size_t n,
             std::string& out);
-  /// How many bytes sealing `n` bytes of plaintext adds: 22 a record.
-  static std::size_t overhead(std::size_t n);
 
   // --- receiving (the link's strand) ---------------------------------------------------------
   /// Where the next read from the socket goes; then received(n) with what it read.
@@ -63,10 +61,6 @@ class TlsSession {
   /// A record that fails its check or is not application data sets `error`; a close_notify
   /// sets `closed`.
   std::size_t take(std::span<std::byte> out, std::string& error, bool& closed);
-
-  /// Records sealed and opened so far (their sequence numbers).
-  std::uint64_t sent_records() const { return tx_.seq; }
-  std::uint64_t received_records() const { return rx_.seq; }
 
   // The key log callback (tls_session.cpp) hands the traffic secrets over.
   void set_secret(bool ours, std::string secret) { (ours ? tx_ : rx_).secret = std::move(secret); }

@@ -20,6 +20,7 @@
 #include "actor/stacks.hpp"
 #include "baton/launch/job.hpp"
 #include "baton/rdma/rdma.hpp"
+#include "baton/store/store.hpp"
 #include "host/runtime_impl.hpp"
 #include "log/log.hpp"
 #include "python/bindings.hpp"
@@ -297,6 +298,10 @@ void translate(std::exception_ptr p) {
     raise("TimeoutError", e.what());
   } catch (const UsageError& e) {
     raise("UsageError", e.what());
+  } catch (const store::KeyNotFound& e) {
+    raise("KeyNotFound", e.what());
+  } catch (const store::StoreError& e) {
+    raise("StoreError", e.what());
   }
 }
 

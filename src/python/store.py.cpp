@@ -45,22 +45,6 @@ using PyPut = std::tuple<std::string, std::uintptr_t, std::size_t, std::string, 
 }  // namespace
 
 void bind_store(py::module_& m) {
-  // pybind11 takes a function of a std::exception_ptr by value.
-  py::register_exception_translator(
-      [](std::exception_ptr p) {  // NOLINT(performance-unnecessary-value-param)
-        auto raise = [](const char* cls, const std::string& text) {
-          py::object type = py::module_::import("baton._errors").attr(cls);
-          PyErr_SetString(type.ptr(), text.c_str());
-        };
-        try {
-          if (p) std::rethrow_exception(p);
-        } catch (const st::KeyNotFound& e) {
-          raise("KeyNotFound", e.what());
-        } catch (const st::StoreError& e) {
-          raise("StoreError", e.what());
-        }
-      });
-
   py::class_<st::Store>(m, "Store")
       .def("volumes", &st::Store::volumes)
       .def("handle", &st::Store::handle)

@@ -10,21 +10,6 @@
 
 namespace baton::store {
 
-using detail::Answer;
-using detail::ask;
-using detail::Code;
-using detail::GetAnswer;
-using detail::GetItem;
-using detail::item_of;
-using detail::Outcome;
-using detail::PutAnswer;
-using detail::PutItem;
-using detail::settle;
-using detail::throw_answer;
-using detail::Volume;
-using detail::when;
-using detail::when_all;
-
 Future<std::vector<Put>> Store::put_batch(
     const std::vector<std::tuple<std::string, Bytes, TensorInfo, PutOptions>>& puts) const {
   // By volume, in groups of at most kItemsPerMessage items, each keeping its place in the batch.

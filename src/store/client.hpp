@@ -256,3 +256,25 @@ inline PutItem item_of(const std::string& key, Bytes value, const TensorInfo& in
 }
 
 }  // namespace baton::store::detail
+
+// What store.cpp and batch.cpp call unqualified.
+namespace baton::store {
+using detail::Answer;
+using detail::ask;
+using detail::Code;
+using detail::GetAnswer;
+using detail::GetItem;
+using detail::hash_of;
+using detail::item_of;
+using detail::lost_error;
+using detail::Outcome;
+using detail::probe;
+using detail::PutAnswer;
+using detail::PutItem;
+using detail::settle;
+using detail::throw_answer;
+using detail::Volume;
+using detail::when;
+using detail::when_all;
+using detail::windowed;
+}  // namespace baton::store

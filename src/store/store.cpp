@@ -18,23 +18,6 @@
 
 namespace baton::store {
 
-using detail::Code;
-using detail::GetAnswer;
-using detail::GetItem;
-using detail::hash_of;
-using detail::item_of;
-using detail::lost_error;
-using detail::Outcome;
-using detail::probe;
-using detail::PutAnswer;
-using detail::PutItem;
-using detail::settle;
-using detail::throw_answer;
-using detail::Volume;
-using detail::when;
-using detail::when_all;
-using detail::windowed;
-
 std::string TensorInfo::to_string() const {
   std::string out = (dtype.empty() ? "bytes" : dtype) + "[";
   for (std::size_t i = 0; i < shape.size(); ++i) {
