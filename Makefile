@@ -9,7 +9,7 @@ LAUNCHER  := $(if $(CCACHE),-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 DEB_PACKAGES := build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev \
   libucx-dev libamdhip64-5 \
   clang-format clang-tidy libgtest-dev libgmock-dev libbenchmark-dev libasio-dev \
-  libssl-dev libcereal-dev libspdlog-dev libfmt-dev libcli11-dev libcaf-dev iproute2 \
+  libssl-dev nettle-dev libcereal-dev libspdlog-dev libfmt-dev libcli11-dev libcaf-dev iproute2 \
   libboost-dev nlohmann-json3-dev libdw-dev libjs-chart.js \
   openssh-client openssh-server slurm-wlm munge python3-yaml libgloo-dev python3-torch libtorch-dev \
   python3-sklearn zlib1g-dev \

@@ -41,8 +41,8 @@ ThreadPool::ThreadPool(std::size_t threads) {
   }
   watched_.assign(workers_.size(), ~std::uint64_t{0});
   watchdog_ = std::make_unique<net::Watchdog>(kStuckAfter, [this] { return free_stuck_slots(); });
-  std::lock_guard lock(mu_);
-  for (std::size_t i = 0; i < threads; ++i) start_worker(i);
+  // Workers start as work comes (schedule()): a proc whose actors all run on its I/O thread, run
+  // to completion, never starts one, and a worker's start is not paid before it is needed.
 }
 
 ThreadPool::~ThreadPool() {
@@ -107,6 +107,14 @@ void ThreadPool::schedule(Runnable* r) {
     std::lock_guard lock(mu_);
     queue_.push_back(r);
     queued_.fetch_add(1, std::memory_order_release);
+    // Nobody asleep to take it (sleepers count under mu_): one more worker, up to `threads`
+    // running, where fewer run.
+    const std::size_t n = started_.load(std::memory_order_relaxed);
+    if (sleeping_.load(std::memory_order_relaxed) == 0 && !stopping_ &&
+        n - blocked_.load(std::memory_order_acquire) < target_ && n < workers_.size()) {
+      start_worker(n);
+      return;  // it takes the queue's work as it starts
+    }
   }
   if (sleeping_.load(std::memory_order_acquire) > 0) cv_.notify_one();
 }

@@ -95,9 +95,6 @@ ChildWatcher::ChildWatcher(OnExit on_exit) : on_exit_(std::move(on_exit)) {
   if (wake_ < 0) {
     throw std::runtime_error(std::string("cannot create an eventfd: ") + std::strerror(errno));
   }
-  const std::string own = oom_events_file(::getpid());
-  if (auto n = oom_kills(own)) oom_seen_[own] = *n;
-  thread_ = std::thread([this] { run(); });
 }
 
 ChildWatcher::~ChildWatcher() {
@@ -106,12 +103,21 @@ ChildWatcher::~ChildWatcher() {
     quit_ = true;
   }
   poke();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
   for (auto& [pid, fd] : running_) ::close(fd);
   ::close(wake_);
 }
 
 void ChildWatcher::add(pid_t pid) {
+  // The thread starts with the first child: most workers never start one.
+  std::call_once(started_, [this] {
+    const std::string own = oom_events_file(::getpid());
+    if (auto n = oom_kills(own)) {
+      std::lock_guard lock(mu_);
+      oom_seen_[own] = *n;
+    }
+    thread_ = std::thread([this] { run(); });
+  });
   const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
   if (fd < 0) {
     throw std::runtime_error("cannot watch worker process " + std::to_string(pid) +

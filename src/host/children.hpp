@@ -71,7 +71,8 @@ class ChildWatcher {
   std::unordered_map<pid_t, std::string> oom_file_;          // each running child's events file
   std::unordered_map<std::string, std::uint64_t> oom_seen_;  // oom_kill count last read, by file
   bool quit_ = false;
-  std::thread thread_;
+  std::once_flag started_;
+  std::thread thread_;  // started by the first add()
 };
 
 }  // namespace baton::internal

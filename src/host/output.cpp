@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <deque>
@@ -56,6 +57,8 @@ struct OutputForwarder::State {
   std::uint64_t flush_asked = 0;
   std::uint64_t flush_done = 0;
   bool stopping = false;
+  std::once_flag started_once;
+  std::atomic<bool> started{false};
 
   // The reader thread's own.
   std::vector<Pipe> pipes;
@@ -215,7 +218,14 @@ OutputForwarder::OutputForwarder(OutputOptions options) : state_(std::make_uniqu
   if (::pipe2(state_->wake, O_NONBLOCK | O_CLOEXEC) != 0) {
     throw std::runtime_error("cannot create the output forwarder's wake-up pipe");
   }
-  thread_ = std::thread([s = state_.get()] { s->run(); });
+}
+
+void OutputForwarder::start() {
+  // The thread starts with the first pipe or line: a worker that starts no proc has none.
+  std::call_once(state_->started_once, [this] {
+    thread_ = std::thread([s = state_.get()] { s->run(); });
+    state_->started.store(true);
+  });
 }
 
 OutputForwarder::~OutputForwarder() {
@@ -224,7 +234,7 @@ OutputForwarder::~OutputForwarder() {
     state_->stopping = true;
   }
   state_->poke();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
   ::close(state_->wake[0]);
   ::close(state_->wake[1]);
 }
@@ -236,6 +246,7 @@ void OutputForwarder::add(int fd, int stream, std::string mesh, std::size_t rank
     std::lock_guard lock(state_->mu);
     state_->added.push_back(State::Pipe{fd, stream, std::move(mesh), rank, {}});
   }
+  start();
   state_->poke();
 }
 
@@ -247,6 +258,7 @@ void OutputForwarder::print(const OutputLine& line) {
 }
 
 void OutputForwarder::emit(const OutputLine& line) {
+  start();  // a line held for its window is printed by the thread
   state_->keep(line);
   state_->emit(line);
 }
@@ -257,6 +269,7 @@ std::vector<KeptLine> OutputForwarder::kept() const {
 }
 
 void OutputForwarder::flush() {
+  if (!state_->started.load()) return;  // no pipe was added, no line emitted
   std::unique_lock lock(state_->mu);
   const std::uint64_t ticket = ++state_->flush_asked;
   state_->poke();

@@ -1,12 +1,16 @@
 #include "net/handshake.hpp"
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-#include <openssl/rand.h>
+// Nettle, not OpenSSL, for the one HMAC a link's handshake needs: OpenSSL 3 builds its provider
+// tables on a process's first HMAC or RAND_bytes (about 1 ms of CPU), which every worker paid on
+// its way up. Nonces come from the kernel's generator (getrandom) directly.
+#include <nettle/hmac.h>
+#include <nettle/memops.h>
+#include <sys/random.h>
 
+#include <cerrno>
 #include <cstring>
 #include <stdexcept>
+#include <system_error>
 
 namespace baton::net::auth {
 namespace {
@@ -16,13 +20,16 @@ using Mac = std::array<std::uint8_t, kMac>;
 /// HMAC-SHA256(secret, label || a || b) over two nonces.
 Mac mac(const std::string& secret, std::string_view label, const std::uint8_t* a,
         const std::uint8_t* b) {
-  std::string msg(label);
-  msg.append(reinterpret_cast<const char*>(a), kNonce);  // NOLINT: bytes as chars
-  msg.append(reinterpret_cast<const char*>(b), kNonce);  // NOLINT
+  static_assert(kMac == SHA256_DIGEST_SIZE);
+  hmac_sha256_ctx ctx{};
+  hmac_sha256_set_key(&ctx, secret.size(),
+                      reinterpret_cast<const std::uint8_t*>(secret.data()));  // NOLINT: chars
+  hmac_sha256_update(&ctx, label.size(),
+                     reinterpret_cast<const std::uint8_t*>(label.data()));  // NOLINT: as bytes
+  hmac_sha256_update(&ctx, kNonce, a);
+  hmac_sha256_update(&ctx, kNonce, b);
   Mac out{};
-  unsigned int len = 0;
-  HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
-       reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), out.data(), &len);  // NOLINT
+  hmac_sha256_digest(&ctx, out.size(), out.data());
   return out;
 }
 
@@ -34,8 +41,15 @@ std::string wrong_size(const char* what, std::size_t got, std::size_t want) {
 }  // namespace
 
 void random_bytes(std::uint8_t* out, std::size_t n) {
-  if (RAND_bytes(out, static_cast<int>(n)) != 1) {
-    throw std::runtime_error("OpenSSL's RAND_bytes failed: no randomness for authentication");
+  while (n > 0) {
+    const ssize_t got = ::getrandom(out, n, 0);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      throw std::system_error(errno, std::generic_category(),
+                              "getrandom: no randomness for authentication");
+    }
+    out += got;
+    n -= static_cast<std::size_t>(got);
   }
 }
 
@@ -67,7 +81,7 @@ std::string check_answer(Bytes challenge, Bytes answer, const std::string& secre
   if (answer.size() != kAnswerSize) return wrong_size("answer", answer.size(), kAnswerSize);
   const std::uint8_t* ours = challenge.data() + kMagic.size();
   const Mac expected = mac(secret, "dial", ours, answer.data());
-  if (CRYPTO_memcmp(expected.data(), answer.data() + kNonce, kMac) != 0) {
+  if (nettle_memeql_sec(expected.data(), answer.data() + kNonce, kMac) == 0) {
     return "the peer failed authentication: it does not hold this job's secret (or skipped the "
            "handshake)";
   }
@@ -83,7 +97,7 @@ std::string check_proof(Bytes challenge, Bytes answer, Bytes proof, const std::s
   if (answer.size() != kAnswerSize) return wrong_size("answer", answer.size(), kAnswerSize);
   if (proof.size() != kProofSize) return wrong_size("proof", proof.size(), kProofSize);
   const Mac expected = mac(secret, "accept", answer.data(), challenge.data() + kMagic.size());
-  if (CRYPTO_memcmp(expected.data(), proof.data(), kMac) != 0) {
+  if (nettle_memeql_sec(expected.data(), proof.data(), kMac) == 0) {
     return "the peer failed authentication: it does not hold this job's secret";
   }
   return {};

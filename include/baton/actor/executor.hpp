@@ -61,7 +61,8 @@ class ThreadPool final : public Executor {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   void schedule(Runnable* r) override;
-  /// The workers started so far: `threads`, plus the spares blocked handlers needed.
+  /// The workers started so far. They start as work comes, up to `threads` (plus the spares
+  /// blocked handlers need): a worker starts when work is queued and none is asleep to take it.
   std::size_t size() const { return started_.load(std::memory_order_acquire); }
 
   /// Marks the calling worker of a pool as blocked for its lifetime; nothing on other threads.

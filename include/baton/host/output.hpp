@@ -83,6 +83,7 @@ class OutputForwarder {
   static constexpr std::size_t kMaxLine = std::size_t{64} * 1024;
 
  private:
+  void start();  // the reader thread, on first need
   struct State;
   std::unique_ptr<State> state_;
   std::thread thread_;
