@@ -182,10 +182,17 @@ std::vector<double> futex_ping_pong(int n) {
 }
 
 /// One-way sends per second from the controller to `echo`, in order, until the last is handled.
-double one_way_per_second(const ActorMesh<Echo>& echo, int n) {
+/// One-way sends to the actor (its ActorRef's send), or broadcasts to its one-member mesh (each a
+/// cast), per second.
+double one_way_per_second(const ActorMesh<Echo>& echo, int n, bool broadcast = false) {
   const long before = echo.call_one(&Echo::hits).get();
   const auto t0 = Clock::now();
-  for (int i = 0; i < n; ++i) echo.broadcast(&Echo::hit, 1);
+  if (broadcast) {
+    for (int i = 0; i < n; ++i) echo.broadcast(&Echo::hit, 1);
+  } else {
+    const ActorRef<Echo> actor = echo.at(0);
+    for (int i = 0; i < n; ++i) actor.send(&Echo::hit, 1);
+  }
   const long after = echo.call_one(&Echo::hits).get();  // behind every send (per-sender FIFO)
   const double s = std::chrono::duration<double>(Clock::now() - t0).count();
   if (after - before != n) throw std::runtime_error("one-way sends went missing");
@@ -202,6 +209,8 @@ int run_throughput() {
     shm.push_back(one_way_per_second(echo, 500000));
     print_figure("proc_throughput_shm", shm.back(), "msg/s");
   }
+  // The same as broadcasts to the actor's mesh: each send is a cast of one member.
+  print_figure("proc_throughput_shm_broadcast", one_way_per_second(echo, 500000, true), "msg/s");
   procs.stop().get();
   // The baseline: the same over the unix socket alone.
   ::setenv("BATON_SHM", "0", 1);

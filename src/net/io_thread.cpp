@@ -131,11 +131,9 @@ bool IoThread::Impl::watch() {
 }
 
 IoThread* inline_io_thread() {
-  return t_inline;
-}
-
-bool internal::work_waits_after_handler() {
-  return t_inline != nullptr && !t_inline->impl().after.empty();
+  // One piece of woken work per turn runs here: a handler that reads on (several frames in the
+  // ring) sends what the others wake to the pool, so a long one holds up no other.
+  return t_inline != nullptr && t_inline->impl().after.empty() ? t_inline : nullptr;
 }
 
 void run_after_handler(IoThread& io, std::function<void()> f) {

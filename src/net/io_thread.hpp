@@ -11,7 +11,7 @@
 namespace baton::net {
 
 /// The IoThread whose loop thread is the calling thread, inside one of its handlers, with
-/// running woken work there enabled; otherwise null.
+/// running woken work there enabled and none waiting to run yet; otherwise null.
 IoThread* inline_io_thread();
 
 /// Runs `f` on `io`'s loop thread after the handler in progress, as that loop's own work;

@@ -106,7 +106,7 @@ void StreamLink::set_dialler(Address to) {
 void StreamLink::start(LinkHandler handler) {
   handler_ = std::move(handler);
   asio::post(strand_, [self = shared()] {
-    self->last_recv_ = Clock::now();
+    self->last_recv_ = coarse_now();
     self->arm_heartbeat();
     const std::uint64_t epoch = self->epoch_;
     if (self->connect_on_strand_) return self->connect_first(epoch);
@@ -323,7 +323,7 @@ void StreamLink::authenticated(std::uint64_t epoch) {
     direct = writing_;  // the dialler's hello is queued and the writer marked as ours
     if (!direct) start_writer_locked();
   }
-  last_recv_ = Clock::now();
+  last_recv_ = coarse_now();
   if (direct) {
     if (offer_shm() && closed()) return;
     write_next(epoch);  // the hello set_dialler queued, then what was sent since

@@ -11,6 +11,7 @@
 //   tls.cpp          the job's certificates and the TLS context
 
 #include <sys/socket.h>
+#include <time.h>
 
 #include "net/asio.hpp"  // before any other Asio header: see there
 
@@ -82,11 +83,6 @@ namespace internal {
 
 extern thread_local bool t_io_thread;  // this thread runs an IoThread's event loop
 
-/// In a handler on an I/O thread's loop thread, which has woken work to run after it (see
-/// run_after_handler): what the handler reads next should wait for another turn of the loop,
-/// or a blocking piece of that work would hold it up.
-bool work_waits_after_handler();
-
 Protocol::endpoint to_endpoint(asio::io_context& ctx, const Address& a);
 /// Readies a link's socket: no process this one starts inherits it (Asio opens sockets without
 /// SOCK_CLOEXEC), and on TCP each frame goes out when written (TCP_NODELAY: a link writes whole
@@ -119,6 +115,17 @@ struct Sessions {
   std::mutex mu;
   std::unordered_map<std::uint64_t, std::weak_ptr<StreamLink>> by_id;
 };
+
+/// steady_clock's time to within a scheduler tick (CLOCK_MONOTONIC_COARSE: the same clock, read
+/// without asking the hardware), for when a peer was last heard from: taken for every frame, and
+/// compared with dead_after, seconds.
+inline std::chrono::steady_clock::time_point coarse_now() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return std::chrono::steady_clock::time_point(
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec)));
+}
 
 class StreamLink final : public Link {
  public:
@@ -224,7 +231,7 @@ class StreamLink final : public Link {
   static std::string eof_reason(const asio::error_code& ec);
 
   using IoHandler = std::function<void(asio::error_code, std::size_t)>;
-  /// Calls a read's handler at once, unless that nests too deep or work waits (then posts it).
+  /// Calls a read's handler at once, unless that nests too deep (then posts it).
   void complete(IoHandler handler, asio::error_code ec, std::size_t n);
   int read_depth_ = 0;  // read handlers called inline, nested (strand)
 
@@ -329,7 +336,7 @@ class StreamLink final : public Link {
   std::uint64_t frames_in_ = 0;
   std::uint64_t incoming_bytes_ = 0;  // of the frame being read
   std::size_t unacked_in_ = 0;
-  Clock::time_point last_recv_ = Clock::now();
+  Clock::time_point last_recv_ = coarse_now();
   std::atomic<bool> pause_requested_{false};
   std::optional<std::uint64_t> parked_;  // reading stopped after a frame of this epoch (strand)
   Clock::time_point repair_deadline_;

@@ -75,13 +75,13 @@ void StreamLink::read_chunk(std::uint64_t epoch, std::size_t i,
                                                   asio::error_code ec, std::size_t) mutable {
                    if (epoch != self->epoch_) return;
                    if (ec) return self->broken(epoch, ec);
-                   self->last_recv_ = Clock::now();
+                   self->last_recv_ = coarse_now();
                    self->read_chunk(epoch, i, std::move(buf), done + n);
                  }));
 }
 
 void StreamLink::deliver(std::uint64_t epoch) {
-  last_recv_ = Clock::now();
+  last_recv_ = coarse_now();
   if (const std::string* kind = incoming_.header(kControl)) return on_control(epoch, *kind);
   ++frames_in_;
   const std::uint64_t seq = incoming_.seq;
@@ -119,7 +119,7 @@ void StreamLink::resume_reading() {
     if (!self->parked_) return;
     const std::uint64_t epoch = *self->parked_;
     self->parked_.reset();
-    self->last_recv_ = Clock::now();  // the silence was ours, not the peer's
+    self->last_recv_ = coarse_now();  // the silence was ours, not the peer's
     if (epoch == self->epoch_ && !self->closed()) self->read_prefix(epoch);
   });
 }
@@ -198,7 +198,12 @@ std::pair<Protocol::socket, std::unique_ptr<TlsSession>> StreamLink::take_socket
 }
 
 void StreamLink::complete(IoHandler handler, asio::error_code ec, std::size_t n) {
-  if (read_depth_ < 16 && !work_waits_after_handler()) {
+  // Frames already in the ring are read on, up to 16, even when one of them woke work that runs
+  // after this handler (an actor run to completion on this thread): that work then takes every
+  // message read for it in one turn, instead of a turn of the loop per frame. Whatever ends the
+  // run (an empty ring, or the depth) leaves the read waiting in the loop, where the watchdog's
+  // loop serves it if that work blocks.
+  if (read_depth_ < 16) {
     ++read_depth_;
     handler(ec, n);
     --read_depth_;

@@ -193,7 +193,7 @@ void StreamLink::resume(Protocol::socket socket, std::unique_ptr<TlsSession> tls
     if (session_ != 0 && redial_) ctl_.push_back(control_frame(kHello, session_, next_recv_seq_));
   }
   trim(peer_expects);
-  last_recv_ = Clock::now();
+  last_recv_ = coarse_now();
   read_prefix(epoch_);
   std::lock_guard lock(mu_);
   start_writer_locked();

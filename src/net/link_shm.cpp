@@ -112,7 +112,7 @@ void StreamLink::read_slab(std::uint64_t epoch, std::size_t i) {
   Bytes part;
   const std::string error = wire::map_slab(fd, static_cast<std::size_t>(part_lengths_[i]), part);
   if (!error.empty()) return ring_broke(error);
-  last_recv_ = Clock::now();
+  last_recv_ = coarse_now();
   incoming_.body.parts.push_back(std::move(part));
   read_part(epoch, i + 1);
 }
@@ -320,11 +320,11 @@ void StreamLink::serve_read() {
     }
     if (n > 0 && s.in.writer_wants_waking()) doorbell();
     if (s.read_done == s.read_buffer.size()) {
-      last_recv_ = Clock::now();  // a large frame's bytes count as hearing from the peer
+      last_recv_ = coarse_now();  // a large frame's bytes count as hearing from the peer
       return finish(s.read_op, {}, s.read_done);
     }
     if (!s.in.corrupt().empty()) return ring_broke(s.in.corrupt());
-    if (n > 0) last_recv_ = Clock::now();
+    if (n > 0) last_recv_ = coarse_now();
     if (s.peer_gone) return finish(s.read_op, asio::error::eof, 0);
     if (n == 0 && s.in.sleep_if_empty()) {  // the doorbell, or a spinner, brings us back
       if (!s.read_parked && s.spin && s.spinners->window().count() > 0) {
