@@ -46,14 +46,31 @@ Future<std::vector<Put>> Store::put_batch(
   };
   auto next = std::make_shared<baton::detail::State<std::vector<Put>>>();
   // All or nothing: every volume checks its items first; only then are they stored, and if a
-  // volume is lost in between, what the others stored is undone.
+  // volume is lost in between, what the others stored is undone. A group whose volume is lost
+  // before its check goes to the next volume that answers, as a put's key does (and a get's
+  // search follows it there).
   std::vector<Future<int>> checks;
   for (std::size_t s = 0; s < b->volumes.size(); ++s) {
-    const ActorRef<Volume>& v = volumes_[b->volumes[s]];
-    checks.push_back(ask(v, v.call(&Volume::check, checks_of(s)), "put_batch", [](const Answer& a) {
-      throw_answer(a);
-      return 0;
-    }));
+    auto checked = std::make_shared<baton::detail::State<int>>();
+    const auto volumes = volumes_;
+    probe<Answer>(
+        volumes_, b->volumes[s],
+        [b, s, volumes, items = checks_of(s)](const ActorRef<Volume>& v) {
+          // The volume asked last is the one that answers: the group goes there.
+          for (std::size_t i = 0; i < volumes.size(); ++i) {
+            if (volumes[i].id() == v.id()) b->volumes[s] = i;
+          }
+          return v.call(&Volume::check, items);
+        },
+        [](const Answer&) { return true; },
+        [checked](std::optional<Answer> a, const std::string& lost) {
+          if (!a) return checked->set_exception(lost_error("put_batch", lost));
+          settle(checked, [&] {
+            throw_answer(*a);
+            return 0;
+          });
+        });
+    checks.push_back(Future<int>(std::move(checked)));
   }
   auto self = *this;
   when_all<int>(std::move(checks), [self, b, mine, next](const std::vector<Outcome<int>>& checked) {

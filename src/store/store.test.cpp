@@ -328,6 +328,18 @@ TEST(StoreFailure, AKilledVolumeFailsItsKeysNamingThemTheOthersKeepWorkingAndThe
     std::sort(sorted.begin(), sorted.end());
     return sorted;
   }());
+  // A batch moves past the lost volume as a put does: all of it lands, on the volume left.
+  std::vector<std::tuple<std::string, Bytes, TensorInfo, PutOptions>> batch;
+  std::vector<std::string> batch_keys;
+  for (int i = 0; i < 16; ++i) {
+    batch_keys.push_back("b" + std::to_string(i));
+    batch.emplace_back(batch_keys.back(), Bytes::copy(batch_keys.back()), TensorInfo{},
+                       PutOptions{});
+  }
+  EXPECT_EQ(s.put_batch(batch).get(std::chrono::seconds(30)).size(), batch.size());
+  const auto got = s.get_batch(batch_keys).get(std::chrono::seconds(30));
+  ASSERT_EQ(got.size(), batch_keys.size());
+  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].data.str(), batch_keys[i]);
   procs.stop().get();
 }
 

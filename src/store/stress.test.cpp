@@ -1,7 +1,8 @@
 // The tensor store under load: a tensor larger than 4 GiB, a value larger than one message both
-// ways, 1,000 put/delete cycles that leave nothing behind, readers and writers of one key at
-// once that never see a torn version, a volume killed during a large get, and 10,000 small
-// tensors in one batch. This binary is its own worker: main() creates the Runtime first.
+// ways, 1,000 put/delete cycles that leave nothing behind, a put whose writer dies half way,
+// readers and writers of one key at once that never see a torn version, a volume killed during
+// a large get, and 10,000 small tensors in one batch. This binary is its own worker: main()
+// creates the Runtime first.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -87,9 +88,19 @@ class Peer : public Actor {
     }
     co_return std::vector<int>{reads, torn};
   }
+  /// Puts the top half (rows [0, rows/2)) of a [rows, 4096] uint8 tensor under `key`, whose other
+  /// half nobody puts: a sharded put its other owner never finishes.
+  Task<bool> put_half(Store s, std::string key, std::int64_t rows) {
+    const TensorInfo info{"uint8", 1, {rows, 4096}};
+    const PutOptions options{.shard = Box{{0, 0}, {rows / 2, 4096}}};
+    Bytes half = patterned(0, static_cast<std::size_t>(rows / 2) * 4096);
+    const Put put = co_await s.put(key, std::move(half), info, options);
+    co_return put.complete;
+  }
   static constexpr std::int64_t kCols = 1 << 14;
   static inline const std::string kKey = "contended";
-  static constexpr auto endpoints = baton::endpoints<&Peer::pid, &Peer::write, &Peer::read>();
+  static constexpr auto endpoints =
+      baton::endpoints<&Peer::pid, &Peer::write, &Peer::read, &Peer::put_half>();
 };
 
 struct Stress : ::testing::Test {
@@ -175,6 +186,41 @@ TEST_F(Stress, AThousandPutAndDeleteCyclesLeaveNothingBehind) {
   EXPECT_EQ(stats[0].versions, 0u);
 }
 
+TEST_F(Stress, APutWhoseWriterDiesHalfWayHoldsNothingOnceTheNextVersionLands) {
+  // The volume is in the first proc (Spread::single); the writer, in the second, puts one of
+  // the two shards of a 64 MiB tensor and is killed before anyone puts the other.
+  constexpr std::int64_t kRows = 16384;
+  constexpr std::size_t kBytes = std::size_t{kRows} * 4096;
+  const int volume_pid = peers.at(0).call(&Peer::pid).get();
+  store.put("warm", patterned(0, kBytes / 2)).get();  // mappings and buffers of this size
+  store.erase("warm").get();
+  const std::size_t fds = open_fds(volume_pid);
+  const std::size_t my_fds = open_fds(::getpid());
+  ASSERT_FALSE(peers.at(1).call(&Peer::put_half, store, std::string("half"), kRows).get());
+  ASSERT_EQ(::kill(peers.at(1).call(&Peer::pid).get(), SIGKILL), 0);
+  // The half it put is held, and is no version anyone reads.
+  auto stats = store.stats().get()[0];
+  EXPECT_EQ(stats.versions, 1u);
+  EXPECT_EQ(stats.bytes_held, kBytes / 2);
+  EXPECT_FALSE(store.exists("half").get());
+  EXPECT_THROW(store.get("half").get(), StoreError);
+  // The next whole version lands and is read; the half-made one goes with it.
+  const TensorInfo info{"uint8", 1, {kRows, 4096}};
+  EXPECT_TRUE(store.put("half", patterned(7, kBytes), info).get().complete);
+  EXPECT_EQ(store.get("half").get().data.data()[kBytes - 1], pattern(7 + kBytes - 1));
+  stats = store.stats().get()[0];
+  EXPECT_EQ(stats.versions, 1u);
+  EXPECT_EQ(stats.bytes_held, kBytes);
+  store.erase("half").get();
+  stats = store.stats().get()[0];
+  EXPECT_EQ(stats.versions, 0u);
+  EXPECT_EQ(stats.bytes_held, 0u);
+  // No shared memory of either put is left: the volume's descriptors and the controller's are
+  // as before (each slab is a memfd while anything maps it).
+  EXPECT_LE(open_fds(volume_pid), fds + 2);
+  EXPECT_LE(open_fds(::getpid()), my_fds + 2);
+}
+
 TEST_F(Stress, ReadersAndWritersOfOneKeyAtOnceNeverSeeATornVersion) {
   constexpr int kSteps = 300;
   // Readers in both procs read while writers there put their halves (an actor handles one
@@ -196,6 +242,7 @@ TEST_F(Stress, AVolumeKilledDuringALargeGetEndsItInBoundedTime) {
   store.put("doomed", patterned(0, n), {"uint8", 1, {static_cast<std::int64_t>(n / 4096), 4096}})
       .get();
   std::unique_ptr<std::byte[]> into(new std::byte[n]);
+  const std::size_t my_fds = open_fds(::getpid());
   Future<Got> f = store.get_into("doomed", std::span<std::byte>(into.get(), n));
   ASSERT_EQ(::kill(peers.at(0).call(&Peer::pid).get(), SIGKILL), 0);
   std::string outcome = "done";
@@ -206,6 +253,8 @@ TEST_F(Stress, AVolumeKilledDuringALargeGetEndsItInBoundedTime) {
     EXPECT_THAT(outcome, HasSubstr("get of 'doomed'"));
   }
   std::printf("%s\n", outcome.c_str());
+  // Nothing of the get is left here: the pieces that came are unmapped, their memfds closed.
+  EXPECT_LE(open_fds(::getpid()), my_fds + 2);
   // The store goes on with the volume it has left... none, here: a put says so.
   EXPECT_THROW(store.put("after", Bytes::copy("x")).get(std::chrono::seconds(60)), StoreError);
 }

@@ -153,6 +153,7 @@ class Store {
   Future<Put> put(const std::string& key, Bytes value, const TensorInfo& info = {},
                   const PutOptions& options = {}) const;
   /// Several puts, all or nothing: either every value is stored, or none is (the first error).
+  /// Items whose volume is lost go to the next volume, as put's do.
   Future<std::vector<Put>> put_batch(
       const std::vector<std::tuple<std::string, Bytes, TensorInfo, PutOptions>>& puts) const;
 
