@@ -244,6 +244,22 @@ inline void throw_answer(const Answer& a) {
   if (a.code == Code::bad) throw StoreError(a.message);
 }
 
+/// Why `into` cannot take what `got` describes ("" if it can).
+inline std::string unfit(const std::string& key, const Got& got, std::span<std::byte> into,
+                         const std::string& dtype) {
+  if (!dtype.empty() && got.info.dtype != dtype) {
+    return "get of '" + key + "' into a destination of " + dtype + ", but the key holds " +
+           got.info.to_string() + " (read it without a destination, then convert)";
+  }
+  const auto bytes = static_cast<std::size_t>(got.box.elements()) * got.info.element;
+  if (bytes != into.size()) {
+    return "get of '" + key + "' into a destination of " + std::to_string(into.size()) +
+           " bytes: box " + got.box.to_string() + " of " + got.info.to_string() + " has " +
+           std::to_string(bytes) + " (" + std::to_string(got.info.element) + " bytes an element)";
+  }
+  return {};
+}
+
 /// A put's item: plain bytes are a one-dimensional tensor of bytes; no shard is the whole.
 inline PutItem item_of(const std::string& key, Bytes value, const TensorInfo& info,
                        const PutOptions& options) {
@@ -273,6 +289,7 @@ using detail::PutAnswer;
 using detail::PutItem;
 using detail::settle;
 using detail::throw_answer;
+using detail::unfit;
 using detail::Volume;
 using detail::when;
 using detail::when_all;

@@ -190,43 +190,29 @@ Future<Got> Store::get_into(const std::string& key, std::span<std::byte> destina
   return Future<Got>(std::move(next));
 }
 
-namespace {
-
-/// Why `into` cannot take what `got` describes ("" if it can).
-std::string unfit(const std::string& key, const Got& got, std::span<std::byte> into,
-                  const std::string& dtype) {
-  if (!dtype.empty() && got.info.dtype != dtype) {
-    return "get of '" + key + "' into a destination of " + dtype + ", but the key holds " +
-           got.info.to_string() + " (read it without a destination, then convert)";
-  }
-  const auto bytes = static_cast<std::size_t>(got.box.elements()) * got.info.element;
-  if (bytes != into.size()) {
-    return "get of '" + key + "' into a destination of " + std::to_string(into.size()) +
-           " bytes: box " + got.box.to_string() + " of " + got.info.to_string() + " has " +
-           std::to_string(bytes) + " (" + std::to_string(got.info.element) + " bytes an element)";
-  }
-  return {};
-}
-
-}  // namespace
-
 void Store::fetch(const std::string& key, const GetOptions& options,
                   std::optional<std::span<std::byte>> into, const std::string& dtype,
                   const std::shared_ptr<baton::detail::State<Got>>& next) const {
   auto self = *this;
   const std::vector<GetItem> items{GetItem{key, options.version, options.box}};
+  auto asked = std::make_shared<ActorRef<Volume>>();  // the volume asked last: the one answering
   probe<GetAnswer>(
       volumes_, home(key),
-      [items](const ActorRef<Volume>& v) {
+      [items, asked](const ActorRef<Volume>& v) {
+        *asked = v;
         return v.call(&Volume::get, detail::via(items, v.id()));
       },
       [](const GetAnswer& a) { return a.answer.code != Code::missing; },
-      [self, key, into, dtype, next](std::optional<GetAnswer> a, const std::string& lost) {
+      [self, key, options, asked, into, dtype, next](std::optional<GetAnswer> a,
+                                                     const std::string& lost) {
         const bool found = a && a->answer.code != Code::missing;
         if (!found && !lost.empty()) {
           return next->set_exception(lost_error("get of '" + key + "'", lost));
         }
         if (!found) return self.not_found(key, a->answer.message, next);
+        if (a->answer.code == Code::direct && a->direct) {
+          return self.read_direct(key, options, *a->direct, *asked, into, dtype, next);
+        }
         if (a->answer.code == Code::too_big) {
           return self.read_pieces(key, std::move(a->got.at(0)), into, dtype, next);
         }

@@ -13,10 +13,6 @@
 namespace baton::store::detail {
 namespace {
 
-std::string quoted(const std::string& key) {
-  return "'" + key + "'";
-}
-
 /// Where the elements of `box` start in the row-major layout of `outer` (which contains it), in
 /// elements, if they are contiguous there: the dimensions after the first one `box` cuts are
 /// whole, and those before it are one element long.
@@ -47,6 +43,11 @@ std::string boxes(const std::vector<Box>& list) {
 std::string Volume::refuse(const PutCheck& item) const {
   const TensorInfo& info = item.info;
   const std::string what = "put of " + quoted(item.key) + ": ";
+  if (direct_.contains(item.key)) {
+    return what +
+           "the key is in direct mode (read from its writer's memory); erase it before "
+           "putting values into the store under its name";
+  }
   if (info.element == 0) return what + "an element of 0 bytes";
   for (const std::int64_t n : info.shape) {
     if (n < 0) return what + "a tensor of shape " + info.to_string() + " (a negative extent)";
@@ -203,6 +204,16 @@ GetAnswer Volume::get(const std::vector<GetItem>& items) {
   GetAnswer a;
   a.got.resize(items.size());
   for (std::size_t i = 0; i < items.size(); ++i) {
+    if (direct_.contains(items[i].key)) {
+      // Read from the writer's memory under a lease; a batch asks again key by key for it.
+      a.got.clear();
+      if (items.size() == 1) {
+        a.answer = lease(items[i].key, items[i], a);
+        return a;
+      }
+      a.answer = Answer{Code::direct, "a direct key in a batch"};
+      return a;
+    }
     a.answer = read(items[i], a.got[i]);
     if (a.answer.code == Code::too_big && items.size() == 1) return a;  // with what to read
     if (a.answer.code != Code::ok) {
@@ -220,8 +231,7 @@ GetAnswer Volume::get(const std::vector<GetItem>& items) {
 }
 
 bool Volume::exists(const std::string& key) {
-  auto it = keys_.find(key);
-  return it != keys_.end() && !it->second.complete.empty();
+  return latest(key).has_value();
 }
 
 std::vector<std::string> Volume::keys(const std::string& prefix) {
@@ -230,14 +240,24 @@ std::vector<std::string> Volume::keys(const std::string& prefix) {
     if (it->first.compare(0, prefix.size(), prefix) != 0) break;
     if (!it->second.complete.empty()) out.push_back(it->first);
   }
+  for (auto it = direct_.lower_bound(prefix); it != direct_.end(); ++it) {
+    if (it->first.compare(0, prefix.size(), prefix) != 0) break;
+    if (it->second.latest) out.push_back(it->first);
+  }
+  std::sort(out.begin(), out.end());
   return out;
 }
 
 void Volume::erase(const std::string& key) {
   keys_.erase(key);
+  direct_.erase(key);  // its writer's next acquire or publish says so
 }
 
 std::optional<std::uint64_t> Volume::latest(const std::string& key) {
+  if (auto d = direct_.find(key); d != direct_.end()) {
+    if (!d->second.latest) return std::nullopt;
+    return d->second.version;
+  }
   auto it = keys_.find(key);
   if (it == keys_.end() || it->second.complete.empty()) return std::nullopt;
   return it->second.complete.back().number;
@@ -258,6 +278,11 @@ VolumeStats Volume::stats() {
   s.keys = 0;
   s.versions = 0;
   s.bytes_held = 0;
+  for (const auto& [key, d] : direct_) {
+    if (!d.latest) continue;
+    ++s.keys;
+    ++s.versions;  // held in its writer's memory, not here
+  }
   for (const auto& [key, k] : keys_) {
     if (!k.complete.empty()) ++s.keys;
     for (const auto* list : {&k.complete, &k.open}) {

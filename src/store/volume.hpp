@@ -5,6 +5,7 @@
 // assembled from shards. Answers carry a code rather than throw, so the client tells a missing
 // key from a bad request from a volume that is gone.
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -15,17 +16,24 @@
 
 #include "actor/path.hpp"
 #include "baton/actor/actor.hpp"
+#include "baton/rdma/rdma.hpp"
 #include "baton/store/store.hpp"
 
 namespace baton::store::detail {
 
 /// too_big: what was asked for is more than one message carries (kPieceBytes); the answer has
-/// its tensor, box and version, to be read in pieces.
-enum class Code : std::uint8_t { ok, missing, bad, too_big };
+/// its tensor, box and version, to be read in pieces. direct: the key is in direct mode; the
+/// answer has a lease on its latest version, to be read from the writer's memory.
+enum class Code : std::uint8_t { ok, missing, bad, too_big, direct };
 
 /// The most bytes of a value one message carries; larger values are put and read in pieces of
 /// rows (a message carries at most 1 GiB).
 constexpr std::size_t kPieceBytes = std::size_t{256} << 20;
+
+/// A key as messages name it.
+inline std::string quoted(const std::string& key) {
+  return "'" + key + "'";
+}
 
 struct Answer {
   Code code = Code::ok;
@@ -96,12 +104,38 @@ std::vector<Item> via(std::vector<Item> items, const ActorId& volume) {
   return items;
 }
 
+/// A reader's hold on the latest version of a direct key: the writer does not write into its
+/// buffer until the reader releases it, or `lease_ms` pass.
+struct DirectLease {
+  RdmaBuffer buffer;
+  TensorInfo info;
+  std::uint64_t version = 0;
+  std::uint64_t lease = 0;
+  std::int64_t lease_ms = 0;
+  template <class Ar>
+  void serialize(Ar& ar) {
+    ar(buffer, info, version, lease, lease_ms);
+  }
+};
+
 struct GetAnswer {
   Answer answer;
   std::vector<Got> got;
+  std::optional<DirectLease> direct;  // Code::direct's
   template <class Ar>
   void serialize(Ar& ar) {
-    ar(answer, got);
+    ar(answer, got, direct);
+  }
+};
+
+/// What a direct writer's acquire gets: the buffer to write next, or none free yet (readers hold
+/// every other one; ask again).
+struct DirectSlot {
+  Answer answer;
+  std::optional<std::uint32_t> index;
+  template <class Ar>
+  void serialize(Ar& ar) {
+    ar(answer, index);
   }
 };
 
@@ -125,10 +159,23 @@ class Volume : public Actor {
   /// over TCP (hosts of one machine in network namespaces share a name).
   std::string host();
 
+  // Direct mode (direct.cpp): the key's versions live in buffers of its writer's memory.
+  /// Opens `key` over the writer's `buffers` (each the whole tensor), replacing an earlier
+  /// direct writer of it; refused for a key that holds stored versions.
+  Answer direct_open(const std::string& key, const TensorInfo& info,
+                     const std::vector<RdmaBuffer>& buffers, std::int64_t lease_ms);
+  /// A buffer that is neither the latest version nor leased to a reader, given to the writer.
+  DirectSlot direct_acquire(const std::string& key);
+  /// Makes the acquired buffer `index` the latest version.
+  PutAnswer direct_publish(const std::string& key, std::uint32_t index);
+  /// Ends a reader's lease; false if it had run out (the writer may have written the buffer).
+  bool direct_release(const std::string& key, std::uint64_t lease);
+
   static constexpr auto endpoints =
       baton::endpoints<&Volume::put, &Volume::check, &Volume::undo, &Volume::get, &Volume::exists,
                        &Volume::keys, &Volume::erase, &Volume::latest, &Volume::nearest,
-                       &Volume::stats, &Volume::host>();
+                       &Volume::stats, &Volume::host, &Volume::direct_open, &Volume::direct_acquire,
+                       &Volume::direct_publish, &Volume::direct_release>();
 
  private:
   struct Shard {
@@ -147,6 +194,24 @@ class Volume : public Actor {
     std::uint64_t next = 1;
   };
 
+  struct Direct {
+    using Clock = std::chrono::steady_clock;
+    struct Lease {
+      std::uint64_t id = 0;
+      std::uint32_t buffer = 0;
+      Clock::time_point until;
+    };
+    TensorInfo info;
+    std::vector<RdmaBuffer> buffers;
+    std::optional<std::uint32_t> latest;    // the published version's buffer
+    std::optional<std::uint32_t> acquired;  // the writer's, until it publishes
+    std::uint64_t version = 0;
+    std::chrono::milliseconds lease_for{0};
+    std::vector<Lease> leases;  // readers'; those past `until` are dropped when next looked at
+  };
+  /// A lease on `key`'s latest version for a get, or why not.
+  Answer lease(const std::string& key, const GetItem& item, GetAnswer& out);
+
   /// Why `item` cannot be put now ("" if it can).
   std::string refuse(const PutCheck& item) const;
   Put store(const PutItem& item, std::uint64_t group);
@@ -154,6 +219,8 @@ class Volume : public Actor {
   Answer read(const GetItem& item, Got& out) const;
 
   std::map<std::string, Key> keys_;
+  std::map<std::string, Direct> direct_;  // keys in direct mode
+  std::uint64_t next_lease_ = 1;
   VolumeStats stats_;
 };
 

@@ -14,9 +14,11 @@
 //   store.put("w", Bytes::copy(v.data(), bytes), {"float32", 4, {8, 16}}).get();
 //   Bytes rows = store.get("w", {.box = store::Box{{0, 0}, {4, 16}}}).get().data;
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -124,7 +126,50 @@ struct VolumeStats {
 
 namespace detail {
 class Volume;
-}
+struct DirectLease;
+}  // namespace detail
+
+struct DirectOptions {
+  /// How long a reader may hold a version of a direct key. A read that takes longer fails with
+  /// StoreError (the writer may have written that buffer meanwhile): read again.
+  std::chrono::milliseconds lease{10000};
+};
+
+/// The writer's side of a key in direct mode (Store::direct). Its versions live in buffers of
+/// the writer's own memory, registered for one-sided reads, and readers read them from there:
+/// nothing is copied into the store. Double-buffered: the writer writes a version only into a
+/// buffer acquire() gave it, which is neither the published version nor held by a reader, and
+/// publish() makes that buffer the latest version. A get reads one published version whole,
+/// never a buffer the writer is writing.
+class DirectWriter {
+ public:
+  DirectWriter() = default;
+
+  const std::string& key() const;
+  std::size_t buffers() const;
+  /// Buffer `index` of the writer's memory.
+  std::span<std::byte> buffer(std::size_t index) const;
+  /// The buffer to write the next version into. While readers hold every other one, it asks
+  /// again (no thread waits), until their reads end or their leases run out.
+  Future<std::size_t> acquire() const;
+  /// Makes buffer `index`, which acquire() gave and the writer has written since, the key's
+  /// latest version.
+  Future<Put> publish(std::size_t index) const;
+  /// Erases the key and unregisters the buffers (readers then get KeyNotFound); the memory is
+  /// the caller's again once this is done.
+  Future<void> close() const;
+
+  /// It stays in the process whose memory it writes: sending one elsewhere throws.
+  template <class Ar>
+  void serialize(Ar&) {
+    throw StoreError("a DirectWriter stays in the process that opened it (it writes its memory)");
+  }
+
+ private:
+  friend class Store;
+  struct State;
+  std::shared_ptr<State> state_;
+};
 
 /// Where a store's volumes go.
 enum class Spread : std::uint8_t {
@@ -178,6 +223,14 @@ class Store {
   /// Each volume's holdings and traffic.
   Future<std::vector<VolumeStats>> stats() const;
 
+  /// Opens `key` in direct mode (see DirectWriter) over `buffers` of the caller's host memory:
+  /// at least two, each exactly `info`'s tensor, valid until close() is done. Readers get() it
+  /// like any key; the bytes come from the writer's memory by the fastest path between the two
+  /// procs (see RdmaBuffer). StoreError for a key that holds stored versions.
+  Future<DirectWriter> direct(const std::string& key, const TensorInfo& info,
+                              std::vector<std::span<std::byte>> buffers,
+                              const DirectOptions& options = {}) const;
+
   /// The handle as text, for where no baton type goes (a C++ actor that Python calls takes
   /// strings); from_handle() makes the handle again, in any process of the job.
   std::string handle() const;
@@ -202,6 +255,11 @@ class Store {
   /// A get of more than one message carries, as pieces of `meta` (its box, tensor and version).
   void read_pieces(const std::string& key, Got meta, std::optional<std::span<std::byte>> into,
                    const std::string& dtype,
+                   const std::shared_ptr<baton::detail::State<Got>>& next) const;
+  /// A get of a direct key, from its writer's memory under `lease` (from `volume`).
+  void read_direct(const std::string& key, const GetOptions& options,
+                   const detail::DirectLease& lease, const ActorRef<detail::Volume>& volume,
+                   std::optional<std::span<std::byte>> into, const std::string& dtype,
                    const std::shared_ptr<baton::detail::State<Got>>& next) const;
   /// Fails `next` with a KeyNotFound that names the nearest keys.
   void not_found(const std::string& key, const std::string& message,
