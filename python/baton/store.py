@@ -34,6 +34,7 @@ from ._mesh import ProcMesh
 
 __all__ = [
     "Box",
+    "DirectWriter",
     "KeyNotFound",
     "Put",
     "Replicate",
@@ -186,6 +187,39 @@ def _destination(into: Any, what: str) -> Tuple[Any, int, int, str]:
                      f"{type(into).__name__}")
 
 
+def _memory(buffer: Any, what: str) -> Tuple[int, int, str, int, List[int]]:
+    """(address, bytes, dtype, element size, shape) of memory of the caller's to write into."""
+    _owner, address, nbytes, dtype = _destination(buffer, what)
+    torch = _torch()
+    if torch is not None and isinstance(buffer, torch.Tensor):
+        if buffer.device.type != "cpu":
+            raise UsageError(f"{what}: a tensor on {buffer.device} (direct mode takes host memory)")
+        return address, nbytes, dtype, buffer.element_size(), list(buffer.shape)
+    return address, nbytes, dtype, buffer.itemsize, list(buffer.shape)
+
+
+class DirectWriter:
+    """The writer's side of a key in direct mode (Store.direct): its versions live in the
+    writer's own buffers and readers read them from there. Write a version only into the buffer
+    acquire() gives (one no reader holds, not the published one), then publish() it."""
+
+    def __init__(self, core: Any, buffers: List[Any]) -> None:
+        self._core = core
+        self.buffers = buffers  # the caller's memory: kept alive while the writer is
+
+    def acquire(self) -> "Future[int]":
+        """The index of the buffer to write the next version into."""
+        return Future(self._core.acquire(), int)
+
+    def publish(self, index: int) -> "Future[Put]":
+        """Makes buffer `index` (acquired, and written since) the key's latest version."""
+        return Future(self._core.publish(index), lambda p: Put(*p))
+
+    def close(self) -> "Future[None]":
+        """Erases the key and unregisters the buffers."""
+        return Future(self._core.close(), lambda _: None)
+
+
 def _store_from_wire(head, parts):
     return Store(_baton.Store.from_wire(head, parts))
 
@@ -293,6 +327,26 @@ class Store:
     def get_batch(self, keys: Iterable[str]) -> "Future[List[Any]]":
         """Reads every key (whole, latest): all, or the first error."""
         return Future(self._core.get_batch(list(keys)), lambda all: [_value(*r) for r in all])
+
+    def direct(self, key: str, buffers: Sequence[Any], *, lease: float = 10.0
+               ) -> "Future[DirectWriter]":
+        """Opens `key` in direct mode over `buffers`: two or more contiguous CPU tensors or
+        numpy arrays of one dtype and shape, the writer's own memory, which readers' gets read
+        from (nothing is copied into the store). A get holds its version for at most `lease`
+        seconds."""
+        what = f"direct writer of {key!r}"
+        regions = [_memory(b, what) for b in buffers]
+        if not regions:
+            raise UsageError(f"{what}: no buffers (it needs at least 2)")
+        _a, _n, dtype, element, shape = regions[0]
+        for _a, _n, d, _e, s in regions[1:]:
+            if d != dtype or s != shape:
+                raise UsageError(f"{what}: buffers of {dtype}{shape} and {d}{s}; they must be "
+                                 "alike")
+        core = self._core.direct(key, [(a, n) for a, n, _d, _e, _s in regions], dtype, element,
+                                 shape, int(lease * 1000))
+        kept = list(buffers)
+        return Future(core, lambda w: DirectWriter(w, kept))
 
     def exists(self, key: str) -> "Future[bool]":
         return Future(self._core.exists(key), bool)

@@ -91,6 +91,27 @@ def test_shards_put_by_actors_are_read_as_any_box(procs, store):
     assert box_of([6, 8], [Replicate()], [2], [1]) == Box([0, 0], [6, 8])
 
 
+def test_a_direct_writers_own_memory_is_what_readers_get(procs, store):
+    a, b = torch.zeros(64, 32), torch.zeros(64, 32)
+    w = store.direct("direct/w", [a, b]).get()
+    users = procs.spawn("direct_readers", StoreUser)
+    for step in range(1, 6):
+        i = w.acquire().get()
+        w.buffers[i].fill_(float(step))
+        assert w.publish(i).get().version == step
+        read = users.read_box.call(store, "direct/w", None).get(timeout=60).values()
+        assert [r == [[float(step)] * 32] * 64 for r in read] == [True, True]
+        assert torch.equal(store.get("direct/w", box=Box([3, 0], [2, 32])).get(),
+                           torch.full((2, 32), float(step)))
+    w.close().get()
+    with pytest.raises(KeyError):
+        store.get("direct/w").get()
+    with pytest.raises(baton.store.StoreError, match="at least 2"):
+        store.direct("direct/one", [a]).get()
+    with pytest.raises(baton.UsageError, match="must be alike"):
+        store.direct("direct/mixed", [a, torch.zeros(3)]).get()
+
+
 def test_a_partial_key_says_what_it_lacks(store):
     store.put("half", torch.zeros(2, 4), shard=Box([0, 0], [2, 4]), global_shape=[4, 4]).get()
     with pytest.raises(baton.KeyNotFound, match=r"is partial.*lacks \[2:4, 0:4\]"):

@@ -5,6 +5,7 @@
 
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <cstring>
 
 #include "baton/store/store.hpp"
@@ -45,6 +46,20 @@ using PyPut = std::tuple<std::string, std::uintptr_t, std::size_t, std::string, 
 }  // namespace
 
 void bind_store(py::module_& m) {
+  py::class_<st::DirectWriter>(m, "DirectWriter")
+      .def("buffers", &st::DirectWriter::buffers)
+      .def("acquire",
+           [](const st::DirectWriter& w) {
+             return wrap(w.acquire(), [](std::size_t i) { return py::object(py::int_(i)); });
+           })
+      .def("publish",
+           [](const st::DirectWriter& w, std::size_t index) {
+             return wrap(w.publish(index), [](const st::Put& put) {
+               return py::object(py::make_tuple(put.version, put.complete));
+             });
+           })
+      .def("close", [](const st::DirectWriter& w) { return wrap(w.close()); });
+
   py::class_<st::Store>(m, "Store")
       .def("volumes", &st::Store::volumes)
       .def("handle", &st::Store::handle)
@@ -101,6 +116,20 @@ void bind_store(py::module_& m) {
                for (const auto& g : all) out.append(py::make_tuple(py::cast(g.data), got_info(g)));
                return py::object(out);
              });
+           })
+      .def("direct",
+           [](const st::Store& s, const std::string& key,
+              const std::vector<std::pair<std::uintptr_t, std::size_t>>& buffers,
+              const std::string& dtype, std::size_t element, const Shape& shape,
+              std::int64_t lease_ms) {
+             std::vector<std::span<std::byte>> spans;
+             spans.reserve(buffers.size());
+             for (const auto& [address, size] : buffers) {
+               spans.emplace_back(reinterpret_cast<std::byte*>(address), size);  // NOLINT
+             }
+             const st::DirectOptions options{std::chrono::milliseconds(lease_ms)};
+             return wrap(s.direct(key, st::TensorInfo{dtype, element, shape}, spans, options),
+                         [](const st::DirectWriter& w) { return py::cast(w); });
            })
       .def("exists",
            [](const st::Store& s, const std::string& key) {
