@@ -142,6 +142,13 @@ bool ThreadPool::free_stuck_slots() {
       queue_.push_back(r);
       queued_.fetch_add(1, std::memory_order_release);
       freed = true;
+      // Its owner runs long, and no worker may be asleep to take it (workers start as work
+      // comes): one more starts then, as in schedule().
+      const std::size_t m = started_.load(std::memory_order_relaxed);
+      if (sleeping_.load(std::memory_order_relaxed) == 0 && !stopping_ &&
+          m - blocked_.load(std::memory_order_acquire) < target_ && m < workers_.size()) {
+        start_worker(m);
+      }
     }
   }
   if (freed) cv_.notify_one();
