@@ -52,19 +52,13 @@ Future<std::vector<Put>> Store::put_batch(
   std::vector<Future<int>> checks;
   for (std::size_t s = 0; s < b->volumes.size(); ++s) {
     auto checked = std::make_shared<baton::detail::State<int>>();
-    const auto volumes = volumes_;
     probe<Answer>(
         volumes_, b->volumes[s],
-        [b, s, volumes, items = checks_of(s)](const ActorRef<Volume>& v) {
-          // The volume asked last is the one that answers: the group goes there.
-          for (std::size_t i = 0; i < volumes.size(); ++i) {
-            if (volumes[i].id() == v.id()) b->volumes[s] = i;
-          }
-          return v.call(&Volume::check, items);
-        },
+        [items = checks_of(s)](const ActorRef<Volume>& v) { return v.call(&Volume::check, items); },
         [](const Answer&) { return true; },
-        [checked](std::optional<Answer> a, const std::string& lost) {
+        [b, s, checked](std::optional<Answer> a, const std::string& lost, std::size_t at) {
           if (!a) return checked->set_exception(lost_error("put_batch", lost));
+          b->volumes[s] = at;  // the group goes to the volume that answered
           settle(checked, [&] {
             throw_answer(*a);
             return 0;

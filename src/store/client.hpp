@@ -180,30 +180,33 @@ auto ask(const ActorRef<Volume>& volume, Future<R> call, const std::string& what
 /// Asks the volumes of a key, from its home on, in order: the first one whose call does not fail
 /// as a call (a volume whose proc is gone) and whose answer is `found`, or, when no volume was
 /// lost on the way, the first answer at all. A key moves past a lost volume (see Store::put),
-/// so after one the search goes on. `done` gets the answer it stopped at (if any), and what
-/// the lost volumes said.
+/// so after one the search goes on. `done` gets the answer it stopped at (if any), what the lost
+/// volumes said, and the index in `volumes` of the volume that gave the answer.
 template <class R>
 struct Probe : std::enable_shared_from_this<Probe<R>> {
   std::vector<ActorRef<Volume>> volumes;
   std::size_t home = 0;
   std::function<Future<R>(const ActorRef<Volume>&)> call;
   std::function<bool(const R&)> found;
-  std::function<void(std::optional<R>, const std::string& lost)> done;
+  std::function<void(std::optional<R>, const std::string& lost, std::size_t at)> done;
   std::string lost;
   std::optional<R> last;
+  std::size_t last_at = 0;
 
   void attempt(std::size_t tried) {
-    if (tried == volumes.size()) return done(std::move(last), lost);
-    const ActorRef<Volume>& v = volumes[(home + tried) % volumes.size()];
-    when(call(v), [self = this->shared_from_this(), v, tried](Outcome<R> o) {
+    if (tried == volumes.size()) return done(std::move(last), lost, last_at);
+    const std::size_t at = (home + tried) % volumes.size();
+    const ActorRef<Volume>& v = volumes[at];
+    when(call(v), [self = this->shared_from_this(), v, tried, at](Outcome<R> o) {
       if (o.error) {
         self->lost += (self->lost.empty() ? "" : "; ") + std::string("its volume in proc ") +
                       v.id().proc.to_string() + " failed (" + reason(o.error) + ")";
         return self->attempt(tried + 1);
       }
       if (self->found(*o.value) || self->lost.empty())
-        return self->done(std::move(o.value), self->lost);
+        return self->done(std::move(o.value), self->lost, at);
       self->last = std::move(o.value);
+      self->last_at = at;
       self->attempt(tried + 1);
     });
   }
@@ -213,7 +216,7 @@ template <class R>
 void probe(const std::vector<ActorRef<Volume>>& volumes, std::size_t home,
            std::function<Future<R>(const ActorRef<Volume>&)> call,
            std::function<bool(const R&)> found,
-           std::function<void(std::optional<R>, const std::string& lost)> done) {
+           std::function<void(std::optional<R>, const std::string& lost, std::size_t at)> done) {
   auto p = std::make_shared<Probe<R>>();
   p->volumes = volumes;
   p->home = home;

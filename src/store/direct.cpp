@@ -271,23 +271,22 @@ Future<DirectWriter> Store::direct(const std::string& key, const TensorInfo& inf
     next->set_exception(std::current_exception());
     return Future<DirectWriter>(std::move(next));
   }
-  auto asked = std::make_shared<ActorRef<Volume>>();
   const std::int64_t lease_ms = options.lease.count();
   probe<Answer>(
       volumes_, home(key),
-      [st, info, lease_ms, asked](const ActorRef<Volume>& v) {
-        *asked = v;
+      [st, info, lease_ms](const ActorRef<Volume>& v) {
         return v.call(&Volume::direct_open, st->key, info, st->buffers, lease_ms);
       },
       [](const Answer&) { return true; },
-      [st, asked, next](std::optional<Answer> a, const std::string& lost) {
+      [st, volumes = volumes_, next](std::optional<Answer> a, const std::string& lost,
+                                     std::size_t at) {
         if (!a || a->code != Code::ok) {
           for (const RdmaBuffer& b : st->buffers) (void)b.drop();
         }
         if (!a) return next->set_exception(lost_error("direct writer of '" + st->key + "'", lost));
         settle(next, [&] {
           throw_answer(*a);
-          st->volume = *asked;
+          st->volume = volumes[at];
           DirectWriter w;
           w.state_ = st;
           return w;

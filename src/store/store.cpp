@@ -148,7 +148,7 @@ Future<Put> Store::put(const std::string& key, Bytes value, const TensorInfo& in
           return v.call(&Volume::put, detail::via(*items, v.id()));
         },
         [](const PutAnswer&) { return true; },
-        [one, key](std::optional<PutAnswer> a, const std::string& lost) {
+        [one, key](std::optional<PutAnswer> a, const std::string& lost, std::size_t) {
           if (!a) return one->set_exception(lost_error("put of '" + key + "'", lost));
           settle(one, [&] {
             throw_answer(a->answer);
@@ -195,23 +195,21 @@ void Store::fetch(const std::string& key, const GetOptions& options,
                   const std::shared_ptr<baton::detail::State<Got>>& next) const {
   auto self = *this;
   const std::vector<GetItem> items{GetItem{key, options.version, options.box}};
-  auto asked = std::make_shared<ActorRef<Volume>>();  // the volume asked last: the one answering
   probe<GetAnswer>(
       volumes_, home(key),
-      [items, asked](const ActorRef<Volume>& v) {
-        *asked = v;
+      [items](const ActorRef<Volume>& v) {
         return v.call(&Volume::get, detail::via(items, v.id()));
       },
       [](const GetAnswer& a) { return a.answer.code != Code::missing; },
-      [self, key, options, asked, into, dtype, next](std::optional<GetAnswer> a,
-                                                     const std::string& lost) {
+      [self, key, options, into, dtype, next](std::optional<GetAnswer> a, const std::string& lost,
+                                              std::size_t at) {
         const bool found = a && a->answer.code != Code::missing;
         if (!found && !lost.empty()) {
           return next->set_exception(lost_error("get of '" + key + "'", lost));
         }
         if (!found) return self.not_found(key, a->answer.message, next);
         if (a->answer.code == Code::direct && a->direct) {
-          return self.read_direct(key, options, *a->direct, *asked, into, dtype, next);
+          return self.read_direct(key, options, *a->direct, self.volumes_[at], into, dtype, next);
         }
         if (a->answer.code == Code::too_big) {
           return self.read_pieces(key, std::move(a->got.at(0)), into, dtype, next);
@@ -307,7 +305,9 @@ Future<bool> Store::exists(const std::string& key) const {
       [key](const ActorRef<Volume>& v) { return v.call(&Volume::exists, key); },
       [](const bool& b) { return b; },
       // A key whose volume is lost is not there any more.
-      [next](std::optional<bool> b, const std::string&) { next->set_value(b.value_or(false)); });
+      [next](std::optional<bool> b, const std::string&, std::size_t) {
+        next->set_value(b.value_or(false));
+      });
   return Future<bool>(std::move(next));
 }
 
@@ -339,7 +339,9 @@ Future<void> Store::erase(const std::string& key) const {
         return v.call(&Volume::erase, key).then([] { return std::monostate{}; });
       },
       [](const std::monostate&) { return false; },
-      [next](std::optional<std::monostate>, const std::string&) { next->set_value(); });
+      [next](std::optional<std::monostate>, const std::string&, std::size_t) {
+        next->set_value();
+      });
   return Future<void>(std::move(next));
 }
 
@@ -350,7 +352,7 @@ Future<std::optional<std::uint64_t>> Store::latest_version(const std::string& ke
       volumes_, home(key),
       [key](const ActorRef<Volume>& v) { return v.call(&Volume::latest, key); },
       [](const Latest& n) { return n.has_value(); },
-      [next](std::optional<Latest> n, const std::string&) {
+      [next](std::optional<Latest> n, const std::string&, std::size_t) {
         next->set_value(n.value_or(std::nullopt));
       });
   return Future<Latest>(std::move(next));
