@@ -5,33 +5,43 @@
 
 #include <memory>
 #include <mutex>
-#include <typeindex>
-#include <unordered_map>
+#include <utility>
+#include <vector>
 
 namespace baton::detail {
+
+/// One byte per extension type: its address names the type (every layer is linked into the
+/// same binary), and comparing addresses is cheaper than hashing a type's name, which a cast
+/// would otherwise do at every node it passes.
+template <class T>
+inline constexpr char kExtensionKey = 0;
 
 class Extensions {
  public:
   /// The T of this holder, made on first use.
   template <class T>
   std::shared_ptr<T> get() {
+    const void* key = &kExtensionKey<T>;
     std::lock_guard lock(mu_);
-    auto& slot = by_type_[std::type_index(typeid(T))];
-    if (!slot) slot = std::make_shared<T>();
-    return std::static_pointer_cast<T>(slot);
+    for (const auto& [k, slot] : slots_) {  // a handful of types per holder
+      if (k == key) return std::static_pointer_cast<T>(slot);
+    }
+    auto made = std::make_shared<T>();
+    slots_.emplace_back(key, made);
+    return made;
   }
   /// Destroys them all (before what they may still use goes).
   void clear() {
-    std::unordered_map<std::type_index, std::shared_ptr<void>> gone;
+    std::vector<std::pair<const void*, std::shared_ptr<void>>> gone;
     {
       std::lock_guard lock(mu_);
-      gone.swap(by_type_);
+      gone.swap(slots_);
     }
   }
 
  private:
   std::mutex mu_;
-  std::unordered_map<std::type_index, std::shared_ptr<void>> by_type_;
+  std::vector<std::pair<const void*, std::shared_ptr<void>>> slots_;
 };
 
 }  // namespace baton::detail

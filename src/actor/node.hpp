@@ -10,7 +10,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <typeindex>
 #include <unordered_map>
 
 #include "actor/extensions.hpp"

@@ -12,7 +12,6 @@
 #include <optional>
 #include <string>
 #include <thread>
-#include <typeindex>
 #include <unordered_map>
 #include <vector>
 

@@ -392,9 +392,33 @@ void forget_procs(const std::vector<ProcId>& procs) {
 }
 
 void set_cast_handler(CastHandler handler) {
-  if (auto node = node_here()) {
-    router_of(*node).cast_handler.store(handler, std::memory_order_release);
+  if (auto node = node_here()) set_cast_handler(*node, handler);
+}
+
+void set_cast_handler(Node& node, CastHandler handler) {
+  auto& slot = router_of(node).cast_handler;
+  if (slot.load(std::memory_order_acquire) != handler) {
+    slot.store(handler, std::memory_order_release);
   }
+}
+
+CastRoute route_for_cast(ProcState& local, const ProcId& peer, const std::string& address) {
+  auto& r = router_of(*local.node);
+  CastRoute out;
+  out.failed = r.failure_of(peer.name);
+  if (out.failed) return out;
+  {
+    std::lock_guard lock(r.routes_mu);
+    auto it = r.routes.find(peer.name);
+    if (it != r.routes.end()) {
+      out.link = it->second.link;
+      out.owner = it->second.local.lock();
+      return out;
+    }
+  }
+  remember_address(peer, address);  // where it listens, to dial it
+  std::tie(out.link, out.owner) = r.route_to(peer);
+  return out;
 }
 
 std::string address_text(const ProcId& id) {

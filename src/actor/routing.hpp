@@ -41,6 +41,18 @@ std::optional<std::string> route_remote_port_or_local(const PortId& port, const 
 constexpr std::uint64_t kCastPort = ~std::uint64_t{0} - 1;
 using CastHandler = void (*)(const std::shared_ptr<ProcState>& local,
                              const std::shared_ptr<net::Link>& link, Envelope env);
-void set_cast_handler(CastHandler handler);
+void set_cast_handler(CastHandler handler);  // in the node of this thread
+void set_cast_handler(Node& node, CastHandler handler);
+
+/// How a cast reaches `peer` from `local`, in one look at the node's router: whether the peer's
+/// proc is known to have failed (and how), else the link to it and the local proc that owns
+/// that link, dialling the peer at `address` (where its proc listens) if no link is up yet;
+/// link and owner are null if it cannot be reached.
+struct CastRoute {
+  std::shared_ptr<net::Link> link;
+  std::shared_ptr<ProcState> owner;
+  std::optional<std::string> failed;
+};
+CastRoute route_for_cast(ProcState& local, const ProcId& peer, const std::string& address);
 
 }  // namespace baton::detail

@@ -17,6 +17,7 @@
 
 #include "baton/baton.hpp"
 #include "mesh/cast_impl.hpp"
+#include "mesh/host_fanout.test.hpp"
 
 namespace baton {
 namespace {
@@ -190,9 +191,11 @@ class Slow : public Actor {
 TEST(Load, CastsForwardedToSlowMembersWaitUpstreamInBoundedMemory) {
   constexpr std::int64_t kCasts = 6000;  // 16 KiB each: 96 MiB to every member
   constexpr std::size_t kMembers = 12;   // more than the fan-out: some members are forwarded to
+  constexpr int kFanOut = 8;
+  const test_support::HostFanOut fanout(kFanOut);
   auto procs = this_host().spawn_procs({{"procs", kMembers}});
   std::vector<std::size_t> behind_heads;  // the members a head forwards to
-  for (auto [b, e] : detail::cast_impl::split(0, kMembers, kCastFanOut)) {
+  for (auto [b, e] : detail::cast_impl::split(0, kMembers, kFanOut)) {
     for (std::size_t r = b + 1; r < e; ++r) behind_heads.push_back(r);
   }
   ASSERT_FALSE(behind_heads.empty());

@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <numeric>
+#include <optional>
 #include <set>
 
 #include <fcntl.h>
@@ -16,6 +17,7 @@
 
 #include "actor/directory.hpp"
 #include "baton/baton.hpp"
+#include "mesh/host_fanout.test.hpp"
 
 namespace baton {
 namespace {
@@ -214,6 +216,7 @@ TEST(Mesh, SlicesReachExactlyTheirRanks) {
 }
 
 TEST(Mesh, CallOneChooseReduceAndErrors) {
+  const test_support::HostFanOut fanout(8);  // members reached through forwarders too
   auto procs = this_host().spawn_procs({{"gpus", 16}});
   auto counters = procs.spawn<Counter>("counters", 1);
   try {
@@ -296,6 +299,7 @@ TEST(Mesh, StreamYieldsEveryReplyWithItsPoint) {
 }
 
 TEST(Mesh, BroadcastThenChooseSeesTheIncrementEveryTime) {
+  const test_support::HostFanOut fanout(8);  // members reached through forwarders too
   auto procs = this_host().spawn_procs({{"gpus", 16}});
   auto counters = procs.spawn<Counter>("counters", 0);
   for (int i = 1; i <= 300; ++i) {
@@ -312,19 +316,43 @@ TEST(Mesh, BroadcastThenChooseSeesTheIncrementEveryTime) {
 }
 
 TEST(Mesh, ControllerSendsAtMostTheFanOutPerBroadcast) {
+  // To members of one host, the controller sends at most the mesh's host fan-out messages:
+  // kCastHostFanOut, or BATON_CAST_HOST_FANOUT as it was when the mesh was spawned.
   for (std::size_t n : {4u, 16u, 40u}) {
     auto procs = this_host().spawn_procs({{"gpus", n}});
-    auto counters = procs.spawn<Counter>("counters", 0);
-    (void)counters.call(&Counter::value).get();
-    const std::uint64_t before = sent_by_controller();
-    counters.broadcast(&Counter::incr, 1);
-    const std::uint64_t sent = sent_by_controller() - before;
-    EXPECT_LE(sent, kCastFanOut) << "n = " << n;
-    EXPECT_EQ(sent, std::min<std::uint64_t>(n, kCastFanOut)) << "n = " << n;
-    // And everyone got it.
-    EXPECT_EQ(counters.reduce(sum, &Counter::value).get(), static_cast<int>(n));
+    for (int set : {0, 8, 3}) {
+      std::optional<test_support::HostFanOut> fanout;
+      if (set != 0) fanout.emplace(set);
+      auto counters = procs.spawn<Counter>("counters" + std::to_string(set), 0);
+      fanout.reset();  // the mesh keeps the fan-out it was spawned with
+      const std::size_t bound = set != 0 ? static_cast<std::size_t>(set) : kCastHostFanOut;
+      (void)counters.call(&Counter::value).get();
+      const std::uint64_t before = sent_by_controller();
+      counters.broadcast(&Counter::incr, 1);
+      const std::uint64_t sent = sent_by_controller() - before;
+      EXPECT_EQ(sent, std::min<std::uint64_t>(n, bound)) << "n = " << n << ", fan-out " << bound;
+      // And everyone got it.
+      EXPECT_EQ(counters.reduce(sum, &Counter::value).get(), static_cast<int>(n));
+    }
     procs.stop().get();
   }
+}
+
+TEST(Mesh, AHostFanOutOutOfRangeFailsTheSpawnSayingWhatItTakes) {
+  auto procs = this_host().spawn_procs({{"gpus", 2}});
+  for (const std::string bad : {"1", "65", "eight", "8x"}) {
+    ::setenv("BATON_CAST_HOST_FANOUT", bad.c_str(), 1);
+    try {
+      (void)procs.spawn<Counter>("refused", 0);
+      ADD_FAILURE() << "a spawn with BATON_CAST_HOST_FANOUT=" << bad << " went ahead";
+    } catch (const UsageError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("BATON_CAST_HOST_FANOUT=" + bad +
+                                      " is not a fan-out: give a whole number from 2 to 64"));
+    }
+  }
+  ::unsetenv("BATON_CAST_HOST_FANOUT");
+  EXPECT_EQ(procs.spawn<Counter>("counters", 1).reduce(sum, &Counter::value).get(), 2);
+  procs.stop().get();
 }
 
 TEST(Mesh, MeshesRefsAndPortsPassBetweenProcesses) {
@@ -498,6 +526,7 @@ TEST(Mesh, MeshesSliceOnSeveralDimensionsFlattenAndRename) {
 
 TEST(Mesh, ReducersFoldWithTheirMembersInEveryProc) {  // CA-2
   // 20 members: the controller reaches 8 heads, which fold their subtrees before it does.
+  const test_support::HostFanOut fanout(8);
   auto procs = this_host().spawn_procs({{"gpus", 20}});
   auto counters = procs.spawn<Counter>("counters", 0);
   EXPECT_EQ(counters.reduce(sum, &Counter::rank).get(), 190);
@@ -537,6 +566,7 @@ TEST(Mesh, ProcsForgetStoppedMeshes) {  // CA-3, and the node's tables
 
 TEST(Mesh, AnActorErrorNamesTheMembersRankAndPointWhicheverVerbCalledIt) {
   // 12 members: the controller reaches rank 1 directly and rank 2 through the tree.
+  const test_support::HostFanOut fanout(8);
   auto procs = this_host().spawn_procs({{"hosts", 3}, {"gpus", 4}});
   auto counters = procs.spawn<Counter>("counters", 0);
   const auto where = [](auto&& call) -> std::string {

@@ -33,6 +33,7 @@
 #include "baton/baton.hpp"
 #include "host/children.test.hpp"
 #include "host/self_spawn.test.hpp"
+#include "mesh/host_fanout.test.hpp"
 
 namespace baton {
 [[noreturn]] void run_unsupervised_controller();
@@ -582,6 +583,7 @@ TEST(Supervision, TwentyKillsDuringABroadcastNeverHangAndLeaveNoProcess) {
 }
 
 TEST(Supervision, AGatherReportsADeadMemberWithoutWaitingForTheSlowestLiveOne) {  // CA-1
+  const test_support::HostFanOut fanout(8);  // a tree on one host
   // 12 members: rank 2 is reached through rank 1, rank 0 directly; every live member stays
   // blocked (a long training step) until after the gather and the reduce have failed.
   auto procs = this_host().spawn_procs({{"gpus", 12}});
@@ -609,6 +611,7 @@ TEST(Supervision, AGatherReportsADeadMemberWithoutWaitingForTheSlowestLiveOne) {
 }
 
 TEST(Supervision, ADeadForwarderNeverCutsOffTheMembersBehindIt) {  // CA-4
+  const test_support::HostFanOut fanout(8);                        // a tree on one host
   // 20 members: the controller sends to 8 heads; rank 2 forwards to ranks 3 and 4.
   auto procs = this_host().spawn_procs({{"gpus", 20}});
   auto workers = procs.spawn<Worker>("behind", -1);
@@ -636,6 +639,7 @@ TEST(Supervision, ADeadForwarderNeverCutsOffTheMembersBehindIt) {  // CA-4
 }
 
 TEST(Supervision, AMemberLostBehindAForwarderIsReportedWithHowItsProcDied) {
+  const test_support::HostFanOut fanout(8);  // a tree on one host
   // 12 members: the controller sends to 8 heads; rank 2 is reached through rank 1.
   auto procs = this_host().spawn_procs({{"gpus", 12}});
   auto workers = procs.spawn<Worker>("deep", -1);
@@ -657,6 +661,7 @@ TEST(Supervision, AMemberLostBehindAForwarderIsReportedWithHowItsProcDied) {
 }
 
 TEST(Supervision, AStreamYieldsALostMemberAtOnceAndThenEveryOtherMemberOnce) {  // CA-1
+  const test_support::HostFanOut fanout(8);  // a tree on one host
   // 12 members: the controller sends to rank 3 directly; rank 2 is reached through rank 1.
   // Every live member stays blocked until both lost members came out of the stream.
   auto procs = this_host().spawn_procs({{"gpus", 12}});

@@ -45,18 +45,43 @@ struct Hop {
   std::uint64_t reducer = 0;
   std::string reducer_state;  // CA-2
   std::uint64_t endpoint = 0;
-  std::uint32_t fanout = kCastFanOut;
-  std::optional<PortId> reply_to;   // the parent's port for this node's result
-  std::optional<PortId> stream_to;  // stream mode: where each reply goes
-  std::uint64_t key = 0;            // the mesh's tree (CA-3)
-  Slice view;                       // the locations cast to
-  std::uint32_t loc = 0;            // the node this hop is for, and its subtree's end
+  std::uint32_t fanout = kCastHostFanOut;  // the mesh's host fan-out
+  std::optional<PortId> stream_to;         // stream mode: where each reply goes
+  std::uint64_t key = 0;                   // the mesh's tree (CA-3)
+  Slice view;                              // the locations cast to
+  // What differs from child to child (the fields above are the same at every hop of a cast):
+  std::uint32_t loc = 0;  // the node this hop is for, and its subtree's end
   std::uint32_t end = 0;
+  std::optional<PortId> reply_to;  // the parent's port for this node's result
 
   template <class Ar>
   void serialize(Ar& ar) {
-    ar(mode, reducer, reducer_state, endpoint, fanout, reply_to, stream_to, key, view, loc, end);
+    ar(mode, reducer, reducer_state, endpoint, fanout, stream_to, key, view);
+    ar(loc, end, reply_to);
   }
+};
+
+/// A node's hop as it goes to each of its children: the fields common to all of them are
+/// encoded once, at the first child sent over a link, and each child's hop appends its own.
+class HopBytes {
+ public:
+  explicit HopBytes(const Hop& hop) : hop_(hop) {}
+  const Hop& hop() const { return hop_; }
+  /// The hop's encoding up to its first per-child field (as Hop::serialize writes it).
+  const std::string& common() {
+    if (common_.empty()) {
+      Body b;
+      OutputArchive ar(b);
+      ar(hop_.mode, hop_.reducer, hop_.reducer_state, hop_.endpoint, hop_.fanout, hop_.stream_to,
+         hop_.key, hop_.view);
+      common_ = std::move(b.head);
+    }
+    return common_;
+  }
+
+ private:
+  const Hop& hop_;
+  std::string common_;  // never empty once made: the mode alone takes a byte
 };
 
 using Done = std::function<void(std::vector<CastItem>)>;
@@ -85,7 +110,7 @@ void send_item(const PortId& to, const CastItem& item, const ActorId& from) {
 }
 
 void run_node(const std::shared_ptr<ProcState>& local, const ActorId& sender, const Hop& hop,
-              const std::shared_ptr<const ViewIndex>& view, const Body& args, Done done,
+              const std::shared_ptr<const ViewIndex>& view, Body args, Done done,
               const std::shared_ptr<net::Link>& from = nullptr);
 
 /// What the root sends, before it names a child: the request's fields that travel.
@@ -95,7 +120,7 @@ Hop root_hop(const CastRequest& request) {
   hop.reducer = request.reducer;
   hop.reducer_state = request.reducer_state;
   hop.endpoint = request.endpoint;
-  hop.fanout = kCastFanOut;
+  hop.fanout = request.host_fanout;
   hop.stream_to = request.stream_to;
   hop.key = request.key;
   hop.view = request.view;
@@ -130,12 +155,29 @@ void backpressure(const std::shared_ptr<net::Link>& from, net::Link& to) {
   if (!full) from->resume_reading();
 }
 
-/// The envelope that carries `hop` and the call's arguments to `head`'s proc.
-Envelope hop_envelope(const ActorId& sender, const ProcId& head, const Hop& hop, const Body& args) {
+/// The envelope that carries the hop for `child` and the call's arguments to its head's proc.
+Envelope hop_envelope(const ActorId& sender, HopBytes& parent, const CastChild& child,
+                      const std::optional<PortId>& reply_to, const Body& args) {
+  const std::string& common = parent.common();
   Envelope env;
   env.sender = sender;
-  env.dest = PortId{ActorId{head, "proc", 0}, kCastPort};
-  env.body = encode(hop);
+  env.dest = PortId{ActorId{child.head.actor.proc, "proc", 0}, kCastPort};
+  constexpr std::size_t kTail = 160;  // loc, end and a reply port, for most names
+  env.body.head.reserve(common.size() + kTail + args.head.size());
+  env.body.head = common;
+  encode_into(env.body, child.loc, child.end, reply_to);
+  env.body.head += args.head;
+  env.body.parts = args.parts;
+  return env;
+}
+
+/// The envelope of a plain call of `endpoint` on `target` (as ActorRef::call sends it).
+Envelope call_envelope(const ActorId& sender, const ActorId& target, std::uint64_t endpoint,
+                       const std::optional<PortId>& reply_to, const Body& args) {
+  Envelope env;
+  env.sender = sender;
+  env.dest = PortId{target, 0};
+  env.body = encode(endpoint, reply_to);
   env.body.head += args.head;
   env.body.parts = args.parts;
   return env;
@@ -143,76 +185,92 @@ Envelope hop_envelope(const ActorId& sender, const ProcId& head, const Hop& hop,
 
 /// The member at a location of the subtree a node forwards to.
 using MemberAt = std::function<const CastMember&(std::size_t loc)>;
+/// A node's children, kept alive by what holds them (the mesh's root children, the proc's node
+/// of the tree); a ChildResult keeps one by an aliasing pointer instead of copying it.
+using Children = std::shared_ptr<const std::vector<CastChild>>;
+using ChildPtr = std::shared_ptr<const CastChild>;
 
-void send_child(const std::shared_ptr<ProcState>& local, const ActorId& sender, const Hop& parent,
-                const CastChild& child, const std::shared_ptr<const ViewIndex>& view,
+void send_child(const std::shared_ptr<ProcState>& local, const ActorId& sender, HopBytes& parent,
+                const ChildPtr& child, const std::shared_ptr<const ViewIndex>& view,
                 const Body& args, const std::shared_ptr<Gather>& gather, const MemberAt& member_at,
                 const std::shared_ptr<net::Link>& from);
 
 /// CA-4: `child`'s head cannot be reached (its proc died, or nothing answers there): its own
 /// member is reported lost, and the members behind it are reached through its children, as if
 /// it were not in the tree. So a dead forwarder never cuts off live members behind it.
-void route_around(const std::shared_ptr<ProcState>& local, const ActorId& sender, const Hop& parent,
+void route_around(const std::shared_ptr<ProcState>& local, const ActorId& sender, HopBytes& parent,
                   const CastChild& child, const std::shared_ptr<const ViewIndex>& view,
                   const Body& args, const std::shared_ptr<Gather>& gather,
                   const MemberAt& member_at, const std::string& why,
                   const std::shared_ptr<net::Link>& from) {
-  std::vector<CastChild> grandchildren;
+  auto grandchildren = std::make_shared<std::vector<CastChild>>();
   const auto address_at = [&](std::size_t loc) -> std::string_view {
     return member_at(loc).address;
   };
-  for (auto [b, e] : cast_impl::split_at_hosts(child.loc + 1, child.end, kCastFanOut, address_at)) {
-    if (view->any_in(b, e)) grandchildren.push_back({b, e, member_at(b)});
+  const Hop& hop = parent.hop();
+  for (auto [b, e] : cast_impl::split_at_hosts(child.loc + 1, child.end, hop.fanout, address_at)) {
+    if (view->any_in(b, e)) grandchildren->push_back({b, e, member_at(b)});
   }
   if (gather) {
-    gather->expect(grandchildren.size());  // before the head's slot completes
+    gather->expect(grandchildren->size());  // before the head's slot completes
     gather->add(failures(*view, CastChild{child.loc, child.loc + 1, child.head}, why));
   }
-  for (const auto& g : grandchildren) {
-    send_child(local, sender, parent, g, view, args, gather, member_at, from);
+  for (const auto& g : *grandchildren) {
+    send_child(local, sender, parent, ChildPtr(grandchildren, &g), view, args, gather, member_at,
+               from);
   }
 }
 
 /// Sends the hop for `child` to its head's proc: inline if it lives in this process.
-void send_child(const std::shared_ptr<ProcState>& local, const ActorId& sender, const Hop& parent,
-                const CastChild& child, const std::shared_ptr<const ViewIndex>& view,
+void send_child(const std::shared_ptr<ProcState>& local, const ActorId& sender, HopBytes& parent,
+                const ChildPtr& child_ptr, const std::shared_ptr<const ViewIndex>& view,
                 const Body& args, const std::shared_ptr<Gather>& gather, const MemberAt& member_at,
                 const std::shared_ptr<net::Link>& from) {
-  Hop hop = child_hop(parent, child);
+  const CastChild& child = *child_ptr;
   const ProcId& head = child.head.actor.proc;
-  Done child_done;
-  if (gather) child_done = [gather](std::vector<CastItem> items) { gather->add(std::move(items)); };
-  if (auto there = find_proc(head)) {
+  std::optional<PortId> reply_to;
+  if (auto there = local ? local->node->find_proc(head.name) : find_proc(head)) {
     if (local && simulating()) {  // baton-bench scale: as if `there` were in another process
       if (gather) {
-        hop.reply_to =
-            open_reply_port(*local, head, std::make_shared<ChildResult>(gather, view, child));
+        reply_to =
+            open_reply_port(*local, head, std::make_shared<ChildResult>(gather, view, child_ptr));
       }
-      simulate_hop(*local, there, hop_envelope(sender, head, hop, args));
+      simulate_hop(*local, there, hop_envelope(sender, parent, child, reply_to, args));
       return;
     }
-    run_node(there, sender, hop, view, args, std::move(child_done));
+    Done child_done;
+    if (gather) {
+      child_done = [gather](std::vector<CastItem> items) { gather->add(std::move(items)); };
+    }
+    run_node(there, sender, child_hop(parent.hop(), child), view, args, std::move(child_done));
     return;
   }
   const auto lost = [&](const std::string& why) {
     if (gather) gather->add(failures(*view, child, why));
   };
   if (!local) return lost("no proc in this process can link to " + head.name);
-  if (proc_failure(head)) {
+  auto [link, owner, failed_proc] = route_for_cast(*local, head, child.head.address);
+  if (failed_proc) {
     return route_around(local, sender, parent, child, view, args, gather, member_at,
                         "its proc failed", from);
   }
-  remember_address(head, child.head.address);
-  auto [link, owner] = route_to(head);
   if (!link || !owner) {
     return route_around(local, sender, parent, child, view, args, gather, member_at,
                         "proc " + head.name + " cannot be reached", from);
   }
+  // A child whose subtree is its own member alone gets a plain call, as a unicast to it would
+  // (the same link, so the same order): nothing of the tree is left for its proc to do. A
+  // stream's member still gets the hop, which sends its reply to the stream's port.
+  const Hop& hop = parent.hop();
+  const bool plain = child.end == child.loc + 1 && hop.mode != CastMode::stream;
   if (gather) {
-    hop.reply_to =
-        open_reply_port(*owner, head, std::make_shared<ChildResult>(gather, view, child));
+    std::optional<std::uint32_t> rank;
+    if (plain) rank = static_cast<std::uint32_t>(hop.view.rank_of_location(child.loc).value());
+    reply_to =
+        open_reply_port(*owner, head, std::make_shared<ChildResult>(gather, view, child_ptr, rank));
   }
-  Envelope env = hop_envelope(sender, head, hop, args);
+  Envelope env = plain ? call_envelope(sender, child.head.actor, hop.endpoint, reply_to, args)
+                       : hop_envelope(sender, parent, child, reply_to, args);
   owner->envelopes_sent.fetch_add(1, std::memory_order_relaxed);
   const TracedSend traced(env, "cast");
   std::string failed;
@@ -222,25 +280,29 @@ void send_child(const std::shared_ptr<ProcState>& local, const ActorId& sender, 
     failed = e.what();  // backpressure ran out of patience: this subtree is not reached
   }
   if (failed.empty() && from && from != link) backpressure(from, *link);
-  if (!failed.empty() && gather && hop.reply_to) {
-    if (auto sink = resolve_port(*hop.reply_to)) sink->link_lost(failed);
+  if (!failed.empty() && gather && reply_to) {
+    if (auto sink = resolve_port(*reply_to)) sink->link_lost(failed);
   }
 }
 
 /// Forwards to `children` (those with members in the view) and, if `self` is addressed,
-/// delivers to this node's own member first.
+/// delivers to this node's own member first (moving `args` to it when no child is addressed).
 void fan_out(const std::shared_ptr<ProcState>& local, const ActorId& sender, const Hop& hop,
-             const std::shared_ptr<const ViewIndex>& view, const Body& args, const CastMember* self,
-             const std::vector<CastChild>& children, const MemberAt& member_at, Done done,
+             const std::shared_ptr<const ViewIndex>& view, Body& args, const CastMember* self,
+             const Children& children, const MemberAt& member_at, Done done,
              const std::shared_ptr<net::Link>& from) {
-  std::vector<const CastChild*> addressed;
-  for (const auto& c : children) {
-    if (view->any_in(c.loc, c.end)) addressed.push_back(&c);
-  }
+  std::size_t addressed = 0;
+  for (const auto& c : *children) addressed += view->any_in(c.loc, c.end) ? 1 : 0;
   const std::optional<std::size_t> my_rank =
       self != nullptr ? hop.view.rank_of_location(hop.loc) : std::nullopt;
   std::shared_ptr<Gather> gather;
-  if (hop.mode != CastMode::none) {
+  // A leaf's result is its own member's reply alone: it goes up as it comes, with no Gather
+  // (folding one item leaves it as it is).
+  const bool lone = my_rank && addressed == 0 && hop.mode != CastMode::stream;
+  Done lone_done;
+  if (lone) {
+    lone_done = std::move(done);
+  } else if (hop.mode != CastMode::none) {
     Done lost;
     if (hop.mode == CastMode::stream) {
       // Lost members go to the stream's port at once, like replies, not up the tree behind
@@ -250,7 +312,7 @@ void fan_out(const std::shared_ptr<ProcState>& local, const ActorId& sender, con
         for (const auto& item : items) send_item(to, item, from);
       };
     }
-    gather = std::make_shared<Gather>(addressed.size() + (my_rank ? 1 : 0), hop.mode, hop.reducer,
+    gather = std::make_shared<Gather>(addressed + (my_rank ? 1 : 0), hop.mode, hop.reducer,
                                       hop.reducer_state, std::move(done), std::move(lost));
   }
   // Our own member first: what the sender sent earlier to it is already queued in this order.
@@ -266,6 +328,17 @@ void fan_out(const std::shared_ptr<ProcState>& local, const ActorId& sender, con
       reply = make_status_reply([rank, gather](Body b) {
         gather->add({CastItem{rank, std::move(b)}});
       });
+    } else if (hop.mode != CastMode::none && lone_done) {
+      reply = make_status_reply([rank, done = std::move(lone_done)](Body b) {
+        std::vector<CastItem> items;
+        items.push_back(CastItem{rank, std::move(b)});
+        done(std::move(items));
+      });
+    }
+    if (addressed == 0) {  // nothing to forward: the member takes the arguments
+      deliver_local_call(*local, self->actor, hop.endpoint, sender, std::move(args),
+                         std::move(reply), from);
+      return;
     }
     Body mine;
     mine.head = args.head;
@@ -273,15 +346,18 @@ void fan_out(const std::shared_ptr<ProcState>& local, const ActorId& sender, con
     deliver_local_call(*local, self->actor, hop.endpoint, sender, std::move(mine), std::move(reply),
                        from);
   }
-  for (const CastChild* c : addressed) {
-    send_child(local, sender, hop, *c, view, args, gather, member_at, from);
+  HopBytes bytes(hop);
+  for (const auto& c : *children) {
+    if (view->any_in(c.loc, c.end)) {
+      send_child(local, sender, bytes, ChildPtr(children, &c), view, args, gather, member_at, from);
+    }
   }
-  if (gather && addressed.empty() && !my_rank) gather->add({});  // nothing addressed below
+  if (gather && addressed == 0 && !my_rank) gather->add({});  // nothing addressed below
 }
 
 /// One node: deliver to its own member (if addressed), then forward to its children.
 void run_node(const std::shared_ptr<ProcState>& local, const ActorId& sender, const Hop& hop,
-              const std::shared_ptr<const ViewIndex>& view, const Body& args, Done done,
+              const std::shared_ptr<const ViewIndex>& view, Body args, Done done,
               const std::shared_ptr<net::Link>& from) {
   std::shared_ptr<const KnownNode> known;
   {
@@ -307,8 +383,8 @@ void run_node(const std::shared_ptr<ProcState>& local, const ActorId& sender, co
   const MemberAt below = [&node](std::size_t loc) -> const CastMember& {
     return node.below.at(loc - node.loc - 1);
   };
-  fan_out(local, sender, hop, view, args, &node.self, known->children, below, std::move(done),
-          from);
+  fan_out(local, sender, hop, view, args, &node.self, Children(known, &known->children), below,
+          std::move(done), from);
 }
 
 }  // namespace
@@ -321,7 +397,9 @@ void cast_impl::on_cast(const std::shared_ptr<ProcState>& local,
     InputArchive ar(env.body);
     ar(hop);
     if (hop.mode > CastMode::stream) throw DecodeError("bad cast mode");
-    if (hop.fanout < 2 || hop.fanout > 64) throw DecodeError("cast fan-out out of range");
+    if (hop.fanout < 2 || hop.fanout > kCastHostFanOut) {
+      throw DecodeError("cast fan-out out of range");
+    }
     if (hop.loc >= hop.end) throw DecodeError("a cast with an empty subtree");
     if (hop.mode == CastMode::stream && !hop.stream_to) throw DecodeError("stream with no port");
     args.head = env.body.head.substr(ar.position());
@@ -341,19 +419,15 @@ void cast_impl::on_cast(const std::shared_ptr<ProcState>& local,
     };
   }
   auto view = std::make_shared<const ViewIndex>(hop.view);
-  run_node(local, env.sender, hop, view, args, std::move(done), link);
+  run_node(local, env.sender, hop, view, std::move(args), std::move(done), link);
 }
 
-namespace {
-
-/// The root's children: the heads of the chunks of the whole base.
-std::vector<CastChild> root_children(const std::vector<CastMember>& base) {
-  std::vector<CastChild> out;
-  for (auto [b, e] : root_split(base)) out.push_back({b, e, base[b]});
+std::shared_ptr<const std::vector<CastChild>> root_children(const std::vector<CastMember>& base,
+                                                            std::size_t host_fanout) {
+  auto out = std::make_shared<std::vector<CastChild>>();
+  for (auto [b, e] : root_split(base, host_fanout)) out->push_back({b, e, base[b]});
   return out;
 }
-
-}  // namespace
 
 void install_cast() {
   set_cast_handler(&on_cast);
@@ -361,7 +435,7 @@ void install_cast() {
 
 std::size_t cast_hop_bytes(const CastRequest& request, std::size_t child_loc,
                            const PortId& reply_to) {
-  const auto nodes = cast_tree(*request.base);
+  const auto nodes = cast_tree(*request.base, request.host_fanout);
   const auto& node = nodes.at(child_loc);
   Hop hop = child_hop(root_hop(request), CastChild{node.loc, node.end, node.self});
   hop.reply_to = reply_to;
@@ -369,23 +443,28 @@ std::size_t cast_hop_bytes(const CastRequest& request, std::size_t child_loc,
 }
 
 void cast(CastRequest request) {
-  install_cast();
   const auto& base = *request.base;
   auto local = root_proc(base);
-  const Hop hop = root_hop(request);
+  if (local) {
+    set_cast_handler(*local->node, &on_cast);
+  } else {
+    install_cast();
+  }
+  auto view = std::make_shared<const ViewIndex>(request.view);
+  Hop hop = root_hop(request);
   const ActorId sender = current_sender(local.get());
   Done done = std::move(request.done);
   std::shared_ptr<Waiting> waiting;
   if (done) {
-    waiting = start_waiting(*local, [base = request.base, view = request.view,
-                                     endpoint = request.endpoint_name](double waited_s) {
-      return gather_stall_report(*base, view, endpoint, waited_s);
-    });
+    waiting = start_waiting(
+        *local, [base = request.base, view, endpoint = request.endpoint_name](double waited_s) {
+          return gather_stall_report(*base, view->slice(), endpoint, waited_s);
+        });
   }
   if (done) {
     // A forwarder can only say that a member behind it was lost with its link; the process
     // that started the member's proc knows whether it died, and how.
-    done = [done = std::move(done), base = request.base, view = request.view,
+    done = [done = std::move(done), base = request.base, view,
             root = std::weak_ptr<ProcState>(local),
             endpoint = observing() ? request.endpoint_name : std::string_view(),
             sent = std::chrono::steady_clock::now(), waiting](std::vector<CastItem> items) {
@@ -408,7 +487,7 @@ void cast(CastRequest request) {
       // Waiting for an exit may take a moment: not on the I/O thread that brought the result,
       // but on the root proc's one background thread.
       auto work = [done, base, view, items = std::move(items), lost = std::move(lost)]() mutable {
-        attribute_lost(*base, view, items, lost);
+        attribute_lost(*base, view->slice(), items, lost);
         done(std::move(items));
       };
       if (auto proc = root.lock()) {
@@ -418,10 +497,10 @@ void cast(CastRequest request) {
       }
     };
   }
-  auto view = std::make_shared<const ViewIndex>(hop.view);
   const MemberAt at = [&base](std::size_t loc) -> const CastMember& { return base.at(loc); };
-  fan_out(local, sender, hop, view, request.args, nullptr, root_children(base), at, std::move(done),
-          nullptr);
+  const Children children =
+      request.children ? request.children : root_children(base, request.host_fanout);
+  fan_out(local, sender, hop, view, request.args, nullptr, children, at, std::move(done), nullptr);
 }
 
 std::exception_ptr name_member(std::exception_ptr e, const Point& point) {

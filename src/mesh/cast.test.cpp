@@ -32,33 +32,43 @@ CastRequest request_for(std::size_t n, const Slice& view) {
   return req;
 }
 
-TEST(CastTree, EveryMemberIsOneNodeWithAtMostTheFanOutChildrenAndLogDepth) {
-  for (std::size_t n : {1U, 4U, 9U, 100U, 4096U}) {
-    const auto nodes = cast_tree(base_of(n));
-    ASSERT_EQ(nodes.size(), n);
-    std::set<std::size_t> reached;
-    std::vector<std::size_t> depth(n, 1);
-    for (std::size_t loc = 0; loc < n; ++loc) {
-      const CastNode& node = nodes[loc];
-      EXPECT_EQ(node.loc, loc);
-      EXPECT_LE(children_of(node).size(), kCastFanOut);
-      EXPECT_EQ(node.self.actor.proc.name, "procs0." + std::to_string(loc));
-      for (const auto& c : children_of(node)) {
-        EXPECT_TRUE(reached.insert(c.loc).second) << "location " << c.loc << " reached twice";
-        EXPECT_GT(c.loc, loc);
-        EXPECT_LE(c.end, node.end);
-        depth[c.loc] = depth[loc] + 1;  // parents come before their children (c.loc > loc)
-      }
+/// Checks the tree over `n` members of one host with `fanout`: one node a member, each with at
+/// most the fan-out children, every member reached once, depth logarithmic in n.
+void expect_tree(std::size_t n, std::size_t fanout) {
+  const auto base = base_of(n);
+  const auto nodes = cast_tree(base, fanout);
+  ASSERT_EQ(nodes.size(), n);
+  std::set<std::size_t> reached;
+  std::vector<std::size_t> depth(n, 1);
+  for (std::size_t loc = 0; loc < n; ++loc) {
+    const CastNode& node = nodes[loc];
+    EXPECT_EQ(node.loc, loc);
+    EXPECT_EQ(node.host_fanout, fanout);
+    EXPECT_LE(children_of(node).size(), fanout);
+    EXPECT_EQ(node.self.actor.proc.name, "procs0." + std::to_string(loc));
+    for (const auto& c : children_of(node)) {
+      EXPECT_TRUE(reached.insert(c.loc).second) << "location " << c.loc << " reached twice";
+      EXPECT_GT(c.loc, loc);
+      EXPECT_LE(c.end, node.end);
+      depth[c.loc] = depth[loc] + 1;  // parents come before their children (c.loc > loc)
     }
-    std::size_t roots = 0;
-    for (std::size_t loc = 0; loc < n; ++loc) roots += cast_direct(loc, n) ? 1 : 0;
-    EXPECT_EQ(reached.size() + roots, n);  // every member is a root's child or a node's child
-    EXPECT_LE(roots, kCastFanOut);
-    std::size_t deepest = 0;
-    for (std::size_t d : depth) deepest = std::max(deepest, d);
-    std::size_t bound = 1;
-    for (std::size_t reach = kCastFanOut; reach < n; reach *= kCastFanOut) ++bound;
-    EXPECT_LE(deepest, bound + 1) << "n = " << n;
+  }
+  const std::size_t roots = root_children(base, fanout)->size();
+  EXPECT_EQ(reached.size() + roots, n);  // every member is a root's child or a node's child
+  EXPECT_LE(roots, fanout);
+  std::size_t deepest = 0;
+  for (std::size_t d : depth) deepest = std::max(deepest, d);
+  std::size_t bound = 1;
+  for (std::size_t reach = fanout; reach < n; reach *= fanout) ++bound;
+  EXPECT_LE(deepest, bound + 1);
+}
+
+TEST(CastTree, EveryMemberIsOneNodeWithAtMostTheFanOutChildrenAndLogDepth) {
+  for (std::size_t fanout : {std::size_t{2}, std::size_t{8}, kCastHostFanOut}) {
+    for (std::size_t n : {1U, 4U, 9U, 100U, 4096U}) {
+      SCOPED_TRACE("n = " + std::to_string(n) + ", fan-out " + std::to_string(fanout));
+      expect_tree(n, fanout);
+    }
   }
 }
 
@@ -171,8 +181,9 @@ TEST(CastTree, ACastCrossesToEachHostOnce) {
     ASSERT_EQ(entered.size(), hosts) << hosts << " hosts";
     for (const auto& [h, n] : entered) EXPECT_EQ(n, 1) << h << " of " << hosts << " hosts";
   }
-  // One host: as before.
-  EXPECT_EQ(cast_impl::root_split(base_of(12)), cast_impl::split(0, 12, kCastFanOut));
+  // One host: split evenly, into at most the host fan-out.
+  EXPECT_EQ(cast_impl::root_split(base_of(12)), cast_impl::split(0, 12, kCastHostFanOut));
+  EXPECT_EQ(cast_impl::root_split(base_of(12), 8), cast_impl::split(0, 12, 8));
 }
 
 }  // namespace

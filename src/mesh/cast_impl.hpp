@@ -34,6 +34,7 @@ class ViewIndex {
     hi_ = view.location_of_rank(n - 1) + 1;
     contiguous_ = hi_ - lo_ == n;
   }
+  const Slice& slice() const { return view_; }
   /// Calls f(location, rank) for each location of the view in [b, e), in location order.
   template <class F>
   void each_in(std::size_t b, std::size_t e, F f) const {
@@ -71,16 +72,16 @@ class ViewIndex {
 std::vector<std::pair<std::uint32_t, std::uint32_t>> split(std::size_t first, std::size_t end,
                                                            std::size_t fanout);
 
-/// [first, end) in at most `fanout` contiguous chunks cut only where the host of the member at
-/// a location (`address_at`) changes, when the range spans hosts: a cast then enters each host
-/// once, however many hosts there are. Else split(). Every node of the tree, the root and
-/// cast_tree agree on it.
+/// [first, end) in at most kCastFanOut contiguous chunks cut only where the host of the member
+/// at a location (`address_at`) changes, when the range spans hosts: a cast then enters each
+/// host once, however many hosts there are. Else split() into at most `host_fanout`. Every node
+/// of the tree, the root and cast_tree agree on it.
 std::vector<std::pair<std::uint32_t, std::uint32_t>> split_at_hosts(
-    std::size_t first, std::size_t end, std::size_t fanout,
+    std::size_t first, std::size_t end, std::size_t host_fanout,
     const std::function<std::string_view(std::size_t)>& address_at);
 /// The root's chunks of a mesh: split_at_hosts over the whole of it.
 std::vector<std::pair<std::uint32_t, std::uint32_t>> root_split(
-    const std::vector<CastMember>& base);
+    const std::vector<CastMember>& base, std::size_t host_fanout = kCastHostFanOut);
 
 /// A status-tagged reply saying the message was lost with a link.
 Body undeliverable_reply(const std::string& why);
@@ -166,29 +167,40 @@ class Gather {
   std::vector<CastItem> items_;
 };
 
-/// A child's result, arriving over a link (or its failure if the link goes first).
+/// A child's result, arriving over a link (or its failure if the link goes first): the items
+/// its node gathered or, for a child whose subtree is its own member alone (`member_rank`, the
+/// member's rank in the view), that member's reply to a plain call.
 class ChildResult final : public ReplySinkBase {
  public:
   ChildResult(std::shared_ptr<Gather> gather, std::shared_ptr<const ViewIndex> view,
-              CastChild child)
-      : gather_(std::move(gather)), view_(std::move(view)), child_(std::move(child)) {}
+              std::shared_ptr<const CastChild> child,
+              std::optional<std::uint32_t> member_rank = std::nullopt)
+      : gather_(std::move(gather)),
+        view_(std::move(view)),
+        child_(std::move(child)),
+        member_rank_(member_rank) {}
 
   bool deliver(const Body& body) override {
     std::vector<CastItem> items;
+    if (member_rank_) {
+      items.push_back(CastItem{*member_rank_, body});
+      finish(std::move(items));
+      return true;
+    }
     try {
       items = decode<std::vector<CastItem>>(body);
       for (const auto& it : items) {
-        if (!view_->rank_in(it.rank, child_.loc, child_.end)) {
+        if (!view_->rank_in(it.rank, child_->loc, child_->end)) {
           throw DecodeError("a cast result names a rank outside its subtree");
         }
       }
     } catch (const std::exception& e) {
-      items = failures(*view_, child_, std::string("malformed result: ") + e.what());
+      items = failures(*view_, *child_, std::string("malformed result: ") + e.what());
     }
     finish(std::move(items));
     return true;
   }
-  void link_lost(const std::string& why) override { finish(failures(*view_, child_, why)); }
+  void link_lost(const std::string& why) override { finish(failures(*view_, *child_, why)); }
   void peer_failed(const std::exception_ptr& error) override {
     std::string report = "its proc failed";
     try {
@@ -196,7 +208,7 @@ class ChildResult final : public ReplySinkBase {
     } catch (const std::exception& e) {
       report = e.what();
     }
-    finish(failures(*view_, child_, report, report));
+    finish(failures(*view_, *child_, report, report));
   }
 
  private:
@@ -206,7 +218,8 @@ class ChildResult final : public ReplySinkBase {
   }
   std::shared_ptr<Gather> gather_;
   std::shared_ptr<const ViewIndex> view_;
-  CastChild child_;
+  std::shared_ptr<const CastChild> child_;  // kept by what holds it (see send_child)
+  std::optional<std::uint32_t> member_rank_;
   std::atomic<bool> done_{false};
 };
 

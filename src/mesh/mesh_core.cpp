@@ -43,14 +43,24 @@ Future<void> when_all(std::vector<Future<int>> parts) {
 }  // namespace
 
 MeshCore::MeshCore(const std::vector<ActorId>& by_location, std::string name, std::uint64_t key,
+                   std::uint32_t host_fanout,
                    std::shared_ptr<const std::atomic<bool>> procs_stopped)
     : key_(key),
+      host_fanout_(host_fanout),
       life_(std::make_shared<MeshLife>(std::move(name), by_location.size())),
       procs_stopped_(std::move(procs_stopped)) {
   auto members = std::make_shared<std::vector<CastMember>>();
   members->reserve(by_location.size());
   for (const auto& id : by_location) members->push_back({id, address_text(id.proc)});
   members_ = std::move(members);
+  root_children_ = root_children(*members_, host_fanout_);
+}
+
+bool MeshCore::direct(std::size_t loc) const {
+  for (const auto& c : *root_children_) {
+    if (c.loc == loc) return true;
+  }
+  return false;
 }
 
 MeshCore::~MeshCore() = default;
@@ -76,6 +86,8 @@ CastRequest MeshCore::request(const Shape& view, std::uint64_t endpoint, Body ar
   CastRequest req;
   req.key = key_;
   req.base = members_;
+  req.host_fanout = host_fanout_;
+  req.children = root_children_;
   req.view = view.slice();
   req.endpoint = endpoint;
   req.args = std::move(args);
@@ -87,6 +99,8 @@ CastRequest MeshCore::request_one(std::size_t loc, std::uint64_t endpoint, Body 
   CastRequest req;
   req.key = key_;
   req.base = members_;
+  req.host_fanout = host_fanout_;
+  req.children = root_children_;
   req.view = Slice(loc, {1}, {1});
   req.endpoint = endpoint;
   req.args = std::move(args);

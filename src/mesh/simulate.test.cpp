@@ -26,9 +26,10 @@ class Shard : public Actor {
   std::int64_t rank_;
 };
 
-/// `n` procs of this process on one pool, one Shard each, and the mesh over them.
+/// `n` procs of this process on one pool, one Shard each, and the mesh over them, its cast tree
+/// with `host_fanout`.
 struct Simulated {
-  explicit Simulated(std::size_t n, const std::string& prefix) {
+  Simulated(std::size_t n, const std::string& prefix, std::size_t host_fanout = kCastHostFanOut) {
     std::vector<ActorRef<Shard>> refs;
     for (std::size_t i = 0; i < n; ++i) {
       ProcOptions o;
@@ -38,9 +39,10 @@ struct Simulated {
       base.push_back({refs.back().id(), ""});
     }
     const std::uint64_t key = new_mesh_key();
-    auto nodes = cast_tree(base);
+    auto nodes = cast_tree(base, host_fanout);
     for (std::size_t i = 0; i < n; ++i) learn_cast_node(*procs[i], key, std::move(nodes[i]));
-    mesh = ActorMesh<Shard>(Shape::of({{"shards", n}}), std::move(refs), "shards", key);
+    mesh = ActorMesh<Shard>(Shape::of({{"shards", n}}), std::move(refs), "shards", key,
+                            static_cast<std::uint32_t>(host_fanout));
   }
   ~Simulated() { stop_simulating_links(); }
   Simulated(const Simulated&) = delete;
@@ -95,20 +97,26 @@ TEST(SimulatedLinks, ACastAndAReduceOverManyProcsGoHopByHopThroughTheCodec) {
 }
 
 TEST(SimulatedLinks, TheRootsBytesPerReduceDoNotGrowWithTheMesh) {  // CA-3
-  auto bytes_of = [](std::size_t n, const std::string& prefix) {
-    Simulated sim(n, prefix);
+  auto bytes_of = [](std::size_t n, const std::string& prefix, std::size_t fanout) {
+    Simulated sim(n, prefix, fanout);
     simulate_links(*sim.procs[0]);
     EXPECT_EQ(sim.mesh.reduce(baton::sum, &Shard::value, 0).get(),
               static_cast<std::int64_t>(n * (n - 1) / 2 * 10));
     return take_simulated_traffic();
   };
-  const SimulatedTraffic small = bytes_of(100, "sim_b");
-  const SimulatedTraffic big = bytes_of(2000, "sim_c");
-  EXPECT_EQ(big.frames_sent, small.frames_sent);
-  // The hop names its subtree's bounds, a few bytes more for larger locations; nothing else
-  // grows with the mesh.
-  EXPECT_LE(big.bytes_sent, small.bytes_sent + 8 * big.frames_sent);
-  EXPECT_LE(big.bytes_received, small.bytes_received + 8 * big.frames_received);
+  // Sizes past the point where the root's own node (it is the first member too) has all its
+  // children: fan-out squared.
+  for (auto [fanout, n] : {std::pair<std::size_t, std::size_t>{8, 100}, {kCastHostFanOut, 4200}}) {
+    SCOPED_TRACE("fan-out " + std::to_string(fanout));
+    const std::string tag = std::to_string(fanout);
+    const SimulatedTraffic small = bytes_of(n, "sim_b" + tag + "_", fanout);
+    const SimulatedTraffic big = bytes_of(2 * n, "sim_c" + tag + "_", fanout);
+    EXPECT_EQ(big.frames_sent, small.frames_sent);
+    // The hop names its subtree's bounds, a few bytes more for larger locations; nothing else
+    // grows with the mesh.
+    EXPECT_LE(big.bytes_sent, small.bytes_sent + 8 * big.frames_sent);
+    EXPECT_LE(big.bytes_received, small.bytes_received + 8 * big.frames_received);
+  }
 }
 
 TEST(SimulatedLinks, OneSimulationAtATimeAndItsTrafficOnlyWhileItRuns) {

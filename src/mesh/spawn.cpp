@@ -53,8 +53,9 @@ struct Spawning {
   std::vector<ProcId> procs;
   std::string name;
   std::shared_ptr<const std::atomic<bool>> stopped;
-  Shape shape;    // the new mesh's
-  ActorId owner;  // the new mesh's (see ProcMesh::spawn)
+  Shape shape;                                  // the new mesh's
+  ActorId owner;                                // the new mesh's (see ProcMesh::spawn)
+  std::uint32_t host_fanout = kCastHostFanOut;  // its cast tree's
   std::shared_ptr<State<SpawnedMesh>> result = std::make_shared<State<SpawnedMesh>>();
 
   /// A mesh stopped while its spawn was on its way refuses it, whatever became of the steps.
@@ -77,8 +78,9 @@ void placed(const std::shared_ptr<const Spawning>& s, const std::vector<Future<A
     std::vector<ActorId> ids;
     ids.reserve(placed.size());
     for (const auto& f : placed) ids.push_back(f.state()->value());
-    auto core = std::make_shared<const MeshCore>(ids, s->name, new_mesh_key(), s->stopped);
-    const std::vector<CastNode> nodes = cast_tree(core->members());
+    auto core =
+        std::make_shared<const MeshCore>(ids, s->name, new_mesh_key(), s->host_fanout, s->stopped);
+    const std::vector<CastNode> nodes = cast_tree(core->members(), core->host_fanout());
     std::vector<Future<int>> learned;
     learned.reserve(s->procs.size());
     for (std::size_t r = 0; r < s->procs.size(); ++r) {
@@ -112,7 +114,8 @@ Future<detail::SpawnedMesh> ProcMesh::spawn_core(const std::string& name, std::u
     std::vector<std::pair<std::string, std::size_t>> dims;
     for (const auto& label : shape_.labels()) dims.emplace_back(label, shape_.size(label));
     Supervisor place{current_owner(), name, 0, Shape::of(dims), {}};
-    auto s = std::make_shared<Spawning>(Spawning{{}, name, stopped_, place.shape, place.owner});
+    auto s = std::make_shared<Spawning>(
+        Spawning{{}, name, stopped_, place.shape, place.owner, cast_host_fanout_from_env()});
     s->procs.reserve(size());
     std::vector<Future<ActorId>> ids;
     ids.reserve(size());

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <random>
 
 #include "actor/node.hpp"
@@ -36,13 +37,13 @@ std::string_view host_of(std::string_view address) {
 }  // namespace
 
 std::vector<std::pair<std::uint32_t, std::uint32_t>> split_at_hosts(
-    std::size_t first, std::size_t end, std::size_t fanout,
+    std::size_t first, std::size_t end, std::size_t host_fanout,
     const std::function<std::string_view(std::size_t)>& address_at) {
   // A range on one host (its ends on the same one: meshes are laid out host by host) is split
   // evenly. One on several is cut only where the host changes, so that a cast enters each host
   // once: one chunk a host, or, with more hosts than the fan-out, runs of whole hosts.
   if (end - first < 2 || host_of(address_at(first)) == host_of(address_at(end - 1))) {
-    return split(first, end, fanout);
+    return split(first, end, host_fanout);
   }
   std::vector<std::size_t> starts{first};  // where each host's run begins
   for (std::size_t i = first + 1; i < end; ++i) {
@@ -50,7 +51,7 @@ std::vector<std::pair<std::uint32_t, std::uint32_t>> split_at_hosts(
   }
   starts.push_back(end);
   const std::size_t hosts = starts.size() - 1;
-  const std::size_t k = std::min(fanout, hosts);
+  const std::size_t k = std::min(kCastFanOut, hosts);
   std::vector<std::pair<std::uint32_t, std::uint32_t>> out;
   out.reserve(k);
   for (std::size_t i = 0; i < k; ++i) {
@@ -60,20 +61,20 @@ std::vector<std::pair<std::uint32_t, std::uint32_t>> split_at_hosts(
   return out;
 }
 
-std::vector<std::pair<std::uint32_t, std::uint32_t>> root_split(
-    const std::vector<CastMember>& base) {
-  return split_at_hosts(0, base.size(), kCastFanOut,
+std::vector<std::pair<std::uint32_t, std::uint32_t>> root_split(const std::vector<CastMember>& base,
+                                                                std::size_t host_fanout) {
+  return split_at_hosts(0, base.size(), host_fanout,
                         [&](std::size_t loc) -> std::string_view { return base[loc].address; });
 }
 
 }  // namespace cast_impl
 
-using cast_impl::split;
 using cast_impl::split_at_hosts;
 
-std::vector<CastNode> cast_tree(const std::vector<CastMember>& base) {
+std::vector<CastNode> cast_tree(const std::vector<CastMember>& base, std::size_t host_fanout) {
   std::vector<CastNode> nodes(base.size());
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> todo = cast_impl::root_split(base);
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> todo =
+      cast_impl::root_split(base, host_fanout);
   while (!todo.empty()) {
     auto [loc, end] = todo.back();
     todo.pop_back();
@@ -82,7 +83,8 @@ std::vector<CastNode> cast_tree(const std::vector<CastMember>& base) {
     n.end = end;
     n.self = base[loc];
     n.below.assign(base.begin() + loc + 1, base.begin() + end);
-    for (auto c : split_at_hosts(loc + 1, end, kCastFanOut, [&](std::size_t i) -> std::string_view {
+    n.host_fanout = static_cast<std::uint32_t>(host_fanout);
+    for (auto c : split_at_hosts(loc + 1, end, host_fanout, [&](std::size_t i) -> std::string_view {
            return base[i].address;
          })) {
       todo.push_back(c);
@@ -96,7 +98,7 @@ std::vector<CastChild> children_of(const CastNode& node) {
   const auto address_at = [&](std::size_t loc) -> std::string_view {
     return node.below.at(loc - node.loc - 1).address;
   };
-  for (auto [b, e] : split_at_hosts(node.loc + 1, node.end, kCastFanOut, address_at)) {
+  for (auto [b, e] : split_at_hosts(node.loc + 1, node.end, node.host_fanout, address_at)) {
     out.push_back({b, e, node.below.at(b - node.loc - 1)});
   }
   return out;
@@ -148,11 +150,19 @@ std::uint64_t new_mesh_key() {
   return (keys->seed * 0x9E3779B97F4A7C15ULL) ^ keys->next.fetch_add(1, std::memory_order_relaxed);
 }
 
-bool cast_direct(std::size_t loc, std::size_t n) {
-  for (auto [b, e] : split(0, n, kCastFanOut)) {
-    if (b == loc) return true;
+std::uint32_t cast_host_fanout_from_env() {
+  const char* v = std::getenv("BATON_CAST_HOST_FANOUT");
+  if (v == nullptr || *v == '\0') return kCastHostFanOut;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || n < 2 || n > static_cast<long>(kCastHostFanOut)) {
+    throw UsageError("BATON_CAST_HOST_FANOUT=" + std::string(v) +
+                     " is not a fan-out: give a whole number from 2 to " +
+                     std::to_string(kCastHostFanOut) +
+                     " (how many members of one host a node of a cast sends to directly; " +
+                     std::to_string(kCastHostFanOut) + " when unset)");
   }
-  return false;
+  return static_cast<std::uint32_t>(n);
 }
 
 }  // namespace baton::detail

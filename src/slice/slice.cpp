@@ -1,6 +1,8 @@
 #include "baton/slice/slice.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cstdint>
 #include <functional>
 #include <limits>
 #include <numeric>
@@ -49,16 +51,44 @@ bool mul_overflows(std::size_t a, std::size_t b) {
   return b != 0 && a > kMaxSize / b;
 }
 
-// Dimensions with more than one member, from the smallest stride to the largest.
-std::vector<std::size_t> by_stride(const std::vector<std::size_t>& sizes,
-                                   const std::vector<std::size_t>& strides) {
-  std::vector<std::size_t> order;
+/// Dimensions with more than one member, from the smallest stride to the largest (a stable
+/// order: equal strides keep their dimensions' order). In place, since a slice has at most
+/// kMaxDims dimensions: every rank_of_location() of a cast's node asks for it.
+struct StrideOrder {
+  std::array<std::uint8_t, kMaxDims> dims{};
+  std::size_t n = 0;
+};
+StrideOrder by_stride(const std::vector<std::size_t>& sizes,
+                      const std::vector<std::size_t>& strides) {
+  StrideOrder order;
   for (std::size_t d = 0; d < sizes.size(); ++d) {
-    if (sizes[d] > 1) order.push_back(d);
+    if (sizes[d] <= 1) continue;
+    std::size_t i = order.n++;
+    for (; i > 0 && strides[order.dims[i - 1]] > strides[d]; --i) order.dims[i] = order.dims[i - 1];
+    order.dims[i] = static_cast<std::uint8_t>(d);
   }
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t a, std::size_t b) { return strides[a] < strides[b]; });
   return order;
+}
+
+/// The coordinates of `location` in the slice (offset, sizes, strides), into `coords` (one per
+/// dimension); false if the slice has no such location.
+bool coordinates_into(std::size_t offset, const std::vector<std::size_t>& sizes,
+                      const std::vector<std::size_t>& strides, std::size_t location,
+                      std::size_t* coords) {
+  if (location < offset) return false;
+  // The constructor guarantees strides nest, so from the largest stride down each coordinate is
+  // the quotient; a remainder left over means the location falls in a gap.
+  const StrideOrder order = by_stride(sizes, strides);
+  std::fill(coords, coords + sizes.size(), 0);
+  std::size_t rem = location - offset;
+  for (std::size_t i = order.n; i-- > 0;) {
+    const std::size_t d = order.dims[i];
+    const std::size_t c = rem / strides[d];
+    if (c >= sizes[d]) return false;
+    coords[d] = c;
+    rem -= c * strides[d];
+  }
+  return rem == 0;
 }
 
 }  // namespace
@@ -110,7 +140,9 @@ Slice::Slice(std::size_t offset, std::vector<std::size_t> sizes, std::vector<std
   // coordinates to locations one-to-one and lets coordinates() peel dimensions off greedily;
   // row-major, column-major and every at/range/split of them qualify.
   std::size_t reach = 0;
-  for (std::size_t d : by_stride(sizes_, strides_)) {
+  const StrideOrder order = by_stride(sizes_, strides_);
+  for (std::size_t i = 0; i < order.n; ++i) {
+    const std::size_t d = order.dims[i];
     if (strides_[d] <= reach) {
       throw SliceError(to_string() + " has interleaved dimensions: the stride " +
                        std::to_string(strides_[d]) + " of dimension " + std::to_string(d) +
@@ -162,20 +194,8 @@ std::size_t Slice::location(std::span<const std::size_t> coords) const {
 }
 
 std::optional<std::vector<std::size_t>> Slice::try_coordinates(std::size_t location) const {
-  if (location < offset_) return std::nullopt;
-  // The constructor guarantees strides nest, so from the largest stride down each coordinate is
-  // the quotient; a remainder left over means the location falls in a gap.
-  const std::vector<std::size_t> order = by_stride(sizes_, strides_);
   std::vector<std::size_t> coords(sizes_.size(), 0);
-  std::size_t rem = location - offset_;
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    const std::size_t d = *it;
-    const std::size_t c = rem / strides_[d];
-    if (c >= sizes_[d]) return std::nullopt;
-    coords[d] = c;
-    rem -= c * strides_[d];
-  }
-  if (rem != 0) return std::nullopt;
+  if (!coordinates_into(offset_, sizes_, strides_, location, coords.data())) return std::nullopt;
   return coords;
 }
 
@@ -199,10 +219,10 @@ std::size_t Slice::location_of_rank(std::size_t rank) const {
 }
 
 std::optional<std::size_t> Slice::rank_of_location(std::size_t location) const {
-  auto c = try_coordinates(location);
-  if (!c) return std::nullopt;
+  std::array<std::size_t, kMaxDims> c{};
+  if (!coordinates_into(offset_, sizes_, strides_, location, c.data())) return std::nullopt;
   std::size_t rank = 0;
-  for (std::size_t d = 0; d < sizes_.size(); ++d) rank = rank * sizes_[d] + (*c)[d];
+  for (std::size_t d = 0; d < sizes_.size(); ++d) rank = rank * sizes_[d] + c[d];
   return rank;
 }
 

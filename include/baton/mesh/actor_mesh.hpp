@@ -169,14 +169,16 @@ template <class A>
 class ActorMesh : public Sliceable<ActorMesh<A>> {
  public:
   ActorMesh() = default;
-  /// Over members whose procs learned the mesh's tree under `key` (see ProcMesh::spawn).
+  /// Over members whose procs learned the mesh's tree under `key`, with `host_fanout` (see
+  /// ProcMesh::spawn).
   ActorMesh(Shape shape, std::vector<ActorRef<A>> by_location, std::string name, std::uint64_t key,
+            std::uint32_t host_fanout = kCastHostFanOut,
             std::shared_ptr<const std::atomic<bool>> procs_stopped = nullptr)
       : shape_(std::move(shape)) {
     std::vector<ActorId> ids;
     ids.reserve(by_location.size());
     for (const auto& ref : by_location) ids.push_back(ref.id());
-    core_ = std::make_shared<const detail::MeshCore>(ids, std::move(name), key,
+    core_ = std::make_shared<const detail::MeshCore>(ids, std::move(name), key, host_fanout,
                                                      std::move(procs_stopped));
     refs_ = std::make_shared<const std::vector<ActorRef<A>>>(std::move(by_location));
   }
@@ -185,7 +187,7 @@ class ActorMesh : public Sliceable<ActorMesh<A>> {
   std::size_t size() const { return shape_.len(); }
   /// The actor at `rank` of this (possibly sliced) mesh. Messages sent through the ref take
   /// their own path: FIFO with the mesh's adverbs holds only for members the sender reaches
-  /// directly (see cast_direct).
+  /// directly (see MeshCore::direct).
   const ActorRef<A>& at(std::size_t rank) const { return refs().at(shape_.location(rank)); }
 
   /// Calls every member; the future holds each reply at its rank (its Point via shape()).
@@ -277,19 +279,23 @@ class ActorMesh : public Sliceable<ActorMesh<A>> {
 
   template <class Ar>
   void save(Ar& ar) const {
-    ar(shape_, core().name(), core().key(), refs());
+    ar(shape_, core().name(), core().key(), core().host_fanout(), refs());
   }
   template <class Ar>
   void load(Ar& ar) {
     Shape shape;
     std::string name;
     std::uint64_t key = 0;
+    std::uint32_t host_fanout = 0;
     std::vector<ActorRef<A>> refs;
-    ar(shape, name, key, refs);
+    ar(shape, name, key, host_fanout, refs);
+    if (host_fanout < 2 || host_fanout > kCastHostFanOut) {
+      throw DecodeError("an actor mesh whose cast fan-out is out of range");
+    }
     if (shape.len() > 0 && refs.size() <= shape.location(shape.len() - 1)) {
       throw DecodeError("an actor mesh whose shape reaches past its members");
     }
-    *this = ActorMesh(Shape{}, std::move(refs), std::move(name), key);
+    *this = ActorMesh(Shape{}, std::move(refs), std::move(name), key, host_fanout);
     shape_ = std::move(shape);
   }
 
@@ -350,7 +356,7 @@ class ActorMesh : public Sliceable<ActorMesh<A>> {
     using R = detail::reply_t<F>;
     const std::size_t loc = shape_.location(rank);
     core().check_live(loc);
-    if (detail::cast_direct(loc, refs().size())) {
+    if (core().direct(loc)) {
       return detail::naming_member(refs()[loc].call(f, std::forward<Args>(args)...),
                                    shape_.point(rank));
     }

@@ -8,14 +8,20 @@
 // heads) once, at spawn, and derives the rest from it.
 //
 // The members of a mesh's base, in location order, form a fixed tree: the sender splits them into
-// at most kCastFanOut contiguous chunks and sends each chunk to its first member's proc; that proc
-// delivers to its own member and splits the rest of its chunk the same way. A slice prunes the
+// contiguous chunks and sends each chunk to its first member's proc; that proc delivers to its own
+// member and splits the rest of its chunk the same way. A range spanning hosts is cut where the
+// host changes, into at most kCastFanOut runs of whole hosts, so a cast enters each host once; a
+// range on one host is split into at most the mesh's host fan-out chunks (kCastHostFanOut unless
+// BATON_CAST_HOST_FANOUT said otherwise at spawn), so a cast to the procs of one host goes out
+// flat up to that many members: they share the host's cores, and forwarding through one of them
+// adds work and hand-offs that sending directly does not. A slice prunes the
 // subtrees with none of its members but never changes the tree, so every message from one sender
 // to one member (a cast, or a single-member call routed down the tree) takes the same path, and
 // FIFO per (sender, receiver) holds across direct and broadcast sends. Forwarding runs on the
 // I/O thread that received the cast, in link order. Replies climb the same tree: each node
 // gathers (or folds, for reducers) its subtree's replies and sends one message to its parent, so
-// the sender handles at most kCastFanOut messages whatever the mesh size.
+// the sender handles at most the fan-out's messages whatever the mesh size. A child whose subtree
+// is its own member alone gets a plain call, as a unicast to it would.
 
 #include <array>
 #include <bit>
@@ -44,8 +50,12 @@ namespace baton {
 
 class Proc;
 
-/// The most messages a node of the cast tree (the sender included) sends for one cast.
+/// The most runs of hosts a node of the cast tree (the sender included) splits a range spanning
+/// hosts into: the messages it sends across hosts for one cast.
 inline constexpr std::size_t kCastFanOut = 8;
+/// The most members of one host a node sends to directly, by default; also the most a mesh may
+/// set (BATON_CAST_HOST_FANOUT, read where the mesh is spawned, from 2 up to this).
+inline constexpr std::size_t kCastHostFanOut = 64;
 
 namespace detail {
 
@@ -78,16 +88,27 @@ struct CastNode {
   /// The members of (loc, end): a node forwards to its children's heads among them and, if a
   /// head's proc is dead or unreachable, to that head's own children instead (CA-4).
   std::vector<CastMember> below;
+  std::uint32_t host_fanout = kCastHostFanOut;  // the mesh's (see kCastHostFanOut)
 
   template <class Ar>
   void serialize(Ar& ar) {
-    ar(loc, end, self, below);
+    ar(loc, end, self, below, host_fanout);
   }
 };
-/// The node at every location of a base of members (by location).
-std::vector<CastNode> cast_tree(const std::vector<CastMember>& base);
-/// A node's children: at most kCastFanOut chunks of (loc, end), each with its head.
+/// The node at every location of a base of members (by location), for a mesh whose host
+/// fan-out is `host_fanout`.
+std::vector<CastNode> cast_tree(const std::vector<CastMember>& base,
+                                std::size_t host_fanout = kCastHostFanOut);
+/// A node's children: the chunks of (loc, end), each with its head.
 std::vector<CastChild> children_of(const CastNode& node);
+/// The sender's children over a base of members: the heads of its chunks. A mesh works them
+/// out once, for all its casts (CastRequest::children).
+std::shared_ptr<const std::vector<CastChild>> root_children(
+    const std::vector<CastMember>& base, std::size_t host_fanout = kCastHostFanOut);
+/// The host fan-out a mesh spawned here now gets: BATON_CAST_HOST_FANOUT, else kCastHostFanOut.
+/// Throws UsageError, saying what it takes, for anything but a whole number from 2 to
+/// kCastHostFanOut.
+std::uint32_t cast_host_fanout_from_env();
 /// Installs `node` of the mesh `key` in `proc`, the member's proc; forget_cast_node() drops
 /// it once every member of the mesh stopped.
 void learn_cast_node(Proc& proc, std::uint64_t key, CastNode node);
@@ -119,6 +140,9 @@ enum class CastMode : std::uint8_t {
 struct CastRequest {
   std::uint64_t key = 0;                                // the mesh's tree (CA-3)
   std::shared_ptr<const std::vector<CastMember>> base;  // by location
+  std::uint32_t host_fanout = kCastHostFanOut;          // the mesh's, as its procs learned it
+  /// root_children(*base, host_fanout), if the caller kept them (else the cast works them out).
+  std::shared_ptr<const std::vector<CastChild>> children;
   Slice view;  // the locations cast to; a member's rank is its rank in the view
   std::uint64_t endpoint = 0;
   /// Its name, for a gather or reduce whose round trip the root proc's metrics count (empty:
@@ -142,9 +166,6 @@ void cast(CastRequest request);
 /// depend on the mesh's size (CA-3).
 std::size_t cast_hop_bytes(const CastRequest& request, std::size_t child_loc,
                            const PortId& reply_to);
-/// True if location `loc` of a base of `n` members is one the sender sends to directly, so a
-/// plain call to it takes the same path as a cast.
-bool cast_direct(std::size_t loc, std::size_t n);
 /// Installs the forwarder for casts arriving from other processes (idempotent).
 void install_cast();
 

@@ -22,16 +22,20 @@ class MeshLife;
 /// its members were stopped: shared by every view and copy of the mesh.
 class MeshCore {
  public:
-  /// Over members whose procs learned the mesh's tree under `key`; `procs_stopped` is set once
-  /// their proc mesh is told to stop (null: never).
+  /// Over members whose procs learned the mesh's tree under `key`, with `host_fanout`;
+  /// `procs_stopped` is set once their proc mesh is told to stop (null: never).
   MeshCore(const std::vector<ActorId>& by_location, std::string name, std::uint64_t key,
-           std::shared_ptr<const std::atomic<bool>> procs_stopped);
+           std::uint32_t host_fanout, std::shared_ptr<const std::atomic<bool>> procs_stopped);
   ~MeshCore();
   MeshCore(const MeshCore&) = delete;
   MeshCore& operator=(const MeshCore&) = delete;
 
   const std::string& name() const;
   std::uint64_t key() const { return key_; }
+  std::uint32_t host_fanout() const { return host_fanout_; }
+  /// Whether the sender sends to the member at `loc` directly, so that a plain call to it takes
+  /// the same path as a cast.
+  bool direct(std::size_t loc) const;
   std::size_t size() const { return members_->size(); }
   const ActorId& id(std::size_t loc) const { return (*members_)[loc].actor; }
   /// The members by location, with the addresses of their procs (what the cast tree is built of).
@@ -52,7 +56,9 @@ class MeshCore {
 
  private:
   std::shared_ptr<const std::vector<CastMember>> members_;
+  std::shared_ptr<const std::vector<CastChild>> root_children_;  // of every cast's root
   std::uint64_t key_ = 0;
+  std::uint32_t host_fanout_ = kCastHostFanOut;
   std::shared_ptr<MeshLife> life_;
   std::shared_ptr<const std::atomic<bool>> procs_stopped_;
 };
