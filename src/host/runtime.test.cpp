@@ -26,6 +26,7 @@
 #include "baton/baton.hpp"
 #include "host/children.test.hpp"
 #include "host/self_spawn.test.hpp"
+#include "mesh/host_fanout.test.hpp"
 
 namespace baton {
 [[noreturn]] void run_doomed_controller();
@@ -522,7 +523,7 @@ TEST(Failure, AReplyTooBigForOneMessageFailsTheCallSayingWhyNeverAHang) {
   const auto timeout = std::chrono::seconds(60);
   const std::string gathered =
       failure_of([&] { (void)counters.call(&Counter::big, too_big).get(timeout); });
-  EXPECT_THAT(gathered, HasSubstr("could not be sent on"));
+  EXPECT_THAT(gathered, HasSubstr("the reply could not be sent"));  // a member sent to directly
   EXPECT_THAT(gathered, HasSubstr("exceeds the limit"));
   const std::string direct =
       failure_of([&] { (void)counters.at(1).call(&Counter::big, too_big).get(timeout); });
@@ -536,6 +537,17 @@ TEST(Failure, AReplyTooBigForOneMessageFailsTheCallSayingWhyNeverAHang) {
   EXPECT_EQ(counters.call(&Counter::big, std::size_t{3}).get(timeout).values(),
             (std::vector<std::string>{"xxx", "xxx"}));
   procs.stop().get();
+
+  // Behind a forwarder (ranks 1 and 2 of a tree with two children a node), whose gathered
+  // result cannot be sent on: it says so.
+  const test_support::HostFanOut fanout(2);
+  auto three = this_host().spawn_procs({{"gpus", 3}});
+  auto deep = three.spawn<Counter>("deep_repliers", 0);
+  const std::string forwarded =
+      failure_of([&] { (void)deep.slice("gpus", 1, 3).call(&Counter::big, too_big).get(timeout); });
+  EXPECT_THAT(forwarded, HasSubstr("could not be sent on"));
+  EXPECT_THAT(forwarded, HasSubstr("exceeds the limit"));
+  three.stop().get();
 }
 
 TEST(Failure, NoOrphansWhenTheControllerIsKilled) {
