@@ -322,11 +322,11 @@ void fan_out(const std::shared_ptr<ProcState>& local, const ActorId& sender, con
     if (hop.mode == CastMode::stream) {
       reply = make_status_reply([to = *hop.stream_to, rank, gather, from = self->actor](Body b) {
         send_item(to, CastItem{rank, std::move(b)}, from);
-        gather->add({});
+        gather->add(std::vector<CastItem>{});
       });
     } else if (gather) {
       reply = make_status_reply([rank, gather](Body b) {
-        gather->add({CastItem{rank, std::move(b)}});
+        gather->add(CastItem{rank, std::move(b)});
       });
     } else if (hop.mode != CastMode::none && lone_done) {
       reply = make_status_reply([rank, done = std::move(lone_done)](Body b) {
@@ -352,7 +352,8 @@ void fan_out(const std::shared_ptr<ProcState>& local, const ActorId& sender, con
       send_child(local, sender, bytes, ChildPtr(children, &c), view, args, gather, member_at, from);
     }
   }
-  if (gather && addressed == 0 && !my_rank) gather->add({});  // nothing addressed below
+  if (gather && addressed == 0 && !my_rank)
+    gather->add(std::vector<CastItem>{});  // nothing addressed below
 }
 
 /// One node: deliver to its own member (if addressed), then forward to its children.

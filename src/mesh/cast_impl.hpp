@@ -122,12 +122,34 @@ class Gather {
         reducer_(reducer),
         reducer_state_(std::move(reducer_state)),
         done_(std::move(done)),
-        lost_(std::move(lost)) {}
+        lost_(std::move(lost)) {
+    if (mode_ == CastMode::gather) items_.reserve(expected);  // at least one item a result
+  }
 
   /// `n` more results to wait for: a dead child's children, reached around it (CA-4).
   void expect(std::size_t n) {
     std::lock_guard lock(mu_);
     if (left_ != 0) left_ += n;
+  }
+
+  /// One member's reply: a child that is a member alone, or this node's own member.
+  void add(CastItem one) {
+    std::unique_lock lock(mu_);
+    if (left_ == 0) return;  // reported already (CA-1)
+    if (mode_ == CastMode::stream) {
+      lock.unlock();
+      std::vector<CastItem> more;
+      more.push_back(std::move(one));
+      return add(std::move(more));
+    }
+    const bool lost = reply_is_member_lost(one.reply);
+    items_.push_back(std::move(one));
+    if (lost) {
+      left_ = 0;
+    } else if (--left_ != 0) {
+      return;
+    }
+    finish(lock);
   }
 
   void add(std::vector<CastItem> more) {
@@ -150,13 +172,18 @@ class Gather {
     } else if (--left_ != 0) {
       return;
     }
+    finish(lock);
+  }
+
+ private:
+  /// Every result is in (or a member was lost): hands the items on, unlocked.
+  void finish(std::unique_lock<std::mutex>& lock) {
     auto items = std::move(items_);
     lock.unlock();
     if (mode_ == CastMode::reduce) items = fold(reducer_, reducer_state_, std::move(items));
     if (done_) done_(std::move(items));
   }
 
- private:
   std::mutex mu_;
   std::size_t left_;
   CastMode mode_;
@@ -183,8 +210,7 @@ class ChildResult final : public ReplySinkBase {
   bool deliver(const Body& body) override {
     std::vector<CastItem> items;
     if (member_rank_) {
-      items.push_back(CastItem{*member_rank_, body});
-      finish(std::move(items));
+      if (!done_.exchange(true)) gather_->add(CastItem{*member_rank_, body});
       return true;
     }
     try {

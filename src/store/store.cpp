@@ -15,6 +15,7 @@
 #include "baton/mesh/actor_mesh.hpp"
 #include "store/client.hpp"
 #include "store/volume.hpp"
+#include "wire/slab.hpp"
 
 namespace baton::store {
 
@@ -221,6 +222,7 @@ void Store::fetch(const std::string& key, const GetOptions& options,
             if (std::string why = unfit(key, got, *into, dtype); !why.empty()) {
               throw StoreError(why);
             }
+            wire::populate_for_read(got.data);
             std::memcpy(into->data(), got.data.data(), got.data.size());
           }
           return std::move(got);

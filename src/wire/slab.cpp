@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <system_error>
@@ -81,6 +82,19 @@ int slab_fd(const Bytes& b) {
   if (release == nullptr || release->fd < 0) return -1;
   if (b.data() != b.owner().get() || b.size() != release->size) return -1;  // a slice of one
   return release->fd;
+}
+
+void populate_for_read(const Bytes& b) {
+#ifdef MADV_POPULATE_READ
+  constexpr std::size_t kLeast = std::size_t{1} << 20;
+  if (b.size() < kLeast || std::get_deleter<SlabRelease>(b.owner()) == nullptr) return;
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto at = reinterpret_cast<std::uintptr_t>(b.data());
+  const std::uintptr_t first = at & ~(page - 1);  // madvise takes whole pages
+  (void)::madvise(reinterpret_cast<void*>(first), at + b.size() - first, MADV_POPULATE_READ);
+#else
+  (void)b;
+#endif
 }
 
 Bytes copy_to_slab(const void* data, std::size_t size) {

@@ -39,6 +39,12 @@ Bytes to_slab(const Bytes& b);
 /// The memfd of the slab that `b` is (whole), or -1.
 int slab_fd(const Bytes& b);
 
+/// Before a copy reads all of `b`: if it lies in a slab's mapping, asks the kernel for its pages
+/// in one call (MADV_POPULATE_READ). A slab is mapped lazily, and faulting its pages in one
+/// fault at a time as a copy reaches them costs more. Nothing for other memory, under 1 MiB, or
+/// where the kernel does not offer it (the copy then faults as before).
+void populate_for_read(const Bytes& b);
+
 /// Maps the slab a peer sent, which must hold `size` bytes; takes `fd`. "" with `out` set, or
 /// why it cannot be used (not sealed against change, another size).
 std::string map_slab(int fd, std::size_t size, Bytes& out);

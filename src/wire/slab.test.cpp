@@ -11,6 +11,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -41,6 +43,33 @@ TEST(Slabs, ALargeCopyIsASealedSlabAndASmallOneIsNot) {
   }
   EXPECT_EQ(slabs_here(), 0u) << "the slab outlived its last Bytes";
   EXPECT_EQ(slab_fd(Bytes::copy(std::string(kSlabBytes - 1, 's'))), -1);
+}
+
+/// The resident size, in bytes, of the mapping of this process that holds `at` (from smaps).
+std::size_t resident_bytes_of(const void* at) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto addr = reinterpret_cast<std::uintptr_t>(at);
+  bool in = false;
+  for (std::string line; std::getline(smaps, line);) {
+    unsigned long lo = 0;
+    unsigned long hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) {
+      in = addr >= lo && addr < hi;
+    } else if (in && line.rfind("Rss:", 0) == 0) {
+      return std::stoul(line.substr(4)) * 1024;
+    }
+  }
+  throw std::runtime_error("no mapping holds that address");
+}
+
+TEST(Slabs, APopulatedSlabIsMappedInBeforeACopyReadsIt) {
+  const Bytes b = Bytes::copy(std::string(kSlabBytes, 'p'));
+  ASSERT_GE(slab_fd(b), 0);
+  EXPECT_EQ(resident_bytes_of(b.data()), 0U) << "a slab is mapped lazily";
+  populate_for_read(b.slice(0, 1000));  // under 1 MiB: not worth a call
+  EXPECT_EQ(resident_bytes_of(b.data()), 0U);
+  populate_for_read(b);
+  EXPECT_EQ(resident_bytes_of(b.data()), kSlabBytes);
 }
 
 TEST(Slabs, MakeFillsInPlaceAndWhatItLeavesIsZero) {
