@@ -28,6 +28,14 @@ constexpr unsigned kCoresPerSpinner = 8;
 // How long a strand may wait in a busy worker's slot before it goes to the shared queue.
 constexpr auto kStuckAfter = std::chrono::milliseconds(2);
 
+/// Whether work just queued in a pool needs one more worker (workers start as work comes):
+/// none is asleep to take it, fewer than `target` run (those blocked in a BlockingRegion not
+/// counted), and the pool has room for another.
+bool wants_another(std::size_t sleeping, bool stopping, std::size_t started, std::size_t blocked,
+                   std::size_t target, std::size_t capacity) {
+  return sleeping == 0 && !stopping && started - blocked < target && started < capacity;
+}
+
 }  // namespace
 
 ThreadPool::ThreadPool(std::size_t threads) {
@@ -110,8 +118,8 @@ void ThreadPool::schedule(Runnable* r) {
     // Nobody asleep to take it (sleepers count under mu_): one more worker, up to `threads`
     // running, where fewer run.
     const std::size_t n = started_.load(std::memory_order_relaxed);
-    if (sleeping_.load(std::memory_order_relaxed) == 0 && !stopping_ &&
-        n - blocked_.load(std::memory_order_acquire) < target_ && n < workers_.size()) {
+    if (wants_another(sleeping_.load(std::memory_order_relaxed), stopping_, n,
+                      blocked_.load(std::memory_order_acquire), target_, workers_.size())) {
       start_worker(n);
       return;  // it takes the queue's work as it starts
     }
@@ -145,8 +153,8 @@ bool ThreadPool::free_stuck_slots() {
       // Its owner runs long, and no worker may be asleep to take it (workers start as work
       // comes): one more starts then, as in schedule().
       const std::size_t m = started_.load(std::memory_order_relaxed);
-      if (sleeping_.load(std::memory_order_relaxed) == 0 && !stopping_ &&
-          m - blocked_.load(std::memory_order_acquire) < target_ && m < workers_.size()) {
+      if (wants_another(sleeping_.load(std::memory_order_relaxed), stopping_, m,
+                        blocked_.load(std::memory_order_acquire), target_, workers_.size())) {
         start_worker(m);
       }
     }
