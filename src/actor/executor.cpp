@@ -29,11 +29,13 @@ constexpr unsigned kCoresPerSpinner = 8;
 constexpr auto kStuckAfter = std::chrono::milliseconds(2);
 
 /// Whether work just queued in a pool needs one more worker (workers start as work comes):
-/// none is asleep to take it, fewer than `target` run (those blocked in a BlockingRegion not
-/// counted), and the pool has room for another.
-bool wants_another(std::size_t sleeping, bool stopping, std::size_t started, std::size_t blocked,
-                   std::size_t target, std::size_t capacity) {
-  return sleeping == 0 && !stopping && started - blocked < target && started < capacity;
+/// more strands wait in the shared queue than workers sleep to take them, fewer than `target`
+/// run (those blocked in a BlockingRegion not counted), and the pool has room for another.
+/// Strands, not wake-ups, are counted: a sleeper woken for one strand that then runs long (or
+/// blocks until another actor of its proc answers) must not leave a second one queued behind it.
+bool wants_another(std::size_t queued, std::size_t sleeping, bool stopping, std::size_t started,
+                   std::size_t blocked, std::size_t target, std::size_t capacity) {
+  return queued > sleeping && !stopping && started - blocked < target && started < capacity;
 }
 
 }  // namespace
@@ -118,10 +120,9 @@ void ThreadPool::schedule(Runnable* r) {
     // Nobody asleep to take it (sleepers count under mu_): one more worker, up to `threads`
     // running, where fewer run.
     const std::size_t n = started_.load(std::memory_order_relaxed);
-    if (wants_another(sleeping_.load(std::memory_order_relaxed), stopping_, n,
+    if (wants_another(queue_.size(), sleeping_.load(std::memory_order_relaxed), stopping_, n,
                       blocked_.load(std::memory_order_acquire), target_, workers_.size())) {
-      start_worker(n);
-      return;  // it takes the queue's work as it starts
+      start_worker(n);  // it takes the queue's work as it starts
     }
   }
   if (sleeping_.load(std::memory_order_acquire) > 0) cv_.notify_one();
@@ -153,7 +154,7 @@ bool ThreadPool::free_stuck_slots() {
       // Its owner runs long, and no worker may be asleep to take it (workers start as work
       // comes): one more starts then, as in schedule().
       const std::size_t m = started_.load(std::memory_order_relaxed);
-      if (wants_another(sleeping_.load(std::memory_order_relaxed), stopping_, m,
+      if (wants_another(queue_.size(), sleeping_.load(std::memory_order_relaxed), stopping_, m,
                         blocked_.load(std::memory_order_acquire), target_, workers_.size())) {
         start_worker(m);
       }
