@@ -144,12 +144,7 @@ class Gather {
     }
     const bool lost = reply_is_member_lost(one.reply);
     items_.push_back(std::move(one));
-    if (lost) {
-      left_ = 0;
-    } else if (--left_ != 0) {
-      return;
-    }
-    finish(lock);
+    result_in(lock, lost);
   }
 
   void add(std::vector<CastItem> more) {
@@ -167,6 +162,13 @@ class Gather {
       lost = lost || reply_is_member_lost(it.reply);
       items_.push_back(std::move(it));
     }
+    result_in(lock, lost);
+  }
+
+ private:
+  /// One more result is in (its items added): once it was the last, or it holds a member lost
+  /// (CA-1), hands the items on.
+  void result_in(std::unique_lock<std::mutex>& lock, bool lost) {
     if (lost) {
       left_ = 0;
     } else if (--left_ != 0) {
@@ -174,8 +176,6 @@ class Gather {
     }
     finish(lock);
   }
-
- private:
   /// Every result is in (or a member was lost): hands the items on, unlocked.
   void finish(std::unique_lock<std::mutex>& lock) {
     auto items = std::move(items_);
