@@ -237,12 +237,7 @@ bool RemoteRouter::route_call(const ActorId& target, const EndpointInfo& endpoin
                           observing() ? &local->call_times.of_static(endpoint.name) : nullptr,
                           local));
   }
-  Envelope env;
-  env.sender = sender;
-  env.dest = PortId{target, 0};
-  env.body = encode(endpoint.id, reply_to);
-  env.body.head += args.head;
-  env.body.parts = std::move(args.parts);
+  Envelope env = call_envelope(sender, target, endpoint.id, reply_to, std::move(args));
   local->envelopes_sent.fetch_add(1, std::memory_order_relaxed);
   std::string why;
   auto reason = UndeliverableError::Reason::link_lost;
@@ -270,6 +265,21 @@ bool RemoteRouter::route_call(const ActorId& target, const EndpointInfo& endpoin
   fail_call(reply, sender, target, reason, why);
   return true;
 }
+
+}  // namespace remote
+
+Envelope call_envelope(const ActorId& sender, const ActorId& target, std::uint64_t endpoint,
+                       const std::optional<PortId>& reply_to, Body args) {
+  Envelope env;
+  env.sender = sender;
+  env.dest = PortId{target, 0};
+  env.body = encode(endpoint, reply_to);
+  env.body.head += args.head;
+  env.body.parts = std::move(args.parts);
+  return env;
+}
+
+namespace remote {
 
 bool RemoteRouter::route_port(const PortId& port, const Body& body, const ActorId& sender) {
   Envelope env;

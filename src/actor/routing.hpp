@@ -26,6 +26,10 @@ bool send_to_proc(const ProcId& peer, Envelope env);
 /// first, the sink's link_lost() runs.
 PortId open_reply_port(ProcState& local, const ProcId& peer, PortSinkPtr sink);
 
+/// The envelope of a call of `endpoint` on `target` from `sender`, its reply (if any) to
+/// `reply_to`: what ActorRef::call sends, and a cast to a member that is a leaf of its tree.
+Envelope call_envelope(const ActorId& sender, const ActorId& target, std::uint64_t endpoint,
+                       const std::optional<PortId>& reply_to, Body args);
 /// Queues a call to a local actor as if it came from `sender`; a null reply makes it one-way.
 /// `from`, the link it arrived on, stops reading while the actor's mailbox is over the limit.
 void deliver_local_call(ProcState& local, const ActorId& target, std::uint64_t endpoint_id,

@@ -171,18 +171,6 @@ Envelope hop_envelope(const ActorId& sender, HopBytes& parent, const CastChild& 
   return env;
 }
 
-/// The envelope of a plain call of `endpoint` on `target` (as ActorRef::call sends it).
-Envelope call_envelope(const ActorId& sender, const ActorId& target, std::uint64_t endpoint,
-                       const std::optional<PortId>& reply_to, const Body& args) {
-  Envelope env;
-  env.sender = sender;
-  env.dest = PortId{target, 0};
-  env.body = encode(endpoint, reply_to);
-  env.body.head += args.head;
-  env.body.parts = args.parts;
-  return env;
-}
-
 /// The member at a location of the subtree a node forwards to.
 using MemberAt = std::function<const CastMember&(std::size_t loc)>;
 /// A node's children, kept alive by what holds them (the mesh's root children, the proc's node
