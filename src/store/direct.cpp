@@ -118,8 +118,8 @@ Answer Volume::lease(const std::string& key, const GetItem& item, GetAnswer& out
   const std::uint64_t id = next_lease_++;
   d.leases.push_back({id, *d.latest, now + d.lease_for});
   ++stats_.gets;
-  out.direct = DirectLease{d.buffers[*d.latest], d.info, d.version, id, d.lease_for.count()};
-  return {Code::direct, ""};
+  out.lease = ReadLease{d.buffers[*d.latest], d.info, d.version, id, d.lease_for.count()};
+  return {Code::leased, ""};
 }
 
 }  // namespace detail
@@ -295,28 +295,29 @@ Future<DirectWriter> Store::direct(const std::string& key, const TensorInfo& inf
   return Future<DirectWriter>(std::move(next));
 }
 
-void Store::read_direct(const std::string& key, const GetOptions& options,
-                        const detail::DirectLease& lease, const ActorRef<Volume>& volume,
+void Store::read_leased(const std::string& key, const GetOptions& options,
+                        const detail::ReadLease& lease, const ActorRef<Volume>& volume,
                         std::optional<std::span<std::byte>> into, const std::string& dtype,
                         const std::shared_ptr<baton::detail::State<Got>>& next) const {
   Got meta;
   meta.info = lease.info;
   meta.version = lease.version;
-  const Box whole = Box::whole(lease.info.shape);
-  meta.box = options.box.value_or(whole);
+  meta.box = options.box.value_or(Box::whole(lease.info.shape));
   const std::size_t element = lease.info.element;
-  const auto total = static_cast<std::size_t>(whole.elements()) * element;
+  const Box held = lease.box.value_or(Box::whole(lease.info.shape));
+  const auto total = static_cast<std::size_t>(held.elements()) * element;
   const auto wanted = static_cast<std::size_t>(meta.box.elements()) * element;
   const std::uint64_t id = lease.lease;
+  const std::string where = lease.direct ? "its direct writer's memory" : "its volume's memory";
   if (into) {
     if (std::string why = unfit(key, meta, *into, dtype); !why.empty()) {
-      volume.send(&Volume::direct_release, key, id);
+      volume.send(&Volume::release, key, id, std::uint64_t{0}, std::string("rdma"));
       return next->set_exception(std::make_exception_ptr(StoreError(why)));
     }
   }
-  // The whole version is read at once: into the destination when the whole is asked for, else
-  // into memory of ours, from which the box is copied.
-  const bool all = meta.box == whole;
+  // What the lease holds is read at once: into the destination when it is the box asked for,
+  // else into memory of ours, from which the box is copied.
+  const bool all = meta.box == held;
   std::shared_ptr<std::byte[]> read_buf;
   std::byte* at = nullptr;
   if (all && into) {
@@ -325,23 +326,28 @@ void Store::read_direct(const std::string& key, const GetOptions& options,
     read_buf.reset(new std::byte[std::max<std::size_t>(1, total)]);  // every byte is read
     at = read_buf.get();
   }
+  const std::string path = "rdma " + std::string(to_string(rdma_backend(lease.buffer, at)));
   const std::int64_t lease_ms = lease.lease_ms;
-  when(lease.buffer.read_into(at, total),
-       [key, volume, id, lease_ms, meta, all, into, read_buf, whole, element, wanted,
-        next](Outcome<std::monostate> read) mutable {
-         when(volume.call(&Volume::direct_release, key, id), [=](Outcome<bool> held) mutable {
+  const bool direct = lease.direct;
+  when(lease.buffer.read_into(at, total, lease.offset),
+       [key, volume, id, lease_ms, direct, where, path, total, meta, all, into, read_buf, held,
+        element, wanted, next](Outcome<std::monostate> read) mutable {
+         const std::uint64_t moved = read.error ? 0 : total;
+         when(volume.call(&Volume::release, key, id, moved, path), [=](Outcome<bool> kept) mutable {
            settle(next, [&] {
              if (read.error) {
-               throw StoreError("get of '" + key +
-                                "' from its direct writer's memory: " + detail::reason(read.error));
+               throw StoreError("get of '" + key + "' from " + where + ": " +
+                                detail::reason(read.error));
              }
-             // A volume lost after the read granted no buffer to the writer meanwhile (the
-             // writer asks it), so the read stands.
-             if (!held.error && !*held.value) {
-               throw StoreError("get of '" + key + "': the read from its writer's memory took " +
-                                "longer than its lease (" + std::to_string(lease_ms) +
-                                " ms), so the writer may have written that buffer meanwhile; " +
-                                "read again, or open the key with a longer DirectOptions::lease");
+             // A volume lost after the read granted no buffer to a direct writer meanwhile (the
+             // writer asks it), and stored bytes never change, so the read stands.
+             if (!kept.error && !*kept.value) {
+               throw StoreError(
+                   "get of '" + key + "': the read from " + where +
+                   " took longer than its lease (" + std::to_string(lease_ms) + " ms), so " +
+                   (direct ? "the writer may have written that buffer meanwhile; read again, or "
+                             "open the key with a longer DirectOptions::lease"
+                           : "the volume may have freed those bytes meanwhile; read again"));
              }
              if (all) {
                if (!into) meta.data = Bytes::view(read_buf, read_buf.get(), wanted);
@@ -355,7 +361,7 @@ void Store::read_direct(const std::string& key, const GetOptions& options,
                out.reset(new std::byte[std::max<std::size_t>(1, wanted)]);
                dst = out.get();
              }
-             copy_region(read_buf.get(), whole, dst, meta.box, meta.box, element);
+             copy_region(read_buf.get(), held, dst, meta.box, meta.box, element);
              if (!into) meta.data = Bytes::view(out, out.get(), wanted);
              return std::move(meta);
            });

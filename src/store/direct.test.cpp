@@ -177,8 +177,15 @@ TEST_F(Direct, AReadersLeaseHoldsTheWriterOffItsBufferUntilReleasedOrRunOut) {
   auto lease = [&] {
     const std::vector<detail::GetItem> item{detail::GetItem{"held", {}, {}, ""}};
     const detail::GetAnswer got = volume.call(&detail::Volume::get, item).get();
-    EXPECT_EQ(got.answer.code, detail::Code::direct) << got.answer.message;
-    return got.direct->lease;
+    EXPECT_EQ(got.answer.code, detail::Code::leased) << got.answer.message;
+    EXPECT_TRUE(got.lease->direct);
+    return got.lease->lease;
+  };
+  auto release = [](const ActorRef<detail::Volume>& v, std::uint64_t id) {
+    return v
+        .call(&detail::Volume::release, std::string("held"), id, std::uint64_t{0},
+              std::string("rdma"))
+        .get();
   };
   const std::size_t first = w.acquire().get();
   w.publish(first).get();
@@ -190,7 +197,7 @@ TEST_F(Direct, AReadersLeaseHoldsTheWriterOffItsBufferUntilReleasedOrRunOut) {
   Future<std::size_t> third = w.acquire();
   (void)store.exists("held").get();  // the volume answered the acquire before this
   EXPECT_FALSE(third.ready());
-  EXPECT_TRUE(volume.call(&detail::Volume::direct_release, std::string("held"), held).get());
+  EXPECT_TRUE(release(volume, held));
   EXPECT_EQ(third.get(std::chrono::seconds(30)), first);
   w.publish(first).get();
   // A lease nobody releases runs out, and the writer goes on.
@@ -200,7 +207,7 @@ TEST_F(Direct, AReadersLeaseHoldsTheWriterOffItsBufferUntilReleasedOrRunOut) {
   w.publish(second).get();
   Future<std::size_t> fifth = w.acquire();  // `first` leased, `second` latest: waits it out
   EXPECT_EQ(fifth.get(std::chrono::seconds(30)), first);
-  EXPECT_FALSE(volume.call(&detail::Volume::direct_release, std::string("held"), forgotten).get());
+  EXPECT_FALSE(release(volume, forgotten));
   w.close().get();
 }
 

@@ -196,10 +196,15 @@ void Store::fetch(const std::string& key, const GetOptions& options,
                   const std::shared_ptr<baton::detail::State<Got>>& next) const {
   auto self = *this;
   const std::vector<GetItem> items{GetItem{key, options.version, options.box}};
+  // Large bytes into memory of ours are read one-sided, except from a volume in this process
+  // (whose answer shares its bytes).
+  const bool lease = into && into->size() >= detail::kLeaseBytes;
   probe<GetAnswer>(
       volumes_, home(key),
-      [items](const ActorRef<Volume>& v) {
-        return v.call(&Volume::get, detail::via(items, v.id()));
+      [items, lease](const ActorRef<Volume>& v) {
+        std::vector<GetItem> asked = detail::via(items, v.id());
+        asked[0].lease = lease && asked[0].via != "in-process";
+        return v.call(&Volume::get, std::move(asked));
       },
       [](const GetAnswer& a) { return a.answer.code != Code::missing; },
       [self, key, options, into, dtype, next](std::optional<GetAnswer> a, const std::string& lost,
@@ -209,8 +214,8 @@ void Store::fetch(const std::string& key, const GetOptions& options,
           return next->set_exception(lost_error("get of '" + key + "'", lost));
         }
         if (!found) return self.not_found(key, a->answer.message, next);
-        if (a->answer.code == Code::direct && a->direct) {
-          return self.read_direct(key, options, *a->direct, self.volumes_[at], into, dtype, next);
+        if (a->answer.code == Code::leased && a->lease) {
+          return self.read_leased(key, options, *a->lease, self.volumes_[at], into, dtype, next);
         }
         if (a->answer.code == Code::too_big) {
           return self.read_pieces(key, std::move(a->got.at(0)), into, dtype, next);

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "baton/baton.hpp"
+#include "store/volume.hpp"
 
 namespace baton::store {
 namespace {
@@ -150,6 +151,92 @@ TEST_F(StoreTest, ShardsPutByActorsAreReadBackAsAnyBoxElementByElement) {
       EXPECT_EQ(floats(store_->get("t", {.box = b}).get().data), expected(b, kCols));
     }
   }
+}
+
+/// Transfers of `s` by a one-sided read ("rdma " and its backend), over all its volumes.
+std::uint64_t one_sided_reads(const Store& s) {
+  std::uint64_t n = 0;
+  for (const auto& v : s.stats().get()) {
+    for (const auto& [path, count] : v.transfers_by_path)
+      n += path.rfind("rdma ", 0) == 0 ? count : 0;
+  }
+  return n;
+}
+
+TEST_F(StoreTest, ALargeGetIntoReadsTheVolumesMemoryOneSidedAsAnyBox) {
+  // 2 MiB as two row shards of 1 MiB: each ask below is at least kLeaseBytes, so it is read
+  // from the volume's memory under a lease, straight from a shard or from bytes assembled for it.
+  constexpr std::int64_t kRows = 1024;
+  constexpr std::int64_t kCols = 512;
+  const Box whole = Box::whole({kRows, kCols});
+  for (std::size_t i = 0; i < 2; ++i) {
+    const Box rows = chunk(whole, 0, i, 2);
+    store_->put("leased", shard_bytes(rows, kCols), f32(kRows, kCols), {.shard = rows}).get();
+  }
+  const std::uint64_t before = one_sided_reads(*store_);
+  const std::vector<Box> asks = {
+      whole,                        // across both shards: assembled
+      chunk(whole, 0, 1, 2),        // the second shard, as it is
+      Box{{256, 0}, {512, kCols}},  // rows across the shards' boundary
+      chunk(whole, 1, 0, 2),        // a column block: assembled
+      Box{{100, 128}, {700, 384}},  // a tile across the shards
+  };
+  for (const Box& b : asks) {
+    std::vector<float> into(static_cast<std::size_t>(b.elements()), -1.0F);
+    const Got got =
+        store_->get_into("leased", std::as_writable_bytes(std::span(into)), {.box = b}).get();
+    EXPECT_EQ(got.box, b);
+    EXPECT_EQ(into, expected(b, kCols)) << b.to_string();
+  }
+  EXPECT_EQ(one_sided_reads(*store_), before + asks.size());
+  // Under 1 MiB the bytes come in the answer, as before.
+  std::vector<float> small(1000);
+  store_
+      ->get_into("leased", std::as_writable_bytes(std::span(small)), {.box = Box{{0, 0}, {2, 500}}})
+      .get();
+  EXPECT_EQ(small, expected(Box{{0, 0}, {2, 500}}, kCols));
+  EXPECT_EQ(one_sided_reads(*store_), before + asks.size());
+}
+
+TEST_F(StoreTest, ALeaseOnStoredBytesKeepsThemWhileTheWriterPutsTenMore) {
+  const TensorInfo info{"float32", 4, {1 << 19}};  // 2 MiB
+  auto value = [](float x) {
+    const std::vector<float> v(1 << 19, x);
+    return Bytes::copy(v.data(), v.size() * sizeof(float));
+  };
+  store_->put("kept", value(1), info).get();
+  // Asked as a get into 2 MiB asks, of each volume: the key's own grants a lease.
+  const auto volumes = decode<std::vector<ActorRef<detail::Volume>>>(encode(*store_));
+  std::optional<detail::ReadLease> lease;
+  ActorRef<detail::Volume> holder;
+  for (const auto& v : volumes) {
+    std::vector<detail::GetItem> item{detail::GetItem{"kept", {}, {}, ""}};
+    item[0].lease = true;
+    const detail::GetAnswer a = v.call(&detail::Volume::get, item).get();
+    if (a.answer.code != detail::Code::leased) continue;
+    ASSERT_TRUE(a.lease.has_value());
+    EXPECT_FALSE(a.lease->direct);
+    lease = a.lease;
+    holder = v;
+  }
+  ASSERT_TRUE(lease.has_value()) << "no volume leased the key";
+  for (int i = 2; i <= 11; ++i) store_->put("kept", value(static_cast<float>(i)), info).get();
+  store_->erase("kept").get();
+  // The version it leased is neither kept nor the key there, and its bytes are still whole.
+  std::vector<float> read(1 << 19);
+  lease->buffer.read_into(read.data(), read.size() * sizeof(float), lease->offset).get();
+  EXPECT_EQ(read, std::vector<float>(1 << 19, 1.0F));
+  EXPECT_TRUE(holder
+                  .call(&detail::Volume::release, std::string("kept"), lease->lease,
+                        std::uint64_t{read.size() * sizeof(float)}, std::string("rdma test"))
+                  .get());
+  // Released: the bytes are unregistered, and a read of them is refused.
+  EXPECT_THROW(lease->buffer.read_into(read.data(), 16, 0).get(), RdmaError);
+  // A lease released twice, or never granted, was not held.
+  EXPECT_FALSE(holder
+                   .call(&detail::Volume::release, std::string("kept"), lease->lease,
+                         std::uint64_t{0}, std::string("rdma test"))
+                   .get());
 }
 
 TEST_F(StoreTest, APartialKeyIsNotReadableAndSaysWhatItLacks) {

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "baton/actor/port.hpp"
+#include "wire/slab.hpp"
 
 namespace baton::store::detail {
 namespace {
@@ -134,7 +135,7 @@ void Volume::undo(const std::vector<std::string>& keys, const std::vector<Put>& 
   }
 }
 
-Answer Volume::read(const GetItem& item, Got& out) const {
+Answer Volume::read(const GetItem& item, Got& out, Shard** from, std::size_t* offset) {
   auto it = keys_.find(item.key);
   if (it == keys_.end() || it->second.complete.empty()) {
     if (it != keys_.end() && !it->second.open.empty()) {
@@ -149,8 +150,8 @@ Answer Volume::read(const GetItem& item, Got& out) const {
     }
     return {Code::missing, "no key " + quoted(item.key) + " in the store"};
   }
-  const std::deque<Version>& kept = it->second.complete;
-  const Version* v = &kept.back();
+  std::deque<Version>& kept = it->second.complete;
+  Version* v = &kept.back();
   if (item.version) {
     auto at = std::find_if(kept.begin(), kept.end(),
                            [&](const Version& c) { return c.number == *item.version; });
@@ -178,14 +179,15 @@ Answer Volume::read(const GetItem& item, Got& out) const {
     return {Code::too_big, {}};  // the reader asks for it in pieces
   }
   // Within one shard, where its bytes are contiguous there: a view, no copy.
-  for (const Shard& s : v->shards) {
+  for (Shard& s : v->shards) {
     if (!contains(s.box, box)) continue;
-    if (const auto offset = contiguous_in(s.box, box)) {
+    if (const auto at = contiguous_in(s.box, box)) {
       const auto bytes = static_cast<std::size_t>(box.elements()) * element;
+      const auto start = static_cast<std::size_t>(*at) * element;
       // The whole shard as it is (a slab goes on as the same memfd), or a slice of it.
-      out.data = bytes == s.data.size()
-                     ? s.data
-                     : s.data.slice(static_cast<std::size_t>(*offset) * element, bytes);
+      out.data = bytes == s.data.size() ? s.data : s.data.slice(start, bytes);
+      if (from != nullptr) *from = &s;
+      if (offset != nullptr) *offset = start;
       return {};
     }
   }
@@ -211,13 +213,19 @@ GetAnswer Volume::get(const std::vector<GetItem>& items) {
         a.answer = lease(items[i].key, items[i], a);
         return a;
       }
-      a.answer = Answer{Code::direct, "a direct key in a batch"};
+      a.answer = Answer{Code::leased, "a direct key in a batch"};
       return a;
     }
-    a.answer = read(items[i], a.got[i]);
+    Shard* shard = nullptr;
+    std::size_t offset = 0;
+    a.answer = read(items[i], a.got[i], &shard, &offset);
     if (a.answer.code == Code::too_big && items.size() == 1) return a;  // with what to read
     if (a.answer.code != Code::ok) {
       a.got.clear();
+      return a;
+    }
+    if (items.size() == 1 && items[i].lease && a.got[i].data.size() >= kLeaseBytes &&
+        lease_stored(a.got[i], shard, offset, a)) {
       return a;
     }
   }
@@ -228,6 +236,63 @@ GetAnswer Volume::get(const std::vector<GetItem>& items) {
     ++stats_.transfers_by_path[items[i].via];
   }
   return a;
+}
+
+Volume::Registered::Registered(Bytes b)
+    : bytes(std::move(b)),
+      buffer(RdmaBuffer::register_memory(const_cast<std::byte*>(bytes.data()), bytes.size())) {}
+
+Volume::Registered::~Registered() {
+  try {
+    (void)buffer.drop();  // in this process: at once
+  } catch (const std::exception&) {
+    // The runtime is gone, and its registry with it.
+  }
+}
+
+bool Volume::lease_stored(Got& got, Shard* shard, std::size_t offset, GetAnswer& out) {
+  std::shared_ptr<Registered> held;
+  try {
+    if (shard == nullptr) {
+      held = std::make_shared<Registered>(got.data);  // assembled for this get alone
+      offset = 0;
+    } else {
+      if (shard->registered == nullptr) {
+        // A received slab is mapped lazily: its pages are asked for once, here, rather than
+        // one fault at a time as the reader's first copy reaches them.
+        wire::populate_for_read(shard->data);
+        shard->registered = std::make_shared<Registered>(shard->data);
+      }
+      held = shard->registered;
+    }
+  } catch (const std::exception&) {
+    return false;  // not registrable here: the bytes go in the answer
+  }
+  const auto now = std::chrono::steady_clock::now();
+  std::erase_if(stored_leases_, [&](const auto& l) { return l.second.until <= now; });
+  const std::uint64_t id = next_lease_++;
+  stored_leases_[id] = {held, now + kStoredLease};
+  ++stats_.gets;
+  stats_.bytes_out += got.data.size();
+  out.lease = ReadLease{held->buffer,         got.info, got.version, id,
+                        kStoredLease.count(), offset,   got.box,     false};
+  out.got.clear();
+  out.answer = {Code::leased, ""};
+  return true;
+}
+
+bool Volume::release(const std::string& key, std::uint64_t lease, std::uint64_t size,
+                     const std::string& path) {
+  if (size > 0) {
+    stats_.bytes_by_path[path] += size;
+    ++stats_.transfers_by_path[path];
+  }
+  if (auto l = stored_leases_.find(lease); l != stored_leases_.end()) {
+    const bool held = l->second.until > std::chrono::steady_clock::now();
+    stored_leases_.erase(l);
+    return held;
+  }
+  return direct_release(key, lease);
 }
 
 bool Volume::exists(const std::string& key) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -22,9 +23,18 @@
 namespace baton::store::detail {
 
 /// too_big: what was asked for is more than one message carries (kPieceBytes); the answer has
-/// its tensor, box and version, to be read in pieces. direct: the key is in direct mode; the
-/// answer has a lease on its latest version, to be read from the writer's memory.
-enum class Code : std::uint8_t { ok, missing, bad, too_big, direct };
+/// its tensor, box and version, to be read in pieces. leased: the answer has a lease on the bytes
+/// asked for, to be read one-sided: from a direct key's writer, or from the volume's own memory.
+enum class Code : std::uint8_t { ok, missing, bad, too_big, leased };
+
+/// A get into the reader's memory of at least this many bytes asks for a lease, and reads the
+/// volume's memory one-sided (cross-memory attach on one host, UCX across hosts) instead of
+/// receiving the bytes in a message: one copy, into the destination, with no fresh memory.
+constexpr std::size_t kLeaseBytes = std::size_t{1} << 20;
+
+/// How long a lease on a volume's stored bytes holds them for a reader that never releases it
+/// (its proc died); a read that outlasts it is refused, and read again.
+constexpr std::chrono::milliseconds kStoredLease{120000};
 
 /// The most bytes of a value one message carries; larger values are put and read in pieces of
 /// rows (a message carries at most 1 GiB).
@@ -89,10 +99,11 @@ struct GetItem {
   std::string key;
   std::optional<std::uint64_t> version;
   std::optional<Box> box;
-  std::string via;  // how the answer travels back (the same link)
+  std::string via;     // how the answer travels back (the same link)
+  bool lease = false;  // into the reader's memory: a lease on large bytes rather than the bytes
   template <class Ar>
   void serialize(Ar& ar) {
-    ar(key, version, box, via);
+    ar(key, version, box, via, lease);
   }
 };
 
@@ -104,27 +115,32 @@ std::vector<Item> via(std::vector<Item> items, const ActorId& volume) {
   return items;
 }
 
-/// A reader's hold on the latest version of a direct key: the writer does not write into its
-/// buffer until the reader releases it, or `lease_ms` pass.
-struct DirectLease {
+/// A reader's hold on bytes it reads one-sided from `buffer`, until it releases the lease or
+/// `lease_ms` pass: a direct key's latest version (its writer does not write into that buffer
+/// meanwhile), or a stored version's bytes (the volume keeps them meanwhile, whatever is put or
+/// erased).
+struct ReadLease {
   RdmaBuffer buffer;
   TensorInfo info;
   std::uint64_t version = 0;
   std::uint64_t lease = 0;
   std::int64_t lease_ms = 0;
+  std::uint64_t offset = 0;  // where the bytes of `box` start in `buffer`
+  std::optional<Box> box;    // the box whose bytes (row-major) it holds; none: the whole tensor
+  bool direct = true;        // in a direct writer's memory, else in the volume's
   template <class Ar>
   void serialize(Ar& ar) {
-    ar(buffer, info, version, lease, lease_ms);
+    ar(buffer, info, version, lease, lease_ms, offset, box, direct);
   }
 };
 
 struct GetAnswer {
   Answer answer;
   std::vector<Got> got;
-  std::optional<DirectLease> direct;  // Code::direct's
+  std::optional<ReadLease> lease;  // Code::leased's
   template <class Ar>
   void serialize(Ar& ar) {
-    ar(answer, got, direct);
+    ar(answer, got, lease);
   }
 };
 
@@ -168,19 +184,31 @@ class Volume : public Actor {
   DirectSlot direct_acquire(const std::string& key);
   /// Makes the acquired buffer `index` the latest version.
   PutAnswer direct_publish(const std::string& key, std::uint32_t index);
-  /// Ends a reader's lease; false if it had run out (the writer may have written the buffer).
-  bool direct_release(const std::string& key, std::uint64_t lease);
+  /// Ends a reader's lease, counting its `size` bytes as moved by `path`; false if it had run
+  /// out (the writer may have written the buffer, the volume freed the bytes).
+  bool release(const std::string& key, std::uint64_t lease, std::uint64_t size,
+               const std::string& path);
 
   static constexpr auto endpoints =
       baton::endpoints<&Volume::put, &Volume::check, &Volume::undo, &Volume::get, &Volume::exists,
                        &Volume::keys, &Volume::erase, &Volume::latest, &Volume::nearest,
                        &Volume::stats, &Volume::host, &Volume::direct_open, &Volume::direct_acquire,
-                       &Volume::direct_publish, &Volume::direct_release>();
+                       &Volume::direct_publish, &Volume::release>();
 
  private:
+  /// Bytes of this volume registered for one-sided reads; unregistered once nothing holds them.
+  struct Registered {
+    Bytes bytes;
+    RdmaBuffer buffer;
+    explicit Registered(Bytes b);
+    ~Registered();
+    Registered(const Registered&) = delete;
+    Registered& operator=(const Registered&) = delete;
+  };
   struct Shard {
     Box box;
     Bytes data;
+    std::shared_ptr<Registered> registered;  // made at its first lease, kept while it lives
   };
   struct Version {
     std::uint64_t number = 0;
@@ -211,15 +239,26 @@ class Volume : public Actor {
   };
   /// A lease on `key`'s latest version for a get, or why not.
   Answer lease(const std::string& key, const GetItem& item, GetAnswer& out);
+  /// A lease on the bytes `got` holds of a stored version, read from `shard` at `offset` (none:
+  /// bytes assembled for this get); false where they cannot be registered (sent instead).
+  bool lease_stored(Got& got, Shard* shard, std::size_t offset, GetAnswer& out);
+  /// Ends a reader's lease on a direct key's buffer; false if it had run out.
+  bool direct_release(const std::string& key, std::uint64_t lease);
+  struct StoredLease {
+    std::shared_ptr<Registered> held;
+    std::chrono::steady_clock::time_point until;
+  };
 
   /// Why `item` cannot be put now ("" if it can).
   std::string refuse(const PutCheck& item) const;
   Put store(const PutItem& item, std::uint64_t group);
-  /// Reads one item, or says why not (code and message).
-  Answer read(const GetItem& item, Got& out) const;
+  /// Reads one item, or says why not (code and message); where its bytes are a view of one
+  /// shard, says which and where in it.
+  Answer read(const GetItem& item, Got& out, Shard** from = nullptr, std::size_t* offset = nullptr);
 
   std::map<std::string, Key> keys_;
-  std::map<std::string, Direct> direct_;  // keys in direct mode
+  std::map<std::string, Direct> direct_;                // keys in direct mode
+  std::map<std::uint64_t, StoredLease> stored_leases_;  // readers' leases on stored bytes
   std::uint64_t next_lease_ = 1;
   VolumeStats stats_;
 };

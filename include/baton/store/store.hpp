@@ -113,7 +113,9 @@ struct VolumeStats {
   std::uint64_t bytes_out = 0;
   /// Bytes put and got, and how many transfers, by the path they took between the volume and
   /// the other proc: "in-process", "shm" (one host: shared memory, large values as mapped
-  /// memfds), "unix", "tcp", "tls" (another host).
+  /// memfds), "unix", "tcp", "tls" (another host); and "rdma " and the RdmaBuffer backend
+  /// ("rdma cma", "rdma ucx", "rdma messages") for reads one-sided from memory: gets of 1 MiB
+  /// or more into the reader's memory, and a direct key's reads.
   std::map<std::string, std::uint64_t> bytes_by_path;
   std::map<std::string, std::uint64_t> transfers_by_path;
 
@@ -126,7 +128,7 @@ struct VolumeStats {
 
 namespace detail {
 class Volume;
-struct DirectLease;
+struct ReadLease;
 }  // namespace detail
 
 struct DirectOptions {
@@ -256,9 +258,10 @@ class Store {
   void read_pieces(const std::string& key, Got meta, std::optional<std::span<std::byte>> into,
                    const std::string& dtype,
                    const std::shared_ptr<baton::detail::State<Got>>& next) const;
-  /// A get of a direct key, from its writer's memory under `lease` (from `volume`).
-  void read_direct(const std::string& key, const GetOptions& options,
-                   const detail::DirectLease& lease, const ActorRef<detail::Volume>& volume,
+  /// A get read one-sided under `lease` (from `volume`): from a direct key's writer, or from the
+  /// volume's own memory.
+  void read_leased(const std::string& key, const GetOptions& options,
+                   const detail::ReadLease& lease, const ActorRef<detail::Volume>& volume,
                    std::optional<std::span<std::byte>> into, const std::string& dtype,
                    const std::shared_ptr<baton::detail::State<Got>>& next) const;
   /// Fails `next` with a KeyNotFound that names the nearest keys.
