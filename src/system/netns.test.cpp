@@ -309,7 +309,7 @@ TEST(NetHosts, ATensorStoreKeepsAVolumeOnEachHostAndReshardsAcrossThem) {
   }
   // Keys spread over both hosts' volumes.
   for (int i = 0; i < 32; ++i) s.put("k" + std::to_string(i), Bytes::copy("v")).get();
-  const auto stats = s.stats().get();
+  auto stats = s.stats().get();
   ASSERT_EQ(stats.size(), 2u);
   EXPECT_GT(stats[0].keys, 0u);
   EXPECT_GT(stats[1].keys, 0u);
@@ -320,6 +320,32 @@ TEST(NetHosts, ATensorStoreKeepsAVolumeOnEachHostAndReshardsAcrossThem) {
       EXPECT_TRUE(path == "tls" || path == "tcp") << path << ": " << n;
     }
   }
+  // A 4 MiB tensor read into the controller's memory, one-sided from the volume's memory: as
+  // the rdma layer chooses (these hosts share one kernel, so cross-memory attach), then through
+  // UCX, as from a host on another machine.
+  const std::int64_t big = 1024;
+  std::vector<float> whole(static_cast<std::size_t>(big * big));
+  std::iota(whole.begin(), whole.end(), 0.0F);
+  s.put("big", Bytes::copy(whole.data(), whole.size() * 4), {"float32", 4, {big, big}}).get();
+  auto read_by = [&] {
+    std::vector<float> into(whole.size());
+    s.get_into("big", std::as_writable_bytes(std::span(into))).get();
+    EXPECT_TRUE(into == whole);
+    std::map<std::string, std::uint64_t> paths;
+    for (const auto& v : s.stats().get()) {
+      for (const auto& [path, n] : v.transfers_by_path) {
+        if (path.rfind("rdma ", 0) == 0) paths[path] += n;
+      }
+    }
+    return paths;
+  };
+  auto paths = read_by();
+  ASSERT_EQ(paths.size(), 1u);
+  std::printf("a 4 MiB get from another host's volume: %s\n", paths.begin()->first.c_str());
+  set_rdma_backend(RdmaBackend::ucx);
+  paths = read_by();
+  set_rdma_backend(RdmaBackend::automatic);
+  EXPECT_EQ(paths["rdma ucx"], 1u);
   procs.stop().get();
 }
 
