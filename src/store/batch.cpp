@@ -74,11 +74,13 @@ Future<std::vector<Put>> Store::put_batch(
     std::vector<Future<std::vector<Put>>> stored;
     for (std::size_t s = 0; s < b->volumes.size(); ++s) {
       const ActorRef<Volume>& v = self.volumes_[b->volumes[s]];
-      stored.push_back(ask(v, v.call(&Volume::put, detail::via(mine(s), v.id())), "put_batch",
-                           [](const PutAnswer& a) {
-                             throw_answer(a.answer);
-                             return a.puts;
-                           }));
+      auto put = offering<PutAnswer>(mine(s), v, [&v](std::vector<PutItem> sent) {
+        return v.call(&Volume::put, std::move(sent));
+      });
+      stored.push_back(ask(v, std::move(put), "put_batch", [](const PutAnswer& a) {
+        throw_answer(a.answer);
+        return a.puts;
+      }));
     }
     when_all<std::vector<Put>>(
         std::move(stored), [self, b, next](std::vector<Outcome<std::vector<Put>>> done) {

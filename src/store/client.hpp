@@ -130,15 +130,37 @@ void windowed(std::size_t count, std::size_t window, std::function<Future<T>(std
   run->launch();
 }
 
-/// What a failure says.
-inline std::string reason(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  } catch (...) {
-    return "an unknown error";
+/// Calls `send` with `items` as they go to `volume`: each with its path, and each value that is
+/// offered_one_sided registered here instead of carried (the volume reads it). The registrations
+/// are dropped once the call ends, however it ends; the values live until then.
+template <class R, class Send>
+Future<R> offering(const std::vector<PutItem>& items, const ActorRef<Volume>& volume, Send send) {
+  struct Offer {
+    RdmaBuffer buffer;
+    Bytes keep;
+  };
+  std::vector<PutItem> out = via(items, volume.id());
+  auto offers = std::make_shared<std::vector<Offer>>();
+  for (PutItem& item : out) {
+    if (!offered_one_sided(item)) continue;
+    try {
+      item.offered =
+          RdmaBuffer::register_memory(const_cast<std::byte*>(item.value.data()), item.value.size());
+    } catch (const std::exception&) {
+      continue;  // not registrable here: carried in the message
+    }
+    offers->push_back({*item.offered, std::move(item.value)});
+    item.value = Bytes();
   }
+  Future<R> call = send(std::move(out));
+  if (offers->empty()) return call;
+  auto next = std::make_shared<baton::detail::State<R>>();
+  when(std::move(call), [offers, next](Outcome<Value<R>> o) {
+    for (const Offer& offer : *offers) (void)offer.buffer.drop();
+    if (o.error) return next->set_exception(o.error);
+    next->set_value(std::move(*o.value));
+  });
+  return Future<R>(std::move(next));
 }
 
 /// Makes `next` ready: `make` gives its value, or throws its failure.
@@ -286,6 +308,7 @@ using detail::GetItem;
 using detail::hash_of;
 using detail::item_of;
 using detail::lost_error;
+using detail::offering;
 using detail::Outcome;
 using detail::probe;
 using detail::PutAnswer;

@@ -146,7 +146,9 @@ Future<Put> Store::put(const std::string& key, Bytes value, const TensorInfo& in
     probe<PutAnswer>(
         self.volumes_, self.home(key),
         [items](const ActorRef<Volume>& v) {
-          return v.call(&Volume::put, detail::via(*items, v.id()));
+          return offering<PutAnswer>(*items, v, [&v](std::vector<PutItem> sent) {
+            return v.call(&Volume::put, std::move(sent));
+          });
         },
         [](const PutAnswer&) { return true; },
         [one, key](std::optional<PutAnswer> a, const std::string& lost, std::size_t) {

@@ -73,16 +73,43 @@ Answer Volume::check(const std::vector<PutCheck>& items) {
   return {};
 }
 
-PutAnswer Volume::put(const std::vector<PutItem>& items) {
+Task<PutAnswer> Volume::put(std::vector<PutItem> items) {
   PutAnswer a;
   std::vector<PutCheck> checks;
   checks.reserve(items.size());
   for (const PutItem& item : items) checks.push_back(PutCheck::of(item));
   a.answer = check(checks);
-  if (a.answer.code != Code::ok) return a;
+  if (a.answer.code != Code::ok) co_return a;
+  // Values offered one-sided are read into memory of ours first, all at once; the writer holds
+  // them registered until this answers.
+  RdmaBatch reads;
+  bool any = false;
+  for (PutItem& item : items) {
+    if (!item.offered) continue;
+    const std::size_t n = item.offered->size();
+    std::shared_ptr<std::byte[]> into(new std::byte[std::max<std::size_t>(1, n)]);  // all read
+    reads.read(*item.offered, into.get(), n);
+    item.value = Bytes::view(into, into.get(), n);
+    item.via = "rdma " + std::string(to_string(rdma_backend(*item.offered, into.get())));
+    any = true;
+  }
+  if (any) {
+    std::exception_ptr failed;
+    try {
+      co_await reads.submit();
+    } catch (const std::exception&) {
+      failed = std::current_exception();
+    }
+    if (failed) {
+      a.answer = {Code::bad, "put of " + quoted(items.front().key) +
+                                 ": its bytes could not be read from the writer's memory (" +
+                                 reason(failed) + "); nothing of the put was stored"};
+      co_return a;
+    }
+  }
   a.puts.reserve(items.size());
   for (const PutItem& item : items) a.puts.push_back(store(item, item.group));
-  return a;
+  co_return a;
 }
 
 Put Volume::store(const PutItem& item, std::uint64_t group) {

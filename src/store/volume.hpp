@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <map>
 #include <memory>
 #include <optional>
@@ -40,6 +41,17 @@ constexpr std::chrono::milliseconds kStoredLease{120000};
 /// rows (a message carries at most 1 GiB).
 constexpr std::size_t kPieceBytes = std::size_t{256} << 20;
 
+/// What a failure says.
+inline std::string reason(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "an unknown error";
+  }
+}
+
 /// A key as messages name it.
 inline std::string quoted(const std::string& key) {
   return "'" + key + "'";
@@ -62,11 +74,21 @@ struct PutItem {
   std::uint64_t keep = 1;
   std::uint64_t group = 0;  // the pieces of one large put share it (0: a put of its own)
   std::string via;          // how it travels to the volume (baton::detail::path_to)
+  /// Instead of `value`: the writer's memory, registered for the volume to read one-sided.
+  std::optional<RdmaBuffer> offered;
+  std::uint64_t bytes() const { return offered ? offered->size() : value.size(); }
   template <class Ar>
   void serialize(Ar& ar) {
-    ar(key, value, info, box, keep, group, via);
+    ar(key, value, info, box, keep, group, via, offered);
   }
 };
+
+/// A value of at least kLeaseBytes put into a volume on another host is offered one-sided
+/// (RdmaBuffer: UCX where the hosts have it) rather than carried in the message. On one host,
+/// shared memory carries it already (a ring, or a memfd passed whole).
+inline bool offered_one_sided(const PutItem& item) {
+  return item.value.size() >= kLeaseBytes && (item.via == "tcp" || item.via == "tls");
+}
 
 /// A put's item as a check sees it: its bytes' count, not its bytes.
 struct PutCheck {
@@ -74,9 +96,7 @@ struct PutCheck {
   TensorInfo info;
   Box box;
   std::uint64_t size = 0;
-  static PutCheck of(const PutItem& item) {
-    return {item.key, item.info, item.box, item.value.size()};
-  }
+  static PutCheck of(const PutItem& item) { return {item.key, item.info, item.box, item.bytes()}; }
   template <class Ar>
   void serialize(Ar& ar) {
     ar(key, info, box, size);
@@ -157,8 +177,9 @@ struct DirectSlot {
 
 class Volume : public Actor {
  public:
-  /// Checks every item, then stores them all (or none, answering why).
-  PutAnswer put(const std::vector<PutItem>& items);
+  /// Checks every item, reads those offered one-sided, then stores them all (or none, answering
+  /// why).
+  Task<PutAnswer> put(std::vector<PutItem> items);
   /// Checks every item as put() would, storing nothing.
   Answer check(const std::vector<PutCheck>& items);
   /// Drops the versions `puts` made (a batch that failed elsewhere).

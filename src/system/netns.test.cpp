@@ -320,17 +320,11 @@ TEST(NetHosts, ATensorStoreKeepsAVolumeOnEachHostAndReshardsAcrossThem) {
       EXPECT_TRUE(path == "tls" || path == "tcp") << path << ": " << n;
     }
   }
-  // A 4 MiB tensor read into the controller's memory, one-sided from the volume's memory: as
-  // the rdma layer chooses (these hosts share one kernel, so cross-memory attach), then through
-  // UCX, as from a host on another machine.
-  const std::int64_t big = 1024;
-  std::vector<float> whole(static_cast<std::size_t>(big * big));
-  std::iota(whole.begin(), whole.end(), 0.0F);
-  s.put("big", Bytes::copy(whole.data(), whole.size() * 4), {"float32", 4, {big, big}}).get();
-  auto read_by = [&] {
-    std::vector<float> into(whole.size());
-    s.get_into("big", std::as_writable_bytes(std::span(into))).get();
-    EXPECT_TRUE(into == whole);
+  // A 4 MiB tensor put by the controller and read back into its memory, one-sided both ways:
+  // the volume reads the put's bytes from the controller's memory, and the get reads the
+  // volume's; as the rdma layer chooses (these hosts share one kernel, so cross-memory attach),
+  // then through UCX, as from a host on another machine.
+  auto one_sided = [&] {
     std::map<std::string, std::uint64_t> paths;
     for (const auto& v : s.stats().get()) {
       for (const auto& [path, n] : v.transfers_by_path) {
@@ -339,13 +333,29 @@ TEST(NetHosts, ATensorStoreKeepsAVolumeOnEachHostAndReshardsAcrossThem) {
     }
     return paths;
   };
-  auto paths = read_by();
-  ASSERT_EQ(paths.size(), 1u);
-  std::printf("a 4 MiB get from another host's volume: %s\n", paths.begin()->first.c_str());
+  auto count = [](const std::map<std::string, std::uint64_t>& paths) {
+    std::uint64_t n = 0;
+    for (const auto& [path, k] : paths) n += k;
+    return n;
+  };
+  const std::int64_t big = 1024;
+  std::vector<float> whole(static_cast<std::size_t>(big * big));
+  std::iota(whole.begin(), whole.end(), 0.0F);
+  s.put("big", Bytes::copy(whole.data(), whole.size() * 4), {"float32", 4, {big, big}}).get();
+  ASSERT_EQ(count(one_sided()), 1u);
+  std::printf("a 4 MiB put into another host's volume: %s\n", one_sided().begin()->first.c_str());
+  auto read_back = [&] {
+    std::vector<float> into(whole.size());
+    s.get_into("big", std::as_writable_bytes(std::span(into))).get();
+    EXPECT_TRUE(into == whole);
+  };
+  read_back();
+  EXPECT_EQ(count(one_sided()), 2u);
   set_rdma_backend(RdmaBackend::ucx);
-  paths = read_by();
+  read_back();
   set_rdma_backend(RdmaBackend::automatic);
-  EXPECT_EQ(paths["rdma ucx"], 1u);
+  EXPECT_EQ(one_sided()["rdma ucx"], 1u);
+  EXPECT_EQ(count(one_sided()), 3u);
   procs.stop().get();
 }
 
