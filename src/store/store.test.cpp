@@ -239,6 +239,58 @@ TEST_F(StoreTest, ALeaseOnStoredBytesKeepsThemWhileTheWriterPutsTenMore) {
                    .get());
 }
 
+TEST_F(StoreTest, BoxesAssembledForLeasesHoldMemoryOfTheirOwnUntilReleased) {
+  // Column blocks of two row shards are assembled in the volume's scratch memory for each
+  // lease: two leases held at once each read their own box, and memory given back after a
+  // release serves the next box correctly.
+  constexpr std::int64_t kRows = 1024;
+  constexpr std::int64_t kCols = 512;
+  const Box whole = Box::whole({kRows, kCols});
+  for (std::size_t i = 0; i < 2; ++i) {
+    const Box rows = chunk(whole, 0, i, 2);
+    store_->put("assembled", shard_bytes(rows, kCols), f32(kRows, kCols), {.shard = rows}).get();
+  }
+  const auto volumes = decode<std::vector<ActorRef<detail::Volume>>>(encode(*store_));
+  auto lease = [&](const Box& b) -> std::pair<ActorRef<detail::Volume>, detail::ReadLease> {
+    for (const auto& v : volumes) {
+      std::vector<detail::GetItem> item{detail::GetItem{"assembled", {}, b, ""}};
+      item[0].lease = true;
+      const detail::GetAnswer a = v.call(&detail::Volume::get, item).get();
+      if (a.answer.code == detail::Code::leased) return {v, *a.lease};
+    }
+    ADD_FAILURE() << "no volume leased " << b.to_string();
+    return {};
+  };
+  auto read = [](const detail::ReadLease& l) {
+    std::vector<float> out(l.buffer.size() / sizeof(float));
+    l.buffer.read_into(out.data(), l.buffer.size(), l.offset).get();
+    return out;
+  };
+  auto release = [](const ActorRef<detail::Volume>& v, const detail::ReadLease& l) {
+    return v
+        .call(&detail::Volume::release, std::string("assembled"), l.lease, std::uint64_t{0},
+              std::string("rdma test"))
+        .get();
+  };
+  const Box left = Box{{0, 0}, {kRows, kCols / 2}};  // 1 MiB
+  const Box right = Box{{0, kCols / 2}, {kRows, kCols / 2}};
+  // One assembled and given back first, so the pool holds memory of this size.
+  const auto [v0, zeroth] = lease(right);
+  EXPECT_EQ(read(zeroth), expected(right, kCols));
+  EXPECT_TRUE(release(v0, zeroth));
+  const auto [v1, first] = lease(left);
+  const auto [v2, second] = lease(right);
+  EXPECT_EQ(read(first), expected(left, kCols));
+  EXPECT_EQ(read(second), expected(right, kCols));
+  EXPECT_TRUE(release(v1, first));
+  EXPECT_TRUE(release(v2, second));
+  // Again, on memory given back: each box, not what the memory held before.
+  const Box middle = Box{{0, kCols / 4}, {kRows, kCols / 2}};
+  const auto [v3, third] = lease(middle);
+  EXPECT_EQ(read(third), expected(middle, kCols));
+  EXPECT_TRUE(release(v3, third));
+}
+
 TEST_F(StoreTest, APartialKeyIsNotReadableAndSaysWhatItLacks) {
   const Box top = Box{{0, 0}, {2, 4}};
   store_->put("partial", shard_bytes(top, 4), f32(4, 4), {.shard = top}).get();

@@ -162,7 +162,7 @@ void Volume::undo(const std::vector<std::string>& keys, const std::vector<Put>& 
   }
 }
 
-Answer Volume::read(const GetItem& item, Got& out, Shard** from, std::size_t* offset) {
+Answer Volume::read(const GetItem& item, Got& out, Source* source) {
   auto it = keys_.find(item.key);
   if (it == keys_.end() || it->second.complete.empty()) {
     if (it != keys_.end() && !it->second.open.empty()) {
@@ -213,20 +213,56 @@ Answer Volume::read(const GetItem& item, Got& out, Shard** from, std::size_t* of
       const auto start = static_cast<std::size_t>(*at) * element;
       // The whole shard as it is (a slab goes on as the same memfd), or a slice of it.
       out.data = bytes == s.data.size() ? s.data : s.data.slice(start, bytes);
-      if (from != nullptr) *from = &s;
-      if (offset != nullptr) *offset = start;
+      if (source != nullptr) *source = {&s, start, nullptr};
       return {};
     }
   }
-  out.data = Bytes::make(static_cast<std::size_t>(box.elements()) * element,
-                         [&](std::span<std::byte> dst) {
-                           for (const Shard& s : v->shards) {
-                             if (const auto region = intersect(s.box, box)) {
-                               copy_region(s.data.data(), s.box, dst.data(), box, *region, element);
-                             }
-                           }
-                         });
+  auto assemble = [&](std::byte* dst) {
+    for (const Shard& s : v->shards) {
+      if (const auto region = intersect(s.box, box)) {
+        copy_region(s.data.data(), s.box, dst, box, *region, element);
+      }
+    }
+  };
+  const auto bytes = static_cast<std::size_t>(box.elements()) * element;
+  if (source != nullptr && item.lease && bytes >= kLeaseBytes) {
+    try {
+      source->scratch = take_scratch(bytes);
+      // Ours, and no lease holds it while it is out of the pool.
+      assemble(const_cast<std::byte*>(source->scratch->bytes.data()));
+      out.data = source->scratch->bytes;
+      return {};
+    } catch (const std::exception&) {
+      source->scratch = nullptr;  // not registrable here: assembled for the answer below
+    }
+  }
+  out.data = Bytes::make(bytes, [&](std::span<std::byte> dst) { assemble(dst.data()); });
   return {};
+}
+
+std::shared_ptr<Volume::Registered> Volume::take_scratch(std::size_t size) {
+  auto it = std::find_if(scratch_.begin(), scratch_.end(),
+                         [&](const auto& r) { return r->bytes.size() == size; });
+  if (it != scratch_.end()) {
+    auto r = std::move(*it);
+    scratch_.erase(it);
+    return r;
+  }
+  std::shared_ptr<std::byte[]> memory(new std::byte[size]);  // every byte is assembled
+  auto r = std::make_shared<Registered>(Bytes::view(memory, memory.get(), size));
+  r->scratch = true;
+  return r;
+}
+
+void Volume::give_back(std::shared_ptr<Registered> scratch) {
+  if (scratch->bytes.size() > kScratchBytes) return;
+  scratch_.push_back(std::move(scratch));
+  std::size_t total = 0;
+  for (const auto& r : scratch_) total += r->bytes.size();
+  while (scratch_.size() > kScratchKept || total > kScratchBytes) {
+    total -= scratch_.front()->bytes.size();
+    scratch_.pop_front();
+  }
 }
 
 GetAnswer Volume::get(const std::vector<GetItem>& items) {
@@ -243,16 +279,15 @@ GetAnswer Volume::get(const std::vector<GetItem>& items) {
       a.answer = Answer{Code::leased, "a direct key in a batch"};
       return a;
     }
-    Shard* shard = nullptr;
-    std::size_t offset = 0;
-    a.answer = read(items[i], a.got[i], &shard, &offset);
+    Source source;
+    a.answer = read(items[i], a.got[i], &source);
     if (a.answer.code == Code::too_big && items.size() == 1) return a;  // with what to read
     if (a.answer.code != Code::ok) {
       a.got.clear();
       return a;
     }
     if (items.size() == 1 && items[i].lease && a.got[i].data.size() >= kLeaseBytes &&
-        lease_stored(a.got[i], shard, offset, a)) {
+        lease_stored(a.got[i], source, a)) {
       return a;
     }
   }
@@ -277,12 +312,15 @@ Volume::Registered::~Registered() {
   }
 }
 
-bool Volume::lease_stored(Got& got, Shard* shard, std::size_t offset, GetAnswer& out) {
-  std::shared_ptr<Registered> held;
+bool Volume::lease_stored(Got& got, Source& source, GetAnswer& out) {
+  std::shared_ptr<Registered> held = source.scratch;  // assembled for this get, if it was
+  Shard* shard = source.shard;
+  const std::size_t offset = shard != nullptr ? source.offset : 0;
   try {
-    if (shard == nullptr) {
+    if (held != nullptr) {
+      // Registered when it was made.
+    } else if (shard == nullptr) {
       held = std::make_shared<Registered>(got.data);  // assembled for this get alone
-      offset = 0;
     } else {
       if (shard->registered == nullptr) {
         // A received slab is mapped lazily: its pages are asked for once, here, rather than
@@ -316,7 +354,11 @@ bool Volume::release(const std::string& key, std::uint64_t lease, std::uint64_t 
   }
   if (auto l = stored_leases_.find(lease); l != stored_leases_.end()) {
     const bool held = l->second.until > std::chrono::steady_clock::now();
+    std::shared_ptr<Registered> bytes = std::move(l->second.held);
     stored_leases_.erase(l);
+    // Scratch memory goes back to the pool once read, and only then: a lease that ran out may
+    // still be read by a slow reader, so its memory is dropped, never used again.
+    if (held && bytes->scratch && bytes.use_count() == 1) give_back(std::move(bytes));
     return held;
   }
   return direct_release(key, lease);

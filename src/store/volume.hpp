@@ -221,6 +221,7 @@ class Volume : public Actor {
   struct Registered {
     Bytes bytes;
     RdmaBuffer buffer;
+    bool scratch = false;  // memory of this volume's own, where a box is assembled for a reader
     explicit Registered(Bytes b);
     ~Registered();
     Registered(const Registered&) = delete;
@@ -260,9 +261,6 @@ class Volume : public Actor {
   };
   /// A lease on `key`'s latest version for a get, or why not.
   Answer lease(const std::string& key, const GetItem& item, GetAnswer& out);
-  /// A lease on the bytes `got` holds of a stored version, read from `shard` at `offset` (none:
-  /// bytes assembled for this get); false where they cannot be registered (sent instead).
-  bool lease_stored(Got& got, Shard* shard, std::size_t offset, GetAnswer& out);
   /// Ends a reader's lease on a direct key's buffer; false if it had run out.
   bool direct_release(const std::string& key, std::uint64_t lease);
   struct StoredLease {
@@ -273,13 +271,30 @@ class Volume : public Actor {
   /// Why `item` cannot be put now ("" if it can).
   std::string refuse(const PutCheck& item) const;
   Put store(const PutItem& item, std::uint64_t group);
-  /// Reads one item, or says why not (code and message); where its bytes are a view of one
-  /// shard, says which and where in it.
-  Answer read(const GetItem& item, Got& out, Shard** from = nullptr, std::size_t* offset = nullptr);
+  /// Where read() finds an item's bytes: a view of one shard (which, and where in it), or
+  /// assembled in scratch memory for a lease.
+  struct Source {
+    Shard* shard = nullptr;
+    std::size_t offset = 0;
+    std::shared_ptr<Registered> scratch;
+  };
+  /// Reads one item, or says why not (code and message). With `source`, the bytes of a box that
+  /// spans shards are assembled in scratch memory when it is leased (`item.lease`, kLeaseBytes).
+  Answer read(const GetItem& item, Got& out, Source* source = nullptr);
+  /// A lease on the bytes `got` holds of a stored version, from where `source` says; false where
+  /// they cannot be registered (sent instead).
+  bool lease_stored(Got& got, Source& source, GetAnswer& out);
+  /// Registered memory of `size` bytes to assemble a box in: one a released lease gave back, or
+  /// new. Given back by release() to a pool of at most kScratchKept buffers, kScratchBytes.
+  std::shared_ptr<Registered> take_scratch(std::size_t size);
+  void give_back(std::shared_ptr<Registered> scratch);
+  static constexpr std::size_t kScratchKept = 4;
+  static constexpr std::size_t kScratchBytes = std::size_t{512} << 20;
 
   std::map<std::string, Key> keys_;
   std::map<std::string, Direct> direct_;                // keys in direct mode
   std::map<std::uint64_t, StoredLease> stored_leases_;  // readers' leases on stored bytes
+  std::deque<std::shared_ptr<Registered>> scratch_;     // free, oldest first
   std::uint64_t next_lease_ = 1;
   VolumeStats stats_;
 };
