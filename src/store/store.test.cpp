@@ -163,16 +163,52 @@ std::uint64_t one_sided_reads(const Store& s) {
   return n;
 }
 
+/// Puts the test's [rows, cols] float32 tensor under `key` as two row shards; its whole box.
+Box put_in_two_row_shards(const Store& s, const std::string& key, std::int64_t rows,
+                          std::int64_t cols) {
+  const Box whole = Box::whole({rows, cols});
+  for (std::size_t i = 0; i < 2; ++i) {
+    const Box half = chunk(whole, 0, i, 2);
+    s.put(key, shard_bytes(half, cols), f32(rows, cols), {.shard = half}).get();
+  }
+  return whole;
+}
+
+/// A volume's lease on `box` of `key`, asked of each volume of `s` as a get into memory of ours
+/// asks; the volume that granted it, and the lease.
+struct Leased {
+  ActorRef<detail::Volume> volume;
+  detail::ReadLease lease;
+  /// Its bytes, read one-sided.
+  std::vector<float> read() const {
+    std::vector<float> out(lease.buffer.size() / sizeof(float));
+    lease.buffer.read_into(out.data(), lease.buffer.size(), lease.offset).get();
+    return out;
+  }
+  /// Ends it; whether it was still held.
+  bool release(const std::string& key) const {
+    return volume
+        .call(&detail::Volume::release, key, lease.lease, std::uint64_t{0},
+              std::string("rdma test"))
+        .get();
+  }
+};
+std::optional<Leased> lease_of(const Store& s, const std::string& key, std::optional<Box> box) {
+  for (const auto& v : decode<std::vector<ActorRef<detail::Volume>>>(encode(s))) {
+    std::vector<detail::GetItem> item{detail::GetItem{key, {}, box, ""}};
+    item[0].lease = true;
+    const detail::GetAnswer a = v.call(&detail::Volume::get, item).get();
+    if (a.answer.code == detail::Code::leased && a.lease) return Leased{v, *a.lease};
+  }
+  return std::nullopt;
+}
+
 TEST_F(StoreTest, ALargeGetIntoReadsTheVolumesMemoryOneSidedAsAnyBox) {
   // 2 MiB as two row shards of 1 MiB: each ask below is at least kLeaseBytes, so it is read
   // from the volume's memory under a lease, straight from a shard or from bytes assembled for it.
   constexpr std::int64_t kRows = 1024;
   constexpr std::int64_t kCols = 512;
-  const Box whole = Box::whole({kRows, kCols});
-  for (std::size_t i = 0; i < 2; ++i) {
-    const Box rows = chunk(whole, 0, i, 2);
-    store_->put("leased", shard_bytes(rows, kCols), f32(kRows, kCols), {.shard = rows}).get();
-  }
+  const Box whole = put_in_two_row_shards(*store_, "leased", kRows, kCols);
   const std::uint64_t before = one_sided_reads(*store_);
   const std::vector<Box> asks = {
       whole,                        // across both shards: assembled
@@ -205,38 +241,20 @@ TEST_F(StoreTest, ALeaseOnStoredBytesKeepsThemWhileTheWriterPutsTenMore) {
     return Bytes::copy(v.data(), v.size() * sizeof(float));
   };
   store_->put("kept", value(1), info).get();
-  // Asked as a get into 2 MiB asks, of each volume: the key's own grants a lease.
-  const auto volumes = decode<std::vector<ActorRef<detail::Volume>>>(encode(*store_));
-  std::optional<detail::ReadLease> lease;
-  ActorRef<detail::Volume> holder;
-  for (const auto& v : volumes) {
-    std::vector<detail::GetItem> item{detail::GetItem{"kept", {}, {}, ""}};
-    item[0].lease = true;
-    const detail::GetAnswer a = v.call(&detail::Volume::get, item).get();
-    if (a.answer.code != detail::Code::leased) continue;
-    ASSERT_TRUE(a.lease.has_value());
-    EXPECT_FALSE(a.lease->direct);
-    lease = a.lease;
-    holder = v;
-  }
-  ASSERT_TRUE(lease.has_value()) << "no volume leased the key";
+  // Asked as a get into 2 MiB asks: the key's volume grants a lease on its own memory.
+  const std::optional<Leased> leased = lease_of(*store_, "kept", std::nullopt);
+  ASSERT_TRUE(leased.has_value()) << "no volume leased the key";
+  EXPECT_FALSE(leased->lease.direct);
   for (int i = 2; i <= 11; ++i) store_->put("kept", value(static_cast<float>(i)), info).get();
   store_->erase("kept").get();
   // The version it leased is neither kept nor the key there, and its bytes are still whole.
-  std::vector<float> read(1 << 19);
-  lease->buffer.read_into(read.data(), read.size() * sizeof(float), lease->offset).get();
-  EXPECT_EQ(read, std::vector<float>(1 << 19, 1.0F));
-  EXPECT_TRUE(holder
-                  .call(&detail::Volume::release, std::string("kept"), lease->lease,
-                        std::uint64_t{read.size() * sizeof(float)}, std::string("rdma test"))
-                  .get());
+  EXPECT_EQ(leased->read(), std::vector<float>(1 << 19, 1.0F));
+  EXPECT_TRUE(leased->release("kept"));
   // Released: the bytes are unregistered, and a read of them is refused.
-  EXPECT_THROW(lease->buffer.read_into(read.data(), 16, 0).get(), RdmaError);
+  std::vector<float> some(4);
+  EXPECT_THROW(leased->lease.buffer.read_into(some.data(), 16, 0).get(), RdmaError);
   // A lease released twice, or never granted, was not held.
-  EXPECT_FALSE(holder
-                   .call(&detail::Volume::release, std::string("kept"), lease->lease,
-                         std::uint64_t{0}, std::string("rdma test"))
-                   .get());
+  EXPECT_FALSE(leased->release("kept"));
 }
 
 TEST_F(StoreTest, BoxesAssembledForLeasesHoldMemoryOfTheirOwnUntilReleased) {
@@ -245,50 +263,29 @@ TEST_F(StoreTest, BoxesAssembledForLeasesHoldMemoryOfTheirOwnUntilReleased) {
   // release serves the next box correctly.
   constexpr std::int64_t kRows = 1024;
   constexpr std::int64_t kCols = 512;
-  const Box whole = Box::whole({kRows, kCols});
-  for (std::size_t i = 0; i < 2; ++i) {
-    const Box rows = chunk(whole, 0, i, 2);
-    store_->put("assembled", shard_bytes(rows, kCols), f32(kRows, kCols), {.shard = rows}).get();
-  }
-  const auto volumes = decode<std::vector<ActorRef<detail::Volume>>>(encode(*store_));
-  auto lease = [&](const Box& b) -> std::pair<ActorRef<detail::Volume>, detail::ReadLease> {
-    for (const auto& v : volumes) {
-      std::vector<detail::GetItem> item{detail::GetItem{"assembled", {}, b, ""}};
-      item[0].lease = true;
-      const detail::GetAnswer a = v.call(&detail::Volume::get, item).get();
-      if (a.answer.code == detail::Code::leased) return {v, *a.lease};
-    }
-    ADD_FAILURE() << "no volume leased " << b.to_string();
-    return {};
-  };
-  auto read = [](const detail::ReadLease& l) {
-    std::vector<float> out(l.buffer.size() / sizeof(float));
-    l.buffer.read_into(out.data(), l.buffer.size(), l.offset).get();
-    return out;
-  };
-  auto release = [](const ActorRef<detail::Volume>& v, const detail::ReadLease& l) {
-    return v
-        .call(&detail::Volume::release, std::string("assembled"), l.lease, std::uint64_t{0},
-              std::string("rdma test"))
-        .get();
+  put_in_two_row_shards(*store_, "assembled", kRows, kCols);
+  auto lease = [&](const Box& b) {
+    std::optional<Leased> l = lease_of(*store_, "assembled", b);
+    EXPECT_TRUE(l.has_value()) << "no volume leased " << b.to_string();
+    return l.value_or(Leased{});
   };
   const Box left = Box{{0, 0}, {kRows, kCols / 2}};  // 1 MiB
   const Box right = Box{{0, kCols / 2}, {kRows, kCols / 2}};
   // One assembled and given back first, so the pool holds memory of this size.
-  const auto [v0, zeroth] = lease(right);
-  EXPECT_EQ(read(zeroth), expected(right, kCols));
-  EXPECT_TRUE(release(v0, zeroth));
-  const auto [v1, first] = lease(left);
-  const auto [v2, second] = lease(right);
-  EXPECT_EQ(read(first), expected(left, kCols));
-  EXPECT_EQ(read(second), expected(right, kCols));
-  EXPECT_TRUE(release(v1, first));
-  EXPECT_TRUE(release(v2, second));
+  const Leased zeroth = lease(right);
+  EXPECT_EQ(zeroth.read(), expected(right, kCols));
+  EXPECT_TRUE(zeroth.release("assembled"));
+  const Leased first = lease(left);
+  const Leased second = lease(right);
+  EXPECT_EQ(first.read(), expected(left, kCols));
+  EXPECT_EQ(second.read(), expected(right, kCols));
+  EXPECT_TRUE(first.release("assembled"));
+  EXPECT_TRUE(second.release("assembled"));
   // Again, on memory given back: each box, not what the memory held before.
   const Box middle = Box{{0, kCols / 4}, {kRows, kCols / 2}};
-  const auto [v3, third] = lease(middle);
-  EXPECT_EQ(read(third), expected(middle, kCols));
-  EXPECT_TRUE(release(v3, third));
+  const Leased third = lease(middle);
+  EXPECT_EQ(third.read(), expected(middle, kCols));
+  EXPECT_TRUE(third.release("assembled"));
 }
 
 TEST_F(StoreTest, APartialKeyIsNotReadableAndSaysWhatItLacks) {
