@@ -153,7 +153,8 @@ TEST_F(StoreTest, ShardsPutByActorsAreReadBackAsAnyBoxElementByElement) {
   }
 }
 
-/// Transfers of `s` by a one-sided read ("rdma " and its backend), over all its volumes.
+/// Transfers of `s` by a one-sided read, of a put's bytes or a get's ("rdma " and its backend),
+/// over all its volumes.
 std::uint64_t one_sided_reads(const Store& s) {
   std::uint64_t n = 0;
   for (const auto& v : s.stats().get()) {
@@ -208,7 +209,10 @@ TEST_F(StoreTest, ALargeGetIntoReadsTheVolumesMemoryOneSidedAsAnyBox) {
   // from the volume's memory under a lease, straight from a shard or from bytes assembled for it.
   constexpr std::int64_t kRows = 1024;
   constexpr std::int64_t kCols = 512;
+  // Each shard's 1 MiB is offered one-sided too: the volume reads it from the controller.
+  const std::uint64_t at_start = one_sided_reads(*store_);
   const Box whole = put_in_two_row_shards(*store_, "leased", kRows, kCols);
+  EXPECT_EQ(one_sided_reads(*store_), at_start + 2);
   const std::uint64_t before = one_sided_reads(*store_);
   const std::vector<Box> asks = {
       whole,                        // across both shards: assembled

@@ -20,6 +20,7 @@
 #include "baton/actor/actor.hpp"
 #include "baton/rdma/rdma.hpp"
 #include "baton/store/store.hpp"
+#include "wire/slab.hpp"
 
 namespace baton::store::detail {
 
@@ -83,11 +84,14 @@ struct PutItem {
   }
 };
 
-/// A value of at least kLeaseBytes put into a volume on another host is offered one-sided
-/// (RdmaBuffer: UCX where the hosts have it) rather than carried in the message. On one host,
-/// shared memory carries it already (a ring, or a memfd passed whole).
+/// A value of at least kLeaseBytes put into a volume in another process is offered one-sided
+/// (RdmaBuffer: cross-memory attach on one host, UCX across hosts) rather than carried in the
+/// message: one copy, where a ring takes two. On one host, a value that travels as a memfd
+/// (wire::travels_as_slab) is passed whole, with no copy at all.
 inline bool offered_one_sided(const PutItem& item) {
-  return item.value.size() >= kLeaseBytes && (item.via == "tcp" || item.via == "tls");
+  const std::size_t n = item.value.size();
+  if (n < kLeaseBytes || item.via == "in-process") return false;
+  return item.via == "tcp" || item.via == "tls" || !wire::travels_as_slab(n);
 }
 
 /// A put's item as a check sees it: its bytes' count, not its bytes.
