@@ -194,7 +194,8 @@ struct Leased {
         .get();
   }
 };
-std::optional<Leased> lease_of(const Store& s, const std::string& key, std::optional<Box> box) {
+std::optional<Leased> lease_of(const Store& s, const std::string& key,
+                               const std::optional<Box>& box) {
   for (const auto& v : decode<std::vector<ActorRef<detail::Volume>>>(encode(s))) {
     std::vector<detail::GetItem> item{detail::GetItem{key, {}, box, ""}};
     item[0].lease = true;
