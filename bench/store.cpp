@@ -98,13 +98,11 @@ int run_store() {
   const TensorInfo info{"float32", 4, {8192, 8192}};
   // The writer's own copy of its tensor, as the store's header shows it (Bytes::copy), then the
   // put; and the same with the copy written in place (Bytes::make), for comparison.
-  const double put_s = median_seconds(kReps, [&] {
-    s.put("big", Bytes::copy(src.data(), big), info).get();
-  });
+  const double put_s =
+      median_seconds(kReps, [&] { s.put("big", Bytes::copy(src.data(), big), info).get(); });
   const double put_make_s = median_seconds(kReps, [&] {
-    Bytes value = Bytes::make(big, [&](std::span<std::byte> b) {
-      std::memcpy(b.data(), src.data(), b.size());
-    });
+    Bytes value = Bytes::make(
+        big, [&](std::span<std::byte> b) { std::memcpy(b.data(), src.data(), b.size()); });
     s.put("big", std::move(value), info).get();
   });
   const double get_s = median_seconds(kReps, [&] { s.get_into("big", dst).get(); });
