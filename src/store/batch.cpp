@@ -74,7 +74,7 @@ Future<std::vector<Put>> Store::put_batch(
     std::vector<Future<std::vector<Put>>> stored;
     for (std::size_t s = 0; s < b->volumes.size(); ++s) {
       const ActorRef<Volume>& v = self.volumes_[b->volumes[s]];
-      auto put = offering<PutAnswer>(mine(s), v, [&v](std::vector<PutItem> sent) {
+      auto put = uploading<PutAnswer>(mine(s), v, [v](std::vector<PutItem> sent) {
         return v.call(&Volume::put, std::move(sent));
       });
       stored.push_back(ask(v, std::move(put), "put_batch", [](const PutAnswer& a) {

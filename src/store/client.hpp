@@ -5,6 +5,7 @@
 // a time), and asking a key's volumes in order, past those that are lost.
 
 #include <algorithm>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -18,6 +19,7 @@
 #include "baton/actor/future.hpp"
 #include "baton/store/store.hpp"
 #include "store/volume.hpp"
+#include "wire/slab.hpp"
 
 namespace baton::store::detail {
 
@@ -130,36 +132,53 @@ void windowed(std::size_t count, std::size_t window, std::function<Future<T>(std
   run->launch();
 }
 
-/// Calls `send` with `items` as they go to `volume`: each with its path, and each value that is
-/// offered_one_sided registered here instead of carried (the volume reads it). The registrations
-/// are dropped once the call ends, however it ends; the values live until then.
+/// Calls `send` with `items` as they go to `volume`, each with its path. A value that is
+/// uploaded_one_sided is first written into memory the volume reserves for it, and the item
+/// names that memory instead of carrying its bytes. Where the writes cannot be made (a forced
+/// rdma backend that cannot serve this pair, a transfer that fails), the bytes go in the
+/// message after all; a volume lost on the way fails the call as a put's would.
 template <class R, class Send>
-Future<R> offering(const std::vector<PutItem>& items, const ActorRef<Volume>& volume, Send send) {
-  struct Offer {
-    RdmaBuffer buffer;
-    Bytes keep;
-  };
-  std::vector<PutItem> out = via(items, volume.id());
-  auto offers = std::make_shared<std::vector<Offer>>();
-  for (PutItem& item : out) {
-    if (!offered_one_sided(item)) continue;
-    try {
-      item.offered =
-          RdmaBuffer::register_memory(const_cast<std::byte*>(item.value.data()), item.value.size());
-    } catch (const std::exception&) {
-      continue;  // not registrable here: carried in the message
-    }
-    offers->push_back({*item.offered, std::move(item.value)});
-    item.value = Bytes();
+Future<R> uploading(const std::vector<PutItem>& items, const ActorRef<Volume>& volume, Send send) {
+  auto out = std::make_shared<std::vector<PutItem>>(via(items, volume.id()));
+  std::vector<std::size_t> which;
+  std::vector<std::uint64_t> sizes;
+  for (std::size_t i = 0; i < out->size(); ++i) {
+    if (!uploaded_one_sided((*out)[i])) continue;
+    which.push_back(i);
+    sizes.push_back((*out)[i].value.size());
   }
-  Future<R> call = send(std::move(out));
-  if (offers->empty()) return call;
+  if (which.empty()) return send(std::move(*out));
   auto next = std::make_shared<baton::detail::State<R>>();
-  when(std::move(call), [offers, next](Outcome<Value<R>> o) {
-    for (const Offer& offer : *offers) (void)offer.buffer.drop();
+  auto forward = [next](Outcome<Value<R>> o) {
     if (o.error) return next->set_exception(o.error);
     next->set_value(std::move(*o.value));
-  });
+  };
+  when(volume.call(&Volume::reserve, sizes),
+       [out, which, send, next, forward](Outcome<std::vector<Upload>> reserved) {
+         if (reserved.error) return next->set_exception(reserved.error);
+         std::vector<PutItem> written = *out;  // the items as they go if the writes are made
+         Future<void> writes;
+         try {
+           RdmaBatch batch;
+           for (std::size_t k = 0; k < which.size(); ++k) {
+             PutItem& item = written[which[k]];
+             const Upload& u = reserved.value->at(k);
+             batch.write(u.buffer, item.value.data(), item.value.size());
+             item.via = "rdma " + std::string(to_string(rdma_backend(u.buffer, item.value.data())));
+             item.upload = u.id;
+             item.upload_size = item.value.size();
+             item.value = Bytes();
+           }
+           writes = batch.submit();
+         } catch (const std::exception&) {
+           return when(send(std::move(*out)), forward);  // with the bytes in the message
+         }
+         // `out` keeps the values until the writes end, however they end.
+         when(std::move(writes), [out, written = std::move(written), send,
+                                  forward](const Outcome<std::monostate>& w) mutable {
+           when(send(w.error ? std::move(*out) : std::move(written)), forward);
+         });
+       });
   return Future<R>(std::move(next));
 }
 
@@ -285,6 +304,18 @@ inline std::string unfit(const std::string& key, const Got& got, std::span<std::
   return {};
 }
 
+/// What a get whose answer carried the bytes gives: `got`, copied into `into` when given (after
+/// checking that it fits).
+inline Got delivered(const std::string& key, Got got, std::optional<std::span<std::byte>> into,
+                     const std::string& dtype) {
+  if (into) {
+    if (std::string why = unfit(key, got, *into, dtype); !why.empty()) throw StoreError(why);
+    wire::populate_for_read(got.data);
+    std::memcpy(into->data(), got.data.data(), got.data.size());
+  }
+  return got;
+}
+
 /// A put's item: plain bytes are a one-dimensional tensor of bytes; no shard is the whole.
 inline PutItem item_of(const std::string& key, Bytes value, const TensorInfo& info,
                        const PutOptions& options) {
@@ -303,12 +334,12 @@ namespace baton::store {
 using detail::Answer;
 using detail::ask;
 using detail::Code;
+using detail::delivered;
 using detail::GetAnswer;
 using detail::GetItem;
 using detail::hash_of;
 using detail::item_of;
 using detail::lost_error;
-using detail::offering;
 using detail::Outcome;
 using detail::probe;
 using detail::PutAnswer;
@@ -316,6 +347,7 @@ using detail::PutItem;
 using detail::settle;
 using detail::throw_answer;
 using detail::unfit;
+using detail::uploading;
 using detail::Volume;
 using detail::when;
 using detail::when_all;

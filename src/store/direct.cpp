@@ -326,10 +326,33 @@ void Store::read_leased(const std::string& key, const GetOptions& options,
     read_buf.reset(new std::byte[std::max<std::size_t>(1, total)]);  // every byte is read
     at = read_buf.get();
   }
-  const std::string path = "rdma " + std::string(to_string(rdma_backend(lease.buffer, at)));
+  std::string path;
+  Future<void> reading;
+  try {
+    path = "rdma " + std::string(to_string(rdma_backend(lease.buffer, at)));
+    reading = lease.buffer.read_into(at, total, lease.offset);
+  } catch (const std::exception& e) {
+    // A forced rdma backend that cannot serve this pair: stored bytes come in an answer instead
+    // (the version leased); a direct key's live only in its writer's memory.
+    volume.send(&Volume::release, key, id, std::uint64_t{0}, std::string("rdma"));
+    if (lease.direct) {
+      return next->set_exception(std::make_exception_ptr(
+          StoreError("get of '" + key + "' from " + where + ": " + e.what())));
+    }
+    std::vector<GetItem> items{GetItem{key, meta.version, meta.box}};
+    when(volume.call(&Volume::get, detail::via(items, volume.id())),
+         [key, volume, into, dtype, next](Outcome<GetAnswer> a) {
+           settle(next, [&] {
+             if (a.error) detail::lost("get of '" + key + "'", volume, a.error);
+             throw_answer(a.value->answer);
+             return delivered(key, std::move(a.value->got.at(0)), into, dtype);
+           });
+         });
+    return;
+  }
   const std::int64_t lease_ms = lease.lease_ms;
   const bool direct = lease.direct;
-  when(lease.buffer.read_into(at, total, lease.offset),
+  when(std::move(reading),
        [key, volume, id, lease_ms, direct, where, path, total, meta, all, into, read_buf, held,
         element, wanted, next](Outcome<std::monostate> read) mutable {
          const std::uint64_t moved = read.error ? 0 : total;

@@ -4,7 +4,6 @@
 #include "baton/store/store.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -15,7 +14,6 @@
 #include "baton/mesh/actor_mesh.hpp"
 #include "store/client.hpp"
 #include "store/volume.hpp"
-#include "wire/slab.hpp"
 
 namespace baton::store {
 
@@ -146,7 +144,7 @@ Future<Put> Store::put(const std::string& key, Bytes value, const TensorInfo& in
     probe<PutAnswer>(
         self.volumes_, self.home(key),
         [items](const ActorRef<Volume>& v) {
-          return offering<PutAnswer>(*items, v, [&v](std::vector<PutItem> sent) {
+          return uploading<PutAnswer>(*items, v, [v](std::vector<PutItem> sent) {
             return v.call(&Volume::put, std::move(sent));
           });
         },
@@ -161,7 +159,7 @@ Future<Put> Store::put(const std::string& key, Bytes value, const TensorInfo& in
     return Future<Put>(std::move(one));
   };
   if (pieces.size() == 1) return send(std::move(pieces.front()));
-  // Two pieces at a time: each is copied into a slab of its own as it is sent.
+  // Two pieces at a time: what each holds on the way (a slab, an upload) stays bounded.
   auto next = std::make_shared<baton::detail::State<Put>>();
   auto shared = std::make_shared<std::vector<PutItem>>(std::move(pieces));
   windowed<Put>(
@@ -224,15 +222,7 @@ void Store::fetch(const std::string& key, const GetOptions& options,
         }
         settle(next, [&] {
           throw_answer(a->answer);
-          Got& got = a->got.at(0);
-          if (into) {
-            if (std::string why = unfit(key, got, *into, dtype); !why.empty()) {
-              throw StoreError(why);
-            }
-            wire::populate_for_read(got.data);
-            std::memcpy(into->data(), got.data.data(), got.data.size());
-          }
-          return std::move(got);
+          return delivered(key, std::move(a->got.at(0)), into, dtype);
         });
       });
 }

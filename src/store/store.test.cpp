@@ -293,6 +293,32 @@ TEST_F(StoreTest, BoxesAssembledForLeasesHoldMemoryOfTheirOwnUntilReleased) {
   EXPECT_TRUE(third.release("assembled"));
 }
 
+TEST_F(StoreTest, WhereOneSidedTransfersCannotBeMadeTheBytesGoInMessages) {
+  // A forced rdma backend that cannot serve host memory (gpu_ipc): a large put's upload and a
+  // large get's lease cannot be used, and the bytes travel in the messages instead.
+  const TensorInfo info{"float32", 4, {1 << 19}};  // 2 MiB
+  const std::vector<float> v(1 << 19, 3.0F);
+  const std::uint64_t before = one_sided_reads(*store_);
+  set_rdma_backend(RdmaBackend::gpu_ipc);
+  store_->put("forced", Bytes::copy(v.data(), v.size() * 4), info).get();
+  std::vector<float> into(1 << 19);
+  store_->get_into("forced", std::as_writable_bytes(std::span(into))).get(std::chrono::seconds(60));
+  set_rdma_backend(RdmaBackend::automatic);
+  EXPECT_EQ(into, v);
+  EXPECT_EQ(one_sided_reads(*store_), before);
+  // A put naming memory the volume does not hold for it is refused, storing nothing.
+  detail::PutItem item{"forced", Bytes(), info, Box::whole({1 << 19})};
+  item.upload = 987654321;
+  item.upload_size = v.size() * 4;
+  for (const auto& volume : decode<std::vector<ActorRef<detail::Volume>>>(encode(*store_))) {
+    const detail::PutAnswer a =
+        volume.call(&detail::Volume::put, std::vector<detail::PutItem>{item}).get();
+    EXPECT_EQ(a.answer.code, detail::Code::bad);
+    EXPECT_THAT(a.answer.message, HasSubstr("is not held here"));
+  }
+  EXPECT_EQ(store_->latest_version("forced").get(), std::optional<std::uint64_t>(1));
+}
+
 TEST_F(StoreTest, APartialKeyIsNotReadableAndSaysWhatItLacks) {
   const Box top = Box{{0, 0}, {2, 4}};
   store_->put("partial", shard_bytes(top, 4), f32(4, 4), {.shard = top}).get();

@@ -73,50 +73,68 @@ Answer Volume::check(const std::vector<PutCheck>& items) {
   return {};
 }
 
-Task<PutAnswer> Volume::put(std::vector<PutItem> items) {
+PutAnswer Volume::put(const std::vector<PutItem>& items) {
   PutAnswer a;
+  prune();
   std::vector<PutCheck> checks;
   checks.reserve(items.size());
   for (const PutItem& item : items) checks.push_back(PutCheck::of(item));
   a.answer = check(checks);
-  if (a.answer.code != Code::ok) co_return a;
-  // Values offered one-sided are read into memory of ours first, all at once; the writer holds
-  // them registered until this answers.
-  RdmaBatch reads;
-  bool any = false;
-  for (PutItem& item : items) {
-    if (!item.offered) continue;
-    const std::size_t n = item.offered->size();
-    std::shared_ptr<std::byte[]> into(new std::byte[std::max<std::size_t>(1, n)]);  // all read
-    reads.read(*item.offered, into.get(), n);
-    item.value = Bytes::view(into, into.get(), n);
-    item.via = "rdma " + std::string(to_string(rdma_backend(*item.offered, into.get())));
-    any = true;
-  }
-  if (any) {
-    std::exception_ptr failed;
-    try {
-      co_await reads.submit();
-    } catch (const std::exception&) {
-      failed = std::current_exception();
+  if (a.answer.code != Code::ok) return a;
+  // Values written one-sided into memory reserved here: each upload must still be held, and of
+  // the size the item says.
+  std::vector<std::shared_ptr<Registered>> uploaded(items.size());
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (items[i].upload == 0) continue;
+    auto it = uploads_.find(items[i].upload);
+    if (it == uploads_.end() || it->second.held->bytes.size() != items[i].upload_size) {
+      a.answer = {Code::bad, "put of " + quoted(items[i].key) +
+                                 ": the memory its bytes were written into is not held here (a " +
+                                 "put must follow its upload within " +
+                                 std::to_string(kUploadHeld.count() / 1000) +
+                                 " s); nothing of the put was stored, put again"};
+      return a;
     }
-    if (failed) {
-      a.answer = {Code::bad, "put of " + quoted(items.front().key) +
-                                 ": its bytes could not be read from the writer's memory (" +
-                                 reason(failed) + "); nothing of the put was stored"};
-      co_return a;
-    }
+    uploaded[i] = it->second.held;
   }
   a.puts.reserve(items.size());
-  for (const PutItem& item : items) a.puts.push_back(store(item, item.group));
-  co_return a;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (uploaded[i]) uploads_.erase(items[i].upload);
+    a.puts.push_back(store(items[i], items[i].group, std::move(uploaded[i])));
+  }
+  return a;
 }
 
-Put Volume::store(const PutItem& item, std::uint64_t group) {
+std::vector<Upload> Volume::reserve(const std::vector<std::uint64_t>& sizes) {
+  prune();
+  std::vector<Upload> out;
+  out.reserve(sizes.size());
+  const auto until = std::chrono::steady_clock::now() + kUploadHeld;
+  for (const std::uint64_t n : sizes) {
+    if (n == 0 || n > kPieceBytes) {
+      throw UsageError("reserve of " + std::to_string(n) + " bytes: an upload holds 1 to " +
+                       std::to_string(kPieceBytes) + " bytes (one piece of a put)");
+    }
+    std::shared_ptr<std::byte[]> memory(new std::byte[n]);  // every byte is written
+    auto held = std::make_shared<Registered>(Bytes::view(memory, memory.get(), n));
+    const std::uint64_t id = next_lease_++;
+    uploads_[id] = {held, until};
+    out.push_back({id, held->buffer});
+  }
+  return out;
+}
+
+void Volume::prune() {
+  const auto now = std::chrono::steady_clock::now();
+  std::erase_if(stored_leases_, [&](const auto& l) { return l.second.until <= now; });
+  std::erase_if(uploads_, [&](const auto& u) { return u.second.until <= now; });
+}
+
+Put Volume::store(const PutItem& item, std::uint64_t group, std::shared_ptr<Registered> uploaded) {
   Key& k = keys_[item.key];
   ++stats_.puts;
-  stats_.bytes_in += item.value.size();
-  stats_.bytes_by_path[item.via] += item.value.size();
+  stats_.bytes_in += item.bytes();
+  stats_.bytes_by_path[item.via] += item.bytes();
   ++stats_.transfers_by_path[item.via];
   // The oldest version being assembled, of this tensor, that the shard does not overlap; a
   // piece of a large put joins only its own put's version.
@@ -130,7 +148,8 @@ Put Volume::store(const PutItem& item, std::uint64_t group) {
     k.open.push_back(Version{k.next++, item.info, {}, group});
     it = std::prev(k.open.end());
   }
-  it->shards.push_back(Shard{item.box, item.value});
+  const Bytes& bytes = uploaded ? uploaded->bytes : item.value;
+  it->shards.push_back(Shard{item.box, bytes, std::move(uploaded)});
   std::vector<Box> have;
   have.reserve(it->shards.size());
   for (const Shard& s : it->shards) have.push_back(s.box);
@@ -266,6 +285,7 @@ void Volume::give_back(std::shared_ptr<Registered> scratch) {
 }
 
 GetAnswer Volume::get(const std::vector<GetItem>& items) {
+  prune();
   GetAnswer a;
   a.got.resize(items.size());
   for (std::size_t i = 0; i < items.size(); ++i) {
@@ -333,8 +353,8 @@ bool Volume::lease_stored(Got& got, Source& source, GetAnswer& out) {
   } catch (const std::exception&) {
     return false;  // not registrable here: the bytes go in the answer
   }
+  prune();
   const auto now = std::chrono::steady_clock::now();
-  std::erase_if(stored_leases_, [&](const auto& l) { return l.second.until <= now; });
   const std::uint64_t id = next_lease_++;
   stored_leases_[id] = {held, now + kStoredLease};
   ++stats_.gets;
@@ -348,6 +368,7 @@ bool Volume::lease_stored(Got& got, Source& source, GetAnswer& out) {
 
 bool Volume::release(const std::string& key, std::uint64_t lease, std::uint64_t size,
                      const std::string& path) {
+  prune();
   if (size > 0) {
     stats_.bytes_by_path[path] += size;
     ++stats_.transfers_by_path[path];

@@ -31,7 +31,8 @@ enum class Code : std::uint8_t { ok, missing, bad, too_big, leased };
 
 /// A get into the reader's memory of at least this many bytes asks for a lease, and reads the
 /// volume's memory one-sided (cross-memory attach on one host, UCX across hosts) instead of
-/// receiving the bytes in a message: one copy, into the destination, with no fresh memory.
+/// receiving the bytes in a message: one copy, into the destination (a box that spans shards is
+/// assembled in the volume first).
 constexpr std::size_t kLeaseBytes = std::size_t{1} << 20;
 
 /// How long a lease on a volume's stored bytes holds them for a reader that never releases it
@@ -75,20 +76,36 @@ struct PutItem {
   std::uint64_t keep = 1;
   std::uint64_t group = 0;  // the pieces of one large put share it (0: a put of its own)
   std::string via;          // how it travels to the volume (baton::detail::path_to)
-  /// Instead of `value`: the writer's memory, registered for the volume to read one-sided.
-  std::optional<RdmaBuffer> offered;
-  std::uint64_t bytes() const { return offered ? offered->size() : value.size(); }
+  /// Instead of `value`: memory of the volume's that the writer wrote the value into one-sided
+  /// (reserved by Volume::reserve), and its size.
+  std::uint64_t upload = 0;
+  std::uint64_t upload_size = 0;
+  std::uint64_t bytes() const { return upload != 0 ? upload_size : value.size(); }
   template <class Ar>
   void serialize(Ar& ar) {
-    ar(key, value, info, box, keep, group, via, offered);
+    ar(key, value, info, box, keep, group, via, upload, upload_size);
   }
 };
 
-/// A value of at least kLeaseBytes put into a volume in another process is offered one-sided
-/// (RdmaBuffer: cross-memory attach on one host, UCX across hosts) rather than carried in the
-/// message: one copy, where a ring takes two. On one host, a value that travels as a memfd
+/// Memory of a volume reserved for a writer to write one value into, one-sided.
+struct Upload {
+  std::uint64_t id = 0;
+  RdmaBuffer buffer;
+  template <class Ar>
+  void serialize(Ar& ar) {
+    ar(id, buffer);
+  }
+};
+
+/// How long memory reserved for an upload waits for the put that names it.
+constexpr std::chrono::milliseconds kUploadHeld{120000};
+
+/// A value of at least kLeaseBytes put into a volume in another process is written one-sided
+/// into memory the volume reserved for it (RdmaBuffer: cross-memory attach on one host, UCX
+/// across hosts) rather than carried in the message: one copy, where a ring takes two, and the
+/// volume goes on serving while it is written. On one host, a value that travels as a memfd
 /// (wire::travels_as_slab) is passed whole, with no copy at all.
-inline bool offered_one_sided(const PutItem& item) {
+inline bool uploaded_one_sided(const PutItem& item) {
   const std::size_t n = item.value.size();
   if (n < kLeaseBytes || item.via == "in-process") return false;
   return item.via == "tcp" || item.via == "tls" || !wire::travels_as_slab(n);
@@ -181,9 +198,11 @@ struct DirectSlot {
 
 class Volume : public Actor {
  public:
-  /// Checks every item, reads those offered one-sided, then stores them all (or none, answering
-  /// why).
-  Task<PutAnswer> put(std::vector<PutItem> items);
+  /// Checks every item, then stores them all (or none, answering why).
+  PutAnswer put(const std::vector<PutItem>& items);
+  /// Memory for values of `sizes` bytes that a writer writes one-sided and then puts (naming
+  /// each Upload's id); held kUploadHeld for the put.
+  std::vector<Upload> reserve(const std::vector<std::uint64_t>& sizes);
   /// Checks every item as put() would, storing nothing.
   Answer check(const std::vector<PutCheck>& items);
   /// Drops the versions `puts` made (a batch that failed elsewhere).
@@ -215,10 +234,10 @@ class Volume : public Actor {
                const std::string& path);
 
   static constexpr auto endpoints =
-      baton::endpoints<&Volume::put, &Volume::check, &Volume::undo, &Volume::get, &Volume::exists,
-                       &Volume::keys, &Volume::erase, &Volume::latest, &Volume::nearest,
-                       &Volume::stats, &Volume::host, &Volume::direct_open, &Volume::direct_acquire,
-                       &Volume::direct_publish, &Volume::release>();
+      baton::endpoints<&Volume::put, &Volume::reserve, &Volume::check, &Volume::undo, &Volume::get,
+                       &Volume::exists, &Volume::keys, &Volume::erase, &Volume::latest,
+                       &Volume::nearest, &Volume::stats, &Volume::host, &Volume::direct_open,
+                       &Volume::direct_acquire, &Volume::direct_publish, &Volume::release>();
 
  private:
   /// Bytes of this volume registered for one-sided reads; unregistered once nothing holds them.
@@ -234,7 +253,7 @@ class Volume : public Actor {
   struct Shard {
     Box box;
     Bytes data;
-    std::shared_ptr<Registered> registered;  // made at its first lease, kept while it lives
+    std::shared_ptr<Registered> registered;  // made at its first lease (or upload), kept
   };
   struct Version {
     std::uint64_t number = 0;
@@ -274,7 +293,9 @@ class Volume : public Actor {
 
   /// Why `item` cannot be put now ("" if it can).
   std::string refuse(const PutCheck& item) const;
-  Put store(const PutItem& item, std::uint64_t group);
+  /// Stores `item` (whose bytes, if uploaded, are `uploaded`'s: registered already).
+  Put store(const PutItem& item, std::uint64_t group,
+            std::shared_ptr<Registered> uploaded = nullptr);
   /// Where read() finds an item's bytes: a view of one shard (which, and where in it), or
   /// assembled in scratch memory for a lease.
   struct Source {
@@ -299,6 +320,9 @@ class Volume : public Actor {
   std::map<std::string, Direct> direct_;                // keys in direct mode
   std::map<std::uint64_t, StoredLease> stored_leases_;  // readers' leases on stored bytes
   std::deque<std::shared_ptr<Registered>> scratch_;     // free, oldest first
+  std::map<std::uint64_t, StoredLease> uploads_;        // reserved, awaiting their puts
+  /// Drops leases and uploads that ran out.
+  void prune();
   std::uint64_t next_lease_ = 1;
   VolumeStats stats_;
 };

@@ -114,10 +114,10 @@ struct VolumeStats {
   /// Bytes put and got, and how many transfers, by the path they took between the volume and
   /// the other proc: "in-process", "shm" (one host: shared memory, large values as mapped
   /// memfds), "unix", "tcp", "tls" (another host); and "rdma " and the RdmaBuffer backend
-  /// ("rdma cma", "rdma ucx", "rdma messages") for bytes read one-sided from memory: puts of
-  /// 1 MiB or more (the volume reads the writer's memory; on one host, those under 8 MiB, as
-  /// larger ones pass whole as memfds), gets of 1 MiB or more into the reader's memory, and a
-  /// direct key's reads.
+  /// ("rdma cma", "rdma ucx", "rdma messages") for bytes moved one-sided: puts of 1 MiB or
+  /// more (written into memory the volume reserves; on one host, those under 8 MiB, as larger
+  /// ones pass whole as memfds), gets of 1 MiB or more into the reader's memory, and a direct
+  /// key's reads.
   std::map<std::string, std::uint64_t> bytes_by_path;
   std::map<std::string, std::uint64_t> transfers_by_path;
 
