@@ -132,6 +132,17 @@ void windowed(std::size_t count, std::size_t window, std::function<Future<T>(std
   run->launch();
 }
 
+/// What a failure says.
+inline std::string reason(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "an unknown error";
+  }
+}
+
 /// Calls `send` with `items` as they go to `volume`, each with its path. A value that is
 /// uploaded_one_sided is first written into memory the volume reserves for it, and the item
 /// names that memory instead of carrying its bytes. Where the writes cannot be made (a forced

@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
-#include <exception>
 #include <map>
 #include <memory>
 #include <optional>
@@ -42,17 +41,6 @@ constexpr std::chrono::milliseconds kStoredLease{120000};
 /// The most bytes of a value one message carries; larger values are put and read in pieces of
 /// rows (a message carries at most 1 GiB).
 constexpr std::size_t kPieceBytes = std::size_t{256} << 20;
-
-/// What a failure says.
-inline std::string reason(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  } catch (...) {
-    return "an unknown error";
-  }
-}
 
 /// A key as messages name it.
 inline std::string quoted(const std::string& key) {
