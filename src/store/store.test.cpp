@@ -8,12 +8,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
 
 #include "baton/baton.hpp"
 #include "store/volume.hpp"
+#include "wire/slab.hpp"
 
 namespace baton::store {
 namespace {
@@ -63,9 +65,18 @@ class Worker : public Actor {
     const GetOptions options{.box = b};
     co_return floats((co_await s.get(key, options)).data);
   }
+  /// Puts `size` bytes of ordinary memory (not a memfd), each `rank + 1`, as `prefix` + rank.
+  Task<Put> put_heap(Store s, std::string prefix, std::uint64_t size) {
+    const auto fill = static_cast<std::byte>(context().rank + 1);
+    Bytes value = Bytes::adopt(std::vector<std::byte>(size, fill));
+    const std::string key = prefix + std::to_string(context().rank);
+    const TensorInfo info{"uint8", 1, {static_cast<std::int64_t>(size)}};
+    const PutOptions options{};
+    co_return co_await s.put(key, std::move(value), info, options);
+  }
   int pid() { return static_cast<int>(::getpid()); }
   static constexpr auto endpoints =
-      baton::endpoints<&Worker::put_rows, &Worker::read, &Worker::pid>();
+      baton::endpoints<&Worker::put_rows, &Worker::read, &Worker::put_heap, &Worker::pid>();
 };
 
 struct StoreTest : ::testing::Test {
@@ -317,6 +328,39 @@ TEST_F(StoreTest, WhereOneSidedTransfersCannotBeMadeTheBytesGoInMessages) {
     EXPECT_THAT(a.answer.message, HasSubstr("is not held here"));
   }
   EXPECT_EQ(store_->latest_version("forced").get(), std::optional<std::uint64_t>(1));
+}
+
+TEST_F(StoreTest, AValueInOrdinaryMemoryBecomesOneMemfdForReadersOnThisHost) {
+  // One volume; each worker puts 16 MiB of ordinary memory. The worker in the volume's own proc
+  // puts in-process, so the volume keeps that memory as it is. A get by message from this host
+  // passes a value of this size as a memfd: the first get makes the memory one, and later gets
+  // pass the same memfd, where each used to be copied into a new one.
+  constexpr std::uint64_t kBig = 16 << 20;
+  Store one = Store::create(*procs_, Spread::single, "heap");
+  auto workers = procs_->spawn<Worker>("heap-writers");
+  (void)workers.call(&Worker::put_heap, one, std::string("heap/"), kBig).get();
+  EXPECT_EQ(one.stats().get()[0].transfers_by_path.at("in-process"), 1u);
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string key = "heap/" + std::to_string(rank);
+    std::vector<ino_t> memfds;
+    for (int i = 0; i < 3; ++i) {
+      const Got got = one.get(key).get();
+      ASSERT_EQ(got.data.size(), kBig);
+      EXPECT_EQ(got.data.data()[kBig - 1], static_cast<std::byte>(rank + 1));
+      const int fd = wire::slab_fd(got.data);
+      ASSERT_GE(fd, 0) << key << " came as a memfd";
+      struct stat st {};
+      ASSERT_EQ(::fstat(fd, &st), 0);
+      memfds.push_back(st.st_ino);
+    }
+    EXPECT_EQ(memfds[1], memfds[0]) << key;
+    EXPECT_EQ(memfds[2], memfds[0]) << key;
+  }
+  // A one-sided read of the value (now a memfd) is still right.
+  std::vector<std::byte> into(kBig);
+  one.get_into("heap/0", into).get();
+  EXPECT_EQ(into[kBig / 2], std::byte{1});
+  workers.stop().get();
 }
 
 TEST_F(StoreTest, APartialKeyIsNotReadableAndSaysWhatItLacks) {

@@ -230,6 +230,7 @@ Answer Volume::read(const GetItem& item, Got& out, Source* source) {
     if (const auto at = contiguous_in(s.box, box)) {
       const auto bytes = static_cast<std::size_t>(box.elements()) * element;
       const auto start = static_cast<std::size_t>(*at) * element;
+      if (bytes == s.data.size()) slab_once(s, item);
       // The whole shard as it is (a slab goes on as the same memfd), or a slice of it.
       out.data = bytes == s.data.size() ? s.data : s.data.slice(start, bytes);
       if (source != nullptr) *source = {&s, start, nullptr};
@@ -257,6 +258,22 @@ Answer Volume::read(const GetItem& item, Got& out, Source* source) {
   }
   out.data = Bytes::make(bytes, [&](std::span<std::byte> dst) { assemble(dst.data()); });
   return {};
+}
+
+/// A shard of ordinary memory (uploaded one-sided, or carried by a message from another host)
+/// that a reader on this host asks for whole by message: the link would copy it into a fresh
+/// memfd at every answer, so it becomes one now, once, and later answers pass that memfd. Its
+/// registration goes with the old memory (leases granted keep theirs); the next lease
+/// registers the memfd.
+void Volume::slab_once(Shard& s, const GetItem& item) {
+  if (item.via != "shm" || item.lease || !wire::travels_as_slab(s.data.size())) return;
+  if (wire::slab_fd(s.data) >= 0) return;
+  try {
+    s.data = wire::to_slab(s.data);
+    s.registered.reset();
+  } catch (const std::exception&) {
+    // No memfd here: the link makes its copy per answer, as before.
+  }
 }
 
 std::shared_ptr<Volume::Registered> Volume::take_scratch(std::size_t size) {

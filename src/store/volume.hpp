@@ -281,6 +281,8 @@ class Volume : public Actor {
 
   /// Why `item` cannot be put now ("" if it can).
   std::string refuse(const PutCheck& item) const;
+  /// Turns a whole shard a reader on this host gets by message into a memfd, once.
+  static void slab_once(Shard& s, const GetItem& item);
   /// Stores `item` (whose bytes, if uploaded, are `uploaded`'s: registered already).
   Put store(const PutItem& item, std::uint64_t group,
             std::shared_ptr<Registered> uploaded = nullptr);
