@@ -116,8 +116,7 @@ Answer Volume::lease(const std::string& key, const GetItem& item, GetAnswer& out
   const auto now = Direct::Clock::now();
   std::erase_if(d.leases, [&](const Direct::Lease& l) { return l.until <= now; });
   const std::uint64_t id = next_lease_++;
-  d.leases.push_back({id, *d.latest, now + d.lease_for});
-  ++stats_.gets;
+  d.leases.push_back({id, *d.latest, now + d.lease_for});  // counted when released, read
   out.lease = ReadLease{d.buffers[*d.latest], d.info, d.version, id, d.lease_for.count()};
   return {Code::leased, ""};
 }

@@ -175,6 +175,16 @@ std::uint64_t one_sided_reads(const Store& s) {
   return n;
 }
 
+/// Gets the store's volumes have answered, and the bytes they gave.
+std::pair<std::uint64_t, std::uint64_t> gets_and_bytes(const Store& s) {
+  std::pair<std::uint64_t, std::uint64_t> n;
+  for (const auto& v : s.stats().get()) {
+    n.first += v.gets;
+    n.second += v.bytes_out;
+  }
+  return n;
+}
+
 /// Puts the test's [rows, cols] float32 tensor under `key` as two row shards; its whole box.
 Box put_in_two_row_shards(const Store& s, const std::string& key, std::int64_t rows,
                           std::int64_t cols) {
@@ -226,6 +236,8 @@ TEST_F(StoreTest, ALargeGetIntoReadsTheVolumesMemoryOneSidedAsAnyBox) {
   const Box whole = put_in_two_row_shards(*store_, "leased", kRows, kCols);
   EXPECT_EQ(one_sided_reads(*store_), at_start + 2);
   const std::uint64_t before = one_sided_reads(*store_);
+  const auto [gets_before, bytes_before] = gets_and_bytes(*store_);
+  std::uint64_t bytes = 0;
   const std::vector<Box> asks = {
       whole,                        // across both shards: assembled
       chunk(whole, 0, 1, 2),        // the second shard, as it is
@@ -239,8 +251,12 @@ TEST_F(StoreTest, ALargeGetIntoReadsTheVolumesMemoryOneSidedAsAnyBox) {
         store_->get_into("leased", std::as_writable_bytes(std::span(into)), {.box = b}).get();
     EXPECT_EQ(got.box, b);
     EXPECT_EQ(into, expected(b, kCols)) << b.to_string();
+    bytes += into.size() * sizeof(float);
   }
   EXPECT_EQ(one_sided_reads(*store_), before + asks.size());
+  // Each counted once, with its bytes, when its reader had them.
+  EXPECT_EQ(gets_and_bytes(*store_),
+            std::make_pair(gets_before + asks.size(), bytes_before + bytes));
   // Under 1 MiB the bytes come in the answer, as before.
   std::vector<float> small(1000);
   store_
@@ -257,6 +273,7 @@ TEST_F(StoreTest, ALeaseOnStoredBytesKeepsThemWhileTheWriterPutsTenMore) {
     return Bytes::copy(v.data(), v.size() * sizeof(float));
   };
   store_->put("kept", value(1), info).get();
+  const auto gets_before = gets_and_bytes(*store_);
   // Asked as a get into 2 MiB asks: the key's volume grants a lease on its own memory.
   const std::optional<Leased> leased = lease_of(*store_, "kept", std::nullopt);
   ASSERT_TRUE(leased.has_value()) << "no volume leased the key";
@@ -266,6 +283,8 @@ TEST_F(StoreTest, ALeaseOnStoredBytesKeepsThemWhileTheWriterPutsTenMore) {
   // The version it leased is neither kept nor the key there, and its bytes are still whole.
   EXPECT_EQ(leased->read(), std::vector<float>(1 << 19, 1.0F));
   EXPECT_TRUE(leased->release("kept"));
+  // Released with nothing said to be read: no get is counted.
+  EXPECT_EQ(gets_and_bytes(*store_), gets_before);
   // Released: the bytes are unregistered, and a read of them is refused.
   std::vector<float> some(4);
   EXPECT_THROW(leased->lease.buffer.read_into(some.data(), 16, 0).get(), RdmaError);

@@ -373,9 +373,7 @@ bool Volume::lease_stored(Got& got, Source& source, GetAnswer& out) {
   prune();
   const auto now = std::chrono::steady_clock::now();
   const std::uint64_t id = next_lease_++;
-  stored_leases_[id] = {held, now + kStoredLease};
-  ++stats_.gets;
-  stats_.bytes_out += got.data.size();
+  stored_leases_[id] = {held, now + kStoredLease};  // counted in stats when released, read
   out.lease = ReadLease{held->buffer,         got.info, got.version, id,
                         kStoredLease.count(), offset,   got.box,     false};
   out.got.clear();
@@ -386,20 +384,26 @@ bool Volume::lease_stored(Got& got, Source& source, GetAnswer& out) {
 bool Volume::release(const std::string& key, std::uint64_t lease, std::uint64_t size,
                      const std::string& path) {
   prune();
-  if (size > 0) {
-    stats_.bytes_by_path[path] += size;
-    ++stats_.transfers_by_path[path];
-  }
+  bool held = false;
   if (auto l = stored_leases_.find(lease); l != stored_leases_.end()) {
-    const bool held = l->second.until > std::chrono::steady_clock::now();
+    held = l->second.until > std::chrono::steady_clock::now();
     std::shared_ptr<Registered> bytes = std::move(l->second.held);
     stored_leases_.erase(l);
     // Scratch memory goes back to the pool once read, and only then: a lease that ran out may
     // still be read by a slow reader, so its memory is dropped, never used again.
     if (held && bytes->scratch && bytes.use_count() == 1) give_back(std::move(bytes));
-    return held;
+  } else {
+    held = direct_release(key, lease);
   }
-  return direct_release(key, lease);
+  // A leased get counts once its reader has the bytes: not when the lease is granted (the read
+  // may fail), nor when it outlasted its lease (the reader reads again).
+  if (held && size > 0) {
+    ++stats_.gets;
+    stats_.bytes_out += size;
+    stats_.bytes_by_path[path] += size;
+    ++stats_.transfers_by_path[path];
+  }
+  return held;
 }
 
 bool Volume::exists(const std::string& key) {

@@ -108,6 +108,7 @@ struct VolumeStats {
   std::uint64_t versions = 0;
   std::uint64_t bytes_held = 0;
   std::uint64_t puts = 0;
+  /// A get read one-sided counts, with its bytes, once its reader has them.
   std::uint64_t gets = 0;
   std::uint64_t bytes_in = 0;
   std::uint64_t bytes_out = 0;
