@@ -81,7 +81,7 @@ void StreamLink::start_writer_locked() {
 /// Data frames queued behind the one being written go out in the same write, up to these: a
 /// stream of sends that outruns the peer costs one write and one lock per batch, not per frame.
 constexpr std::size_t kBatchFrames = 64;
-constexpr std::size_t kBatchBytes = 256 * 1024;
+constexpr std::size_t kBatchBytes = std::size_t{256} << 10;
 
 void StreamLink::write_next(std::uint64_t epoch) {
   Frame* frame = nullptr;
