@@ -186,6 +186,34 @@ INSTANTIATE_TEST_SUITE_P(Transports, LinkTest, ::testing::Values("unix", "shm", 
 
 using testing::RawClient;
 
+TEST_P(LinkTest, AFrameSentBeforeACloseIsDeliveredOrReturnedAndOnOneHostNeverBoth) {
+  // Frames sent faster than the peer takes them go out in batches; a close lets the one on its
+  // way finish. Each frame is delivered or handed back as unsent; on one host (where the peer
+  // reads all before the close) never both. Over TCP, one not yet acknowledged may be both.
+  Inbox server_in;
+  auto listener = Listener::listen(
+      io, address(), [&](const std::shared_ptr<Link>&) { return server_in.handler(); });
+  Inbox client_in;
+  std::vector<int> seen(20000, 0);  // +1 delivered, +2 returned
+  LinkHandler handler = client_in.handler();
+  handler.on_unsent = [&](const std::vector<Envelope>& envs) {
+    for (const Envelope& e : envs) seen.at(e.dest.port) += 2;  // before on_closed
+  };
+  auto client = Link::connect(io, listener->address(), handler, options());
+  for (std::uint64_t i = 0; i < seen.size(); ++i) ASSERT_TRUE(client->send(make(i, 100)));
+  client->close("done");
+  ASSERT_NE(client_in.wait_closed(), "never closed");
+  ASSERT_NE(server_in.wait_closed(), "never closed");
+  std::lock_guard lock(server_in.mu);
+  for (const Envelope& e : server_in.envelopes) ++seen.at(e.dest.port);
+  for (std::size_t i = 0; i < seen.size(); ++i) {
+    ASSERT_NE(seen[i], 0) << "frame " << i << " was neither delivered nor returned";
+    if (GetParam() != "tcp") {
+      ASSERT_NE(seen[i], 3) << "frame " << i << " delivered and returned";
+    }
+  }
+}
+
 struct HostileFixture : ::testing::Test {
   std::mutex mu;
   std::condition_variable cv;

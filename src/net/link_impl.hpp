@@ -214,6 +214,7 @@ class StreamLink final : public Link {
   void write_next(std::uint64_t epoch);
   void write_sealed(std::uint64_t epoch, const Frame& frame, bool control);
   void wrote(std::uint64_t epoch, bool control, std::size_t count = 1);
+  void wrote_part(std::size_t n);
   std::size_t write_now(const Frame& frame);
 
   // --- heartbeats and repair (link_repair.cpp) -------------------------------------------------
@@ -360,7 +361,8 @@ class StreamLink final : public Link {
   std::uint64_t out_base_seq_ = 0;
   std::size_t written_ = 0;
   std::vector<asio::const_buffer> buffers_;
-  std::vector<const Frame*> batch_;  // data frames written after out_[written_] in one write
+  std::vector<const Frame*> batch_;      // data frames written after out_[written_] in one write
+  std::vector<std::size_t> frame_ends_;  // where each data frame of the write in flight ends
   // TLS (tls_session.hpp): records this side sealed of the frame at out_[written_] (or of the
   // control frame at ctl_.front()), and how much of them is on the wire. Under mu_, by the one
   // writer: a sender while the writer is idle, or the strand while writing_.

@@ -368,7 +368,7 @@ void StreamLink::serve_write() {
     if (wrote && s.out.reader_wants_waking()) doorbell();
     if (s.write_index == s.write_buffers.size()) return finish(s.write_op, {}, s.write_total);
     if (!s.out.corrupt().empty()) return ring_broke(s.out.corrupt());
-    if (s.peer_gone) return finish(s.write_op, asio::error::broken_pipe, 0);
+    if (s.peer_gone) return finish(s.write_op, asio::error::broken_pipe, s.write_total);
     if (!wrote && s.out.wait_if_full()) return park(s.write_op);  // the doorbell brings us back
   }
 }

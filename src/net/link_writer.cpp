@@ -88,7 +88,7 @@ void StreamLink::write_next(std::uint64_t epoch) {
   bool control = false;
   std::size_t skip = 0;
   std::size_t count = 0;  // data frames in this write
-  batch_.clear();
+  batch_.clear();         // (a control frame goes alone)
   {
     std::lock_guard lock(mu_);
     if (epoch != epoch_) return;
@@ -105,8 +105,9 @@ void StreamLink::write_next(std::uint64_t epoch) {
       count = 1;
       // (A deque keeps its elements where they are as frames are queued behind them.)
       for (std::size_t bytes = frame->size(), i = written_ + 1;
-           !tls_ && i < out_.size() && count < kBatchFrames && bytes < kBatchBytes; ++i) {
+           !tls_ && i < out_.size() && count < kBatchFrames; ++i) {
         const Frame& next = out_[i];
+        if (bytes + next.size() > kBatchBytes) break;
         if (std::any_of(next.parts.begin(), next.parts.end(),
                         [](const Bytes& p) { return wire::travels_as_slab(p.size()); })) {
           break;  // goes first in a write of its own, its memfds ahead of it
@@ -125,35 +126,42 @@ void StreamLink::write_next(std::uint64_t epoch) {
   const bool slabs = !control && shm_ && shm_->writing;
   if (slabs && !send_slabs(*frame)) return;  // closed, with the reason
   buffers_.clear();
+  frame_ends_.clear();
+  std::size_t total = 0;
   auto add = [&](const void* data, std::size_t size) {
     if (skip >= size) {
       skip -= size;
       return;
     }
     buffers_.emplace_back(static_cast<const char*>(data) + skip, size - skip);
+    total += size - skip;
     skip = 0;
   };
   add(frame->header.data(), frame->header.size());
   for (const Bytes& p : frame->parts) {
     if (!slabs || !wire::travels_as_slab(p.size())) add(p.data(), p.size());
   }
+  frame_ends_.push_back(total);
   for (const Frame* next : batch_) {
     add(next->header.data(), next->header.size());
     for (const Bytes& p : next->parts) add(p.data(), p.size());
+    frame_ends_.push_back(total);
   }
   in_flight_ = true;
   async_write_all(buffers_, asio::bind_executor(strand_, [self = shared(), control, count, epoch](
-                                                             asio::error_code ec, std::size_t) {
+                                                             asio::error_code ec, std::size_t n) {
                     if (epoch != self->epoch_) return;
                     self->in_flight_ = false;
-                    if (ec) return self->write_failed(epoch, ec);
+                    if (ec) {
+                      if (!control) self->wrote_part(n);
+                      return self->write_failed(epoch, ec);
+                    }
                     self->wrote(epoch, control, count);
                   }));
 }
 
 /// The frames of a write went out whole (strand): the next ones follow.
 void StreamLink::wrote(std::uint64_t epoch, bool control, std::size_t count) {
-  if (close_after_write_) return shutdown(*close_after_write_, true);
   {
     std::lock_guard lock(mu_);
     if (control) {
@@ -165,7 +173,22 @@ void StreamLink::wrote(std::uint64_t epoch, bool control, std::size_t count) {
       drop_written_locked();
     }
   }
+  // Closed meanwhile: what went out is written (not returned to its senders as unsent).
+  if (close_after_write_) return shutdown(*close_after_write_, true);
   write_next(epoch);
+}
+
+/// A write of data frames failed after `n` of its bytes (strand): the frames it wrote whole are
+/// written, as in wrote(), so that a closing link does not return them to their senders as
+/// unsent; the one it cut is not.
+void StreamLink::wrote_part(std::size_t n) {
+  std::lock_guard lock(mu_);
+  std::size_t whole = 0;
+  while (whole < frame_ends_.size() && frame_ends_[whole] <= n) ++whole;
+  if (whole == 0) return;
+  written_ += whole;
+  front_sent_ = whole < frame_ends_.size() ? n - frame_ends_[whole - 1] : 0;
+  drop_written_locked();
 }
 
 /// On a TLS link (strand): seals the frame a piece at a time, at most kTlsPiece of plaintext,
