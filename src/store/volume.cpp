@@ -260,10 +260,10 @@ Answer Volume::read(const GetItem& item, Got& out, Source* source) {
   return {};
 }
 
-/// A shard of ordinary memory (uploaded one-sided, or carried by a message from another host)
-/// that a reader on this host asks for whole by message: the link would copy it into a fresh
-/// memfd at every answer, so it becomes one now, once, and later answers pass that memfd. Its
-/// registration goes with the old memory (leases granted keep theirs); the next lease
+/// A shard of ordinary memory (uploaded one-sided, put from this proc, or carried by a message
+/// from another host) that a reader on this host asks for whole by message: the link would copy it
+/// into a fresh memfd at every answer, so it becomes one now, once, and later answers pass that
+/// memfd. Its registration goes with the old memory (leases granted keep theirs); the next lease
 /// registers the memfd.
 void Volume::slab_once(Shard& s, const GetItem& item) {
   if (item.via != "shm" || item.lease || !wire::travels_as_slab(s.data.size())) return;
@@ -370,7 +370,6 @@ bool Volume::lease_stored(Got& got, Source& source, GetAnswer& out) {
   } catch (const std::exception&) {
     return false;  // not registrable here: the bytes go in the answer
   }
-  prune();
   const auto now = std::chrono::steady_clock::now();
   const std::uint64_t id = next_lease_++;
   stored_leases_[id] = {held, now + kStoredLease};  // counted in stats when released, read
@@ -386,12 +385,12 @@ bool Volume::release(const std::string& key, std::uint64_t lease, std::uint64_t 
   prune();
   bool held = false;
   if (auto l = stored_leases_.find(lease); l != stored_leases_.end()) {
-    held = l->second.until > std::chrono::steady_clock::now();
+    held = true;  // (prune() dropped it if it ran out)
     std::shared_ptr<Registered> bytes = std::move(l->second.held);
     stored_leases_.erase(l);
     // Scratch memory goes back to the pool once read, and only then: a lease that ran out may
-    // still be read by a slow reader, so its memory is dropped, never used again.
-    if (held && bytes->scratch && bytes.use_count() == 1) give_back(std::move(bytes));
+    // still be read by a slow reader, so its memory is dropped (by prune()), never used again.
+    if (bytes->scratch && bytes.use_count() == 1) give_back(std::move(bytes));
   } else {
     held = direct_release(key, lease);
   }
