@@ -8,6 +8,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <array>
 #include <future>
 #include <random>
 
@@ -331,14 +332,78 @@ void StreamLink::authenticated(std::uint64_t epoch) {
   read_prefix(epoch);
 }
 
+namespace {
+
+/// The end of a TCP connection whose link closed on purpose: the rest of its bye goes out, then
+/// its end of stream, and whatever the peer still sends is read and dropped until the peer
+/// closes its end too, or `limit` passes. Closing at once with bytes unread (the peer's acks,
+/// say) would reset the connection, and a reset can drop the bye still on its way: the peer
+/// would take the close for a broken connection and wait reconnect_for for it to come back.
+class Lingering : public std::enable_shared_from_this<Lingering> {
+ public:
+  Lingering(asio::io_context& ctx, Protocol::socket socket, std::string rest)
+      : strand_(asio::make_strand(ctx)),
+        socket_(std::move(socket)),
+        rest_(std::move(rest)),
+        timer_(strand_) {}
+
+  void start(std::chrono::milliseconds limit) {
+    timer_.expires_after(limit);
+    timer_.async_wait(asio::bind_executor(strand_, [self = shared_from_this()](auto ec) {
+      if (!ec) self->end();
+    }));
+    asio::async_write(socket_, asio::buffer(rest_),
+                      asio::bind_executor(strand_, [self = shared_from_this()](auto ec, auto) {
+                        if (ec) return self->end();
+                        asio::error_code ignored;
+                        self->socket_.shutdown(Protocol::socket::shutdown_send, ignored);
+                        self->drain();
+                      }));
+  }
+
+ private:
+  void drain() {
+    socket_.async_read_some(
+        asio::buffer(sink_),
+        asio::bind_executor(strand_, [self = shared_from_this()](auto ec, auto) {
+          if (ec) return self->end();
+          self->drain();
+        }));
+  }
+  void end() {
+    asio::error_code ignored;
+    timer_.cancel();
+    socket_.close(ignored);
+  }
+
+  asio::strand<asio::io_context::executor_type> strand_;
+  Protocol::socket socket_;
+  std::string rest_;
+  asio::steady_timer timer_;
+  std::array<char, 4096> sink_{};
+};
+
+}  // namespace
+
+/// What of `bye` the socket did not take from write_now(), which took `n` (under mu_).
+std::string StreamLink::unwritten_locked(const Frame& bye, std::size_t n) {
+  if (!tls_ctx_) return bye.flatten().substr(n);
+  std::string rest = n == bye.size() ? std::string() : tls_out_.substr(tls_out_sent_);
+  tls_reset_locked();
+  return rest;
+}
+
 /// Closes for good; `tell_peer` sends a bye first when the connection is between frames.
 void StreamLink::shutdown(const std::string& reason, bool tell_peer) {
   std::deque<Frame> unsent;
+  std::optional<std::string> bye_rest;  // over TCP: what of the bye is still to go (Lingering)
   {
     std::lock_guard lock(mu_);
     if (closed_) return;
     if (tell_peer && connected_ && !in_flight_ && !front_started_locked()) {
-      (void)write_now(control_frame(kBye, 0));
+      const Frame bye = control_frame(kBye, 0);
+      const std::size_t n = write_now(bye);
+      if (!unix_) bye_rest = unwritten_locked(bye, n);
     }
     closed_ = true;
     connected_ = false;
@@ -368,8 +433,14 @@ void StreamLink::shutdown(const std::string& reason, bool tell_peer) {
   {
     std::lock_guard lock(mu_);
     ++epoch_;
-    socket_.shutdown(Protocol::socket::shutdown_both, ignored);
-    socket_.close(ignored);
+    if (bye_rest) {
+      socket_.cancel(ignored);  // the link's own reads and waits end, as a close ends them
+      std::make_shared<Lingering>(ctx_, std::move(socket_), std::move(*bye_rest))
+          ->start(options_.dead_after);
+    } else {
+      socket_.shutdown(Protocol::socket::shutdown_both, ignored);
+      socket_.close(ignored);
+    }
   }
   if (handler_.on_unsent && !unsent.empty()) {
     std::vector<Envelope> back;

@@ -376,6 +376,7 @@ class StreamLink final : public Link {
   void tls_seal_locked(const Frame& frame);
   void tls_reset_locked();
   /// A frame has begun to go out: part of it written, or sealed.
+  std::string unwritten_locked(const Frame& bye, std::size_t n);
   bool front_started_locked() const { return front_sent_ != 0 || tls_sealed_ != 0; }
   std::uint64_t next_send_seq_ = 0;
   std::size_t front_sent_ = 0;  // bytes of out_[written_] already written
