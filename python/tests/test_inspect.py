@@ -28,41 +28,48 @@ def procs():
 
 
 def thread_in_nap(stacks: list) -> dict:
-    """The thread whose Python stack is inside Sleeper.nap, or an empty dict."""
+    """The thread whose Python stack is inside Sleeper.nap_until, or an empty dict."""
     for proc in stacks:
         for thread in proc["threads"]:
-            if any("in nap" in frame for frame in thread["python"]):
+            if any("in nap_until" in frame for frame in thread["python"]):
                 return thread
     return {}
 
 
-def test_a_python_actor_in_time_sleep_shows_that_line_on_its_thread(procs):
+def test_a_python_actor_in_time_sleep_shows_that_line_on_its_thread(procs, tmp_path):
     sleeper = procs.spawn("sleeper", Sleeper)
     assert sleeper.nap.call_one(0).get(timeout=30) == 0
-    napping = sleeper.nap.call_one(5)
-    deadline = time.monotonic() + 20
-    thread: dict = {}
-    while not thread and time.monotonic() < deadline:
-        run = baton_cli("stack", "--json")
-        assert run.returncode == 0, run.stderr
-        thread = thread_in_nap(json.loads(run.stdout))
-    assert thread, "no thread of the job showed Sleeper.nap"
-    nap = next(frame for frame in thread["python"] if "in nap" in frame)
-    assert "actors.py" in nap
-    assert "time.sleep(seconds)  # the line its stack shows" in nap
-    # The thread that runs the endpoint is the one marked with the actor, and its endpoint by
-    # the Python class's name.
-    assert any("/sleeper[0]: endpoint Sleeper.nap for" in a for a in thread["actors"]), thread
-    listed = json.loads(baton_cli("ls", "--json").stdout)["actors"]
-    sleeper = next(a for a in listed if a["id"].endswith("/sleeper[0]"))
-    assert sleeper["type"] == "Sleeper"
-    assert sleeper["running"] == "Sleeper.nap"
-    assert thread["native"], "the native stack of the same thread"
-    # As text: the Python stack, most recent call last.
-    text = baton_cli("stack").stdout
-    assert "Python (most recent call last):" in text
-    assert "time.sleep(seconds)" in text
-    assert napping.get(timeout=30) == 5
+    # It naps until the test has looked (a nap of fixed length could end first on a busy machine).
+    wake = tmp_path / "wake"
+    napping = sleeper.nap_until.call_one(str(wake))
+    try:
+        deadline = time.monotonic() + 20
+        thread: dict = {}
+        while not thread and time.monotonic() < deadline:
+            run = baton_cli("stack", "--json")
+            assert run.returncode == 0, run.stderr
+            thread = thread_in_nap(json.loads(run.stdout))
+        assert thread, "no thread of the job showed Sleeper.nap_until"
+        nap = next(frame for frame in thread["python"] if "in nap_until" in frame)
+        assert "actors.py" in nap
+        assert "time.sleep(0.05)  # the line its stack shows" in nap
+        # The thread that runs the endpoint is the one marked with the actor, and its endpoint by
+        # the Python class's name.
+        assert any(
+            "/sleeper[0]: endpoint Sleeper.nap_until for" in a for a in thread["actors"]
+        ), thread
+        listed = json.loads(baton_cli("ls", "--json").stdout)["actors"]
+        sleeper = next(a for a in listed if a["id"].endswith("/sleeper[0]"))
+        assert sleeper["type"] == "Sleeper"
+        assert sleeper["running"] == "Sleeper.nap_until"
+        assert thread["native"], "the native stack of the same thread"
+        # As text: the Python stack, most recent call last.
+        text = baton_cli("stack").stdout
+        assert "Python (most recent call last):" in text
+        assert "time.sleep(0.05)" in text
+    finally:
+        wake.touch()
+    assert napping.get(timeout=30) > 0  # its proc's pid, once it woke
 
 
 TRACED = """

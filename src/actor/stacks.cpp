@@ -338,7 +338,8 @@ std::vector<std::string> this_thread_stack(int skip) {
   return name_frames(names, frames + from, depth - from, false);
 }
 
-std::vector<ThreadStack> thread_stacks(std::chrono::milliseconds per_thread) {
+std::vector<ThreadStack> thread_stacks(std::chrono::milliseconds per_thread,
+                                       const std::function<void()>& captured) {
   std::string python_note;
   auto python = python_stacks(python_note);
   std::lock_guard lock(capture_mu());
@@ -367,6 +368,7 @@ std::vector<ThreadStack> thread_stacks(std::chrono::milliseconds per_thread) {
     }
     raw.push_back(std::move(r));
   }
+  if (captured) captured();
   Symbolizer names;  // after the capture: reading line tables takes a while
   std::vector<ThreadStack> out;
   out.reserve(raw.size());

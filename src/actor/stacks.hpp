@@ -34,9 +34,12 @@ struct ThreadStack {
 
 /// Every thread of this process, by thread id. Each thread is given `per_thread` to answer;
 /// one that does not (it blocks signals, or is stopped) is listed with a note and no frames.
-/// One capture runs at a time in a process.
+/// One capture runs at a time in a process. `captured`, if given, runs once every thread has
+/// answered and before their frames are named (which takes a while): what it reads describes
+/// the moment of the capture.
 std::vector<ThreadStack> thread_stacks(
-    std::chrono::milliseconds per_thread = std::chrono::milliseconds(250));
+    std::chrono::milliseconds per_thread = std::chrono::milliseconds(250),
+    const std::function<void()>& captured = nullptr);
 
 /// The native stack of the calling thread, named; `skip` frames of its callers are left out.
 std::vector<std::string> this_thread_stack(int skip = 0);

@@ -66,20 +66,47 @@ std::vector<ActorReport> actor_reports(Proc& proc) {
   return out;
 }
 
-std::vector<ThreadStack> proc_stacks(Proc& proc) {
-  std::vector<ThreadStack> stacks = thread_stacks();
-  ProcState& st = state_of(proc);
-  const std::vector<CellPtr> cells = st.live_cells();
-  for (const auto& cell : cells) {
+namespace {
+
+/// The actors running an endpoint now, by the thread that runs each (an endpoint is told by the
+/// moment it began).
+struct Running {
+  int thread = 0;
+  std::int64_t since_ns = 0;
+  std::string label;
+};
+
+std::vector<Running> running_now(ProcState& st) {
+  std::vector<Running> out;
+  for (const auto& cell : st.live_cells()) {
     const Cell::Activity a = cell->activity();
     if (a.thread == 0) continue;
+    std::string label = cell->id().to_string();
+    if (!a.running.empty())
+      label += fmt::format(": endpoint {} for {:.1f} s", a.running, a.running_s);
+    out.push_back({a.thread, a.since_ns, std::move(label)});
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<ThreadStack> proc_stacks(Proc& proc) {
+  ProcState& st = state_of(proc);
+  // A thread is labelled with an actor only if the same endpoint ran on it from before the first
+  // stack was taken until after the last: one that began or ended meanwhile may not be what its
+  // thread's stack shows.
+  const std::vector<Running> before = running_now(st);
+  std::vector<Running> after;
+  std::vector<ThreadStack> stacks =
+      thread_stacks(std::chrono::milliseconds(250), [&] { after = running_now(st); });
+  for (auto& a : after) {
+    const bool throughout = std::any_of(before.begin(), before.end(), [&](const Running& b) {
+      return b.thread == a.thread && b.since_ns == a.since_ns;
+    });
+    if (!throughout) continue;
     for (auto& s : stacks) {
-      if (s.tid != a.thread) continue;
-      std::string what = cell->id().to_string();
-      if (!a.running.empty()) {
-        what += fmt::format(": endpoint {} for {:.1f} s", a.running, a.running_s);
-      }
-      s.actors.push_back(std::move(what));
+      if (s.tid == a.thread) s.actors.push_back(a.label);
     }
   }
   return stacks;
