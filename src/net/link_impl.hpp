@@ -375,8 +375,9 @@ class StreamLink final : public Link {
   /// Seals the next piece of `frame` (from tls_sealed_ on) into tls_out_.
   void tls_seal_locked(const Frame& frame);
   void tls_reset_locked();
-  /// A frame has begun to go out: part of it written, or sealed.
+  /// What of `bye` the socket did not take from write_now(), which took `n` of it.
   std::string unwritten_locked(const Frame& bye, std::size_t n);
+  /// A frame has begun to go out: part of it written, or sealed.
   bool front_started_locked() const { return front_sent_ != 0 || tls_sealed_ != 0; }
   std::uint64_t next_send_seq_ = 0;
   std::size_t front_sent_ = 0;  // bytes of out_[written_] already written
