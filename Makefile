@@ -56,14 +56,17 @@ install: build
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-# The suite under AddressSanitizer + UndefinedBehaviorSanitizer, and under ThreadSanitizer.
+# The suite under AddressSanitizer + UndefinedBehaviorSanitizer, and under ThreadSanitizer, built
+# at -O1 with line tables only (-g1): what the sanitizers' reports need, in less than half the
+# compile time of -O2 -g under ASan.
+SAN_FLAGS := -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG"
 test-asan:
-	cmake -S . -B build-asan -G Ninja -DBATON_SANITIZE=address,undefined -DBATON_BENCH=OFF $(LAUNCHER) $(CMAKE_ARGS)
+	cmake -S . -B build-asan -G Ninja -DBATON_SANITIZE=address,undefined -DBATON_BENCH=OFF $(SAN_FLAGS) $(LAUNCHER) $(CMAKE_ARGS)
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
 
 test-tsan:
-	cmake -S . -B build-tsan -G Ninja -DBATON_SANITIZE=thread -DBATON_BENCH=OFF $(LAUNCHER) $(CMAKE_ARGS)
+	cmake -S . -B build-tsan -G Ninja -DBATON_SANITIZE=thread -DBATON_BENCH=OFF $(SAN_FLAGS) $(LAUNCHER) $(CMAKE_ARGS)
 	cmake --build build-tsan -j $(JOBS)
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:suppressions=$(CURDIR)/tsan.supp ctest --output-on-failure -j $(JOBS)
 
@@ -75,12 +78,12 @@ CORE_TESTS := test_actor_proc test_actor_remote test_actor_threadpool test_net_l
 CORE_REGEX := ^(actor\.proc|actor\.remote|actor\.threadpool|net\.link|net\.link_shm|net\.io_thread|net\.auth|net\.work_queue|host\.mesh|host\.runtime|host\.supervision|host\.lifecycle|rdma\.lifecycle)$$
 test-sanitizers-core:
 	cmake -S . -B build-asan -G Ninja -DBATON_SANITIZE=address,undefined -DBATON_BENCH=OFF \
-	  -DBATON_EXAMPLES=OFF -DBATON_HEADER_CHECK=OFF $(LAUNCHER) $(CMAKE_ARGS)
+	  -DBATON_EXAMPLES=OFF -DBATON_HEADER_CHECK=OFF $(SAN_FLAGS) $(LAUNCHER) $(CMAKE_ARGS)
 	cmake --build build-asan -j $(JOBS) --target $(CORE_TESTS)
 	cd build-asan && UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  ctest --output-on-failure -j $(JOBS) -R '$(CORE_REGEX)'
 	cmake -S . -B build-tsan -G Ninja -DBATON_SANITIZE=thread -DBATON_BENCH=OFF \
-	  -DBATON_EXAMPLES=OFF -DBATON_HEADER_CHECK=OFF $(LAUNCHER) $(CMAKE_ARGS)
+	  -DBATON_EXAMPLES=OFF -DBATON_HEADER_CHECK=OFF $(SAN_FLAGS) $(LAUNCHER) $(CMAKE_ARGS)
 	cmake --build build-tsan -j $(JOBS) --target $(CORE_TESTS)
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:suppressions=$(CURDIR)/tsan.supp \
 	  ctest --output-on-failure -j $(JOBS) -R '$(CORE_REGEX)'

@@ -4,7 +4,8 @@
 #          -DLAUNCHER=... -DSANITIZE=... -DJOBS=n] -P package_test.cmake
 # install:    `cmake --install` into WORK_DIR/prefix, then find_package(baton) from there, and
 #             `pkg-config --cflags --libs baton` builds the same program.
-# subproject: add_subdirectory(BATON_SOURCE_DIR): only the libraries are built, without -Werror.
+# subproject: add_subdirectory(BATON_SOURCE_DIR): only the libraries are built, without -Werror,
+#             unoptimized.
 # WORK_DIR is emptied first and removed when everything passed.
 cmake_minimum_required(VERSION 3.22)
 
@@ -57,6 +58,11 @@ if(MAKE_PROGRAM)
 endif()
 if(CXX_COMPILER)
   list(APPEND configure -DCMAKE_CXX_COMPILER=${CXX_COMPILER})
+endif()
+# A subproject compiles baton's libraries again; what it checks is how baton builds and links
+# inside another project, not optimized code, so it builds with no -O and no -g (half the time).
+if(MODE STREQUAL "subproject")
+  set(BUILD_TYPE "")
 endif()
 if(BUILD_TYPE)
   list(APPEND configure -DCMAKE_BUILD_TYPE=${BUILD_TYPE})
