@@ -234,7 +234,9 @@ class StreamLink final : public Link {
   using IoHandler = std::function<void(asio::error_code, std::size_t)>;
   /// Calls a read's handler at once, unless that nests too deep (then posts it).
   void complete(IoHandler handler, asio::error_code ec, std::size_t n);
-  int read_depth_ = 0;  // read handlers called inline, nested (strand)
+  // Read handlers called inline, nested (strand), up to kReadDepth; deeper ones are posted.
+  static constexpr int kReadDepth = 16;
+  int read_depth_ = 0;
 
   // --- TLS (link_reader.cpp) -------------------------------------------------------------------
   /// Fills `buffer` (`done` of it already) with the peer's plaintext, opening its records.
@@ -295,6 +297,7 @@ class StreamLink final : public Link {
   void shm_read(asio::mutable_buffer buffer, IoHandler handler);
   void shm_write(const std::vector<asio::const_buffer>& buffers, IoHandler handler);
   void serve_read();
+  bool shm_take(asio::mutable_buffer buffer);
   void serve_write();
   void finish(Shm::Op& op, asio::error_code ec, std::size_t n);
   void park(Shm::Op& op);

@@ -15,6 +15,13 @@ namespace baton::net::internal {
 /// connection of epoch `epoch` (a handler of an older connection is ignored).
 void StreamLink::read_then(asio::mutable_buffer buffer, std::uint64_t epoch,
                            void (StreamLink::*next)(std::uint64_t)) {
+  // Bytes already in a shared-memory ring are taken now; nested as complete() nests handlers.
+  if (read_depth_ < kReadDepth && shm_take(buffer)) {
+    ++read_depth_;
+    ((*this).*next)(epoch);
+    --read_depth_;
+    return;
+  }
   async_read_all(buffer, asio::bind_executor(strand_, [self = shared(), next, epoch](
                                                           asio::error_code ec, std::size_t) {
                    if (epoch != self->epoch_) return;
@@ -53,10 +60,17 @@ void StreamLink::on_header(std::uint64_t epoch) {
 }
 
 void StreamLink::read_part(std::uint64_t epoch, std::size_t i) {
-  if (i == part_lengths_.size()) return deliver(epoch);
-  if (shm_ && shm_->reading && wire::travels_as_slab(part_lengths_[i])) return read_slab(epoch, i);
-  auto buf = std::make_shared<std::vector<std::byte>>(static_cast<std::size_t>(part_lengths_[i]));
-  read_chunk(epoch, i, std::move(buf), 0);
+  for (; i < part_lengths_.size(); ++i) {
+    if (shm_ && shm_->reading && wire::travels_as_slab(part_lengths_[i])) {
+      return read_slab(epoch, i);
+    }
+    std::vector<std::byte> part(static_cast<std::size_t>(part_lengths_[i]));
+    if (!shm_take(asio::buffer(part))) {
+      return read_chunk(epoch, i, std::make_shared<std::vector<std::byte>>(std::move(part)), 0);
+    }
+    incoming_.body.parts.push_back(Bytes::adopt(std::move(part)));
+  }
+  deliver(epoch);
 }
 
 void StreamLink::read_chunk(std::uint64_t epoch, std::size_t i,
@@ -198,12 +212,12 @@ std::pair<Protocol::socket, std::unique_ptr<TlsSession>> StreamLink::take_socket
 }
 
 void StreamLink::complete(IoHandler handler, asio::error_code ec, std::size_t n) {
-  // Frames already in the ring are read on, up to 16, even when one of them woke work that runs
-  // after this handler (an actor run to completion on this thread): that work then takes every
+  // Frames already in the ring are read on, up to kReadDepth, even when one of them woke work that
+  // runs after this handler (an actor run to completion on this thread): that work then takes every
   // message read for it in one turn, instead of a turn of the loop per frame. Whatever ends the
   // run (an empty ring, or the depth) leaves the read waiting in the loop, where the watchdog's
   // loop serves it if that work blocks.
-  if (read_depth_ < 16) {
+  if (read_depth_ < kReadDepth) {
     ++read_depth_;
     handler(ec, n);
     --read_depth_;
