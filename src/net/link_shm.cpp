@@ -295,8 +295,7 @@ bool StreamLink::shm_take(asio::mutable_buffer buffer) {
   if (s.read_op.pending || s.read_parked || s.in.readable() < buffer.size()) return false;
   s.in.read(buffer.data(), buffer.size());
   if (s.in.writer_wants_waking()) doorbell();
-  last_recv_ = coarse_now();
-  return true;
+  return true;  // (deliver() counts the frame as hearing from the peer)
 }
 
 /// Ends the read or write in progress: its handler runs now, or, if it waits, its wait ends.
