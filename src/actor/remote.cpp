@@ -207,7 +207,8 @@ void deliver_untraced(const std::shared_ptr<ProcState>& local,
       return;
     }
     Body args;
-    args.head = env.body.head.substr(consumed);
+    env.body.head.erase(0, consumed);  // in place: the arguments are what follows
+    args.head = std::move(env.body.head);
     args.parts = std::move(env.body.parts);
     deliver_local_call(*local, env.dest.actor, endpoint_id, env.sender, std::move(args),
                        reply_to ? reply_over(link, env.dest.actor, *reply_to) : nullptr, link);

@@ -45,14 +45,19 @@ void StreamLink::on_prefix(std::uint64_t epoch) {
   read_then(asio::buffer(header_), epoch, &StreamLink::on_header);
 }
 
+/// A header buffer this large or smaller is kept from frame to frame.
+constexpr std::size_t kKeptHeaderBytes = std::size_t{16} << 10;
+
 void StreamLink::on_header(std::uint64_t epoch) {
   incoming_ = Envelope{};
   const std::size_t len = header_.size();
   try {
-    part_lengths_ = decode_header(Bytes::adopt(std::move(header_)), incoming_, options_.limits);
+    part_lengths_ = decode_header(header_, incoming_, options_.limits);
   } catch (const DecodeError& e) {
     return shutdown(e.what());
   }
+  // The buffer is kept for the next header, unless a large one grew it.
+  if (header_.capacity() > kKeptHeaderBytes) std::string().swap(header_);
   incoming_.body.parts.reserve(part_lengths_.size());
   incoming_bytes_ = sizeof prefix_ + len;
   for (const std::uint64_t n : part_lengths_) incoming_bytes_ += n;

@@ -202,7 +202,7 @@ class OpenSslPeer {
     std::string header(decode_header_length(prefix), '\0');
     read_exactly(header.data(), header.size());
     Envelope env;
-    for (const std::uint64_t n : decode_header(Bytes::copy(header), env)) {
+    for (const std::uint64_t n : decode_header(header, env)) {
       std::vector<std::byte> part(n);
       read_exactly(part.data(), part.size());
       env.body.parts.push_back(Bytes::adopt(std::move(part)));

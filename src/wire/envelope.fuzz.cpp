@@ -261,7 +261,7 @@ void check_frame(const std::string& bytes) {
   const std::size_t header_len = baton::decode_header_length(prefix);
   baton::Envelope streamed;
   const std::vector<std::uint64_t> lengths =
-      baton::decode_header(baton::Bytes::copy(bytes.substr(4, header_len)), streamed);
+      baton::decode_header(bytes.substr(4, header_len), streamed);
   std::size_t pos = 4 + header_len;
   for (const std::uint64_t len : lengths) {
     streamed.body.parts.push_back(

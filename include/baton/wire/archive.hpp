@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -61,7 +62,14 @@ class InputArchive : public cereal::InputArchive<InputArchive, cereal::AllowEmpt
  public:
   InputArchive(const Body& body, const DecodeLimits& limits = {})
       : cereal::InputArchive<InputArchive, cereal::AllowEmptyClassElision>(this),
-        body_(body),
+        head_(body.head),
+        parts_(&body.parts),
+        limits_(limits) {}
+  /// Reads bytes with no parts (a reference to one is refused), where they are, not copied.
+  /// `head` must outlive the archive.
+  explicit InputArchive(std::string_view head, const DecodeLimits& limits = {})
+      : cereal::InputArchive<InputArchive, cereal::AllowEmptyClassElision>(this),
+        head_(head),
         limits_(limits) {}
 
   void read(void* data, std::size_t size) {
@@ -70,7 +78,7 @@ class InputArchive : public cereal::InputArchive<InputArchive, cereal::AllowEmpt
                         std::to_string(remaining()) + " left");
     }
     if (size == 0) return;  // an empty container's data() may be null
-    std::memcpy(data, body_.head.data() + pos_, size);
+    std::memcpy(data, head_.data() + pos_, size);
     pos_ += size;
   }
   /// Rejects a container size that the remaining bytes cannot hold or that exceeds the limit.
@@ -82,19 +90,20 @@ class InputArchive : public cereal::InputArchive<InputArchive, cereal::AllowEmpt
     }
   }
   const Bytes& part(std::uint32_t index) const {
-    if (index >= body_.parts.size()) {
-      throw DecodeError("reference to part " + std::to_string(index) + " of " +
-                        std::to_string(body_.parts.size()));
+    const std::size_t n = parts_ != nullptr ? parts_->size() : 0;
+    if (index >= n) {
+      throw DecodeError("reference to part " + std::to_string(index) + " of " + std::to_string(n));
     }
-    return body_.parts[index];
+    return (*parts_)[index];
   }
-  std::size_t remaining() const { return body_.head.size() - pos_; }
+  std::size_t remaining() const { return head_.size() - pos_; }
   /// Bytes of the head consumed so far.
   std::size_t position() const { return pos_; }
   const DecodeLimits& limits() const { return limits_; }
 
  private:
-  const Body& body_;
+  std::string_view head_;
+  const std::vector<Bytes>* parts_ = nullptr;
   DecodeLimits limits_;  // a copy: callers often pass a temporary
   std::size_t pos_ = 0;
 };

@@ -52,7 +52,7 @@ std::size_t decode_header_length(const std::byte (&prefix)[4], const DecodeLimit
 
 /// Decodes a header (without the prefix) into an envelope whose parts are still empty, and
 /// returns the lengths of the parts that follow it on the stream.
-std::vector<std::uint64_t> decode_header(const Bytes& header, Envelope& out,
+std::vector<std::uint64_t> decode_header(std::string_view header, Envelope& out,
                                          const DecodeLimits& limits = {});
 
 /// Decodes one whole contiguous frame; parts are views of `frame`, not copies.
