@@ -144,7 +144,7 @@ Envelope decode_frame(const Bytes& frame, const DecodeLimits& limits) {
                       std::to_string(frame.size() - 4) + " present");
   }
   Envelope env;
-  const auto lengths = decode_header(frame.slice(4, header_len).str(), env, limits);
+  const auto lengths = decode_header(frame.str().substr(4, header_len), env, limits);
   std::size_t pos = 4 + header_len;
   env.body.parts.reserve(lengths.size());
   for (auto len : lengths) {
