@@ -5,7 +5,6 @@
 // a time), and asking a key's volumes in order, past those that are lost.
 
 #include <algorithm>
-#include <cstring>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -321,8 +320,7 @@ inline Got delivered(const std::string& key, Got got, std::optional<std::span<st
                      const std::string& dtype) {
   if (into) {
     if (std::string why = unfit(key, got, *into, dtype); !why.empty()) throw StoreError(why);
-    wire::populate_for_read(got.data);
-    std::memcpy(into->data(), got.data.data(), got.data.size());
+    wire::copy_out(got.data, into->data());
   }
   return got;
 }

@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 #include "baton/baton.hpp"
@@ -375,10 +377,15 @@ TEST_F(StoreTest, AValueInOrdinaryMemoryBecomesOneMemfdForReadersOnThisHost) {
     EXPECT_EQ(memfds[1], memfds[0]) << key;
     EXPECT_EQ(memfds[2], memfds[0]) << key;
   }
-  // A one-sided read of the value (now a memfd) is still right.
-  std::vector<std::byte> into(kBig);
+  // A get into memory of ours, now that the value is a memfd, passes the memfd too (no lease, no
+  // one-sided read), and the reader copies every byte out of it.
+  const std::uint64_t one_sided = one_sided_reads(one);
+  const std::uint64_t by_shm = one.stats().get()[0].transfers_by_path.at("shm");
+  std::vector<std::byte> into(kBig, std::byte{7});
   one.get_into("heap/0", into).get();
-  EXPECT_EQ(into[kBig / 2], std::byte{1});
+  EXPECT_EQ(std::count(into.begin(), into.end(), std::byte{1}), static_cast<std::ptrdiff_t>(kBig));
+  EXPECT_EQ(one_sided_reads(one), one_sided);
+  EXPECT_EQ(one.stats().get()[0].transfers_by_path.at("shm"), by_shm + 1);
   workers.stop().get();
 }
 

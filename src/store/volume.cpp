@@ -3,10 +3,12 @@
 
 #include "store/volume.hpp"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 
 #include "baton/actor/port.hpp"
 #include "wire/slab.hpp"
@@ -31,6 +33,19 @@ std::optional<std::int64_t> contiguous_in(const Box& outer, const Box& box) {
     stride *= outer.sizes[d];
   }
   return offset;
+}
+
+/// Memory of `size` bytes that readers on this host will read one-sided (an upload's, a box's
+/// scratch), in huge pages where the kernel gives them (MADV_HUGEPAGE). Cross-memory attach pins
+/// and copies page by page: from 2 MiB pages it reached about a memcpy's speed here, from 4 KiB
+/// pages 0.6-0.7x. Every byte is written before it is read, so nothing is zeroed for it.
+std::shared_ptr<std::byte[]> memory_to_lease(std::size_t size) {
+  constexpr std::size_t kHugePage = std::size_t{2} << 20;
+  if (size < kHugePage) return std::shared_ptr<std::byte[]>(new std::byte[size]);
+  void* at = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (at == MAP_FAILED) throw std::bad_alloc();
+  (void)::madvise(at, size, MADV_HUGEPAGE);  // a hint: 4 KiB pages where it is not taken
+  return {static_cast<std::byte*>(at), [size](std::byte* p) { ::munmap(p, size); }};
 }
 
 std::string boxes(const std::vector<Box>& list) {
@@ -115,7 +130,7 @@ std::vector<Upload> Volume::reserve(const std::vector<std::uint64_t>& sizes) {
       throw UsageError("reserve of " + std::to_string(n) + " bytes: an upload holds 1 to " +
                        std::to_string(kPieceBytes) + " bytes (one piece of a put)");
     }
-    std::shared_ptr<std::byte[]> memory(new std::byte[n]);  // every byte is written
+    std::shared_ptr<std::byte[]> memory = memory_to_lease(n);  // every byte is written
     auto held = std::make_shared<Registered>(Bytes::view(memory, memory.get(), n));
     const std::uint64_t id = next_lease_++;
     uploads_[id] = {held, until};
@@ -284,7 +299,7 @@ std::shared_ptr<Volume::Registered> Volume::take_scratch(std::size_t size) {
     scratch_.erase(it);
     return r;
   }
-  std::shared_ptr<std::byte[]> memory(new std::byte[size]);  // every byte is assembled
+  std::shared_ptr<std::byte[]> memory = memory_to_lease(size);  // every byte is assembled
   auto r = std::make_shared<Registered>(Bytes::view(memory, memory.get(), size));
   r->scratch = true;
   return r;
@@ -323,8 +338,12 @@ GetAnswer Volume::get(const std::vector<GetItem>& items) {
       a.got.clear();
       return a;
     }
+    // A whole slab for a reader on this host's shared memory goes in the answer as its memfd
+    // (nothing copied on the way), and the reader maps it and copies from it in parallel: about
+    // 1.0x a memcpy here, where a one-sided read of the same mapping reaches 0.6-0.8x.
+    const bool slab_to_map = items[i].via == "shm" && wire::slab_fd(a.got[i].data) >= 0;
     if (items.size() == 1 && items[i].lease && a.got[i].data.size() >= kLeaseBytes &&
-        lease_stored(a.got[i], source, a)) {
+        !slab_to_map && lease_stored(a.got[i], source, a)) {
       return a;
     }
   }

@@ -5,12 +5,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <system_error>
+#include <thread>
+#include <vector>
 
 namespace baton::wire {
 
@@ -84,17 +87,64 @@ int slab_fd(const Bytes& b) {
   return release->fd;
 }
 
-void populate_for_read(const Bytes& b) {
+namespace {
+
+/// Asks for the pages of [at, at + size) in one call, where the kernel offers it.
+void populate(const std::byte* data, std::size_t size) {
 #ifdef MADV_POPULATE_READ
-  constexpr std::size_t kLeast = std::size_t{1} << 20;
-  if (b.size() < kLeast || std::get_deleter<SlabRelease>(b.owner()) == nullptr) return;
   const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const auto at = reinterpret_cast<std::uintptr_t>(b.data());
+  const auto at = reinterpret_cast<std::uintptr_t>(data);
   const std::uintptr_t first = at & ~(page - 1);  // madvise takes whole pages
-  (void)::madvise(reinterpret_cast<void*>(first), at + b.size() - first, MADV_POPULATE_READ);
+  (void)::madvise(reinterpret_cast<void*>(first), at + size - first, MADV_POPULATE_READ);
 #else
-  (void)b;
+  (void)data;
+  (void)size;
 #endif
+}
+
+/// Drops this process's page table entries for the whole pages of [at, at + size) of a slab's
+/// mapping (the bytes stay in the memfd, and a later read maps them again): each copying thread
+/// tears down its own part, rather than the one thread that unmaps the slab at the end.
+void drop_pages(const std::byte* data, std::size_t size) {
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto at = reinterpret_cast<std::uintptr_t>(data);
+  const std::uintptr_t first = (at + page - 1) & ~(page - 1);
+  const std::uintptr_t last = (at + size) & ~(page - 1);
+  if (last > first) (void)::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
+bool in_slab(const Bytes& b) {
+  return std::get_deleter<SlabRelease>(b.owner()) != nullptr;
+}
+
+}  // namespace
+
+void populate_for_read(const Bytes& b) {
+  constexpr std::size_t kLeast = std::size_t{1} << 20;
+  if (b.size() >= kLeast && in_slab(b)) populate(b.data(), b.size());
+}
+
+void copy_out(const Bytes& b, std::byte* to) {
+  constexpr std::size_t kMostParts = 4;
+  const std::size_t parts = std::min<std::size_t>(
+      {std::max(1U, std::thread::hardware_concurrency()), kMostParts, b.size() / (kSlabBytes / 2)});
+  if (parts <= 1 || !in_slab(b)) {
+    populate_for_read(b);
+    if (b.size() != 0) std::memcpy(to, b.data(), b.size());
+    return;
+  }
+  auto part = [&](std::size_t i) {
+    const std::size_t begin = i * b.size() / parts;
+    const std::size_t n = (i + 1) * b.size() / parts - begin;
+    populate(b.data() + begin, n);
+    std::memcpy(to + begin, b.data() + begin, n);
+    drop_pages(b.data() + begin, n);
+  };
+  std::vector<std::thread> helpers;
+  helpers.reserve(parts - 1);
+  for (std::size_t i = 1; i < parts; ++i) helpers.emplace_back(part, i);
+  part(0);
+  for (auto& t : helpers) t.join();
 }
 
 Bytes copy_to_slab(const void* data, std::size_t size) {

@@ -16,8 +16,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace baton::wire {
 namespace {
@@ -70,6 +72,37 @@ TEST(Slabs, APopulatedSlabIsMappedInBeforeACopyReadsIt) {
   EXPECT_EQ(resident_bytes_of(b.data()), 0U);
   populate_for_read(b);
   EXPECT_EQ(resident_bytes_of(b.data()), kSlabBytes);
+}
+
+TEST(Slabs, ACopyOutOfASlabInPartsCopiesEveryByteAndLeavesTheSlabWhole) {
+  // 3 slabs' worth, filled so that each byte says where it is: a part copied to the wrong place,
+  // or a byte left out at a part's edge, shows.
+  const std::size_t n = 3 * kSlabBytes + 12345;
+  const Bytes b = Bytes::make(n, [](std::span<std::byte> to) {
+    for (std::size_t i = 0; i < to.size(); ++i) to[i] = static_cast<std::byte>(i * 7 + i / 4093);
+  });
+  ASSERT_GE(slab_fd(b), 0);
+  const auto expect_copied = [](const Bytes& from) {
+    std::vector<std::byte> into(from.size() + 2, std::byte{0xee});
+    copy_out(from, into.data() + 1);
+    EXPECT_EQ(std::memcmp(into.data() + 1, from.data(), from.size()), 0);
+    EXPECT_EQ(into.front(), std::byte{0xee}) << "written before the destination";
+    EXPECT_EQ(into.back(), std::byte{0xee}) << "written past the destination";
+  };
+  {
+    // Each part's pages are let go once copied (all but those a part's edge cuts), not its bytes.
+    std::vector<std::byte> into(n);
+    copy_out(b, into.data());
+    EXPECT_LT(resident_bytes_of(b.data()), std::size_t{64} << 10) << "the slab stayed mapped in";
+  }
+  expect_copied(b);
+  // A slice starting and ending inside pages, and ordinary memory.
+  expect_copied(b.slice(4097, n - 9000));
+  expect_copied(Bytes::copy(std::string(5000, 'o')));
+  // The slab still reads as it was made.
+  for (std::size_t i = 0; i < n; i += 4093) {
+    ASSERT_EQ(b.data()[i], static_cast<std::byte>(i * 7 + i / 4093)) << "byte " << i;
+  }
 }
 
 TEST(Slabs, MakeFillsInPlaceAndWhatItLeavesIsZero) {
