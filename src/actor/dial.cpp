@@ -18,7 +18,7 @@ net::LinkHandler link_handler(RemoteRouter* router, const std::weak_ptr<ProcStat
                               const std::shared_ptr<std::string>& peer) {
   std::weak_ptr<net::Link> weak_link = link;
   auto unsent = std::make_shared<std::vector<Envelope>>();
-  return net::LinkHandler{[router, weak_local, weak_link, peer](Envelope env) {
+  return net::LinkHandler{[router, weak_local, weak_link, peer](Envelope&& env) {
                             auto local = weak_local.lock();
                             auto l = weak_link.lock();
                             if (!local || !l) return;
@@ -77,7 +77,7 @@ void connect_state(const std::shared_ptr<ProcState>& state, const ProcId& peer,
     std::optional<std::string> closed;  // the reason, if it closed before it was routed
   };
   auto early = std::make_shared<Early>();
-  net::LinkHandler relay{[weak, holder](Envelope env) {
+  net::LinkHandler relay{[weak, holder](Envelope&& env) {
                            auto local = weak.lock();
                            if (local && *holder) deliver_envelope(local, *holder, std::move(env));
                          },

@@ -124,11 +124,11 @@ PortSinkPtr remote_reply_port(std::shared_ptr<StateBase> state, std::string endp
 
 namespace {
 void deliver_untraced(const std::shared_ptr<ProcState>& local,
-                      const std::shared_ptr<net::Link>& link, Envelope env);
+                      const std::shared_ptr<net::Link>& link, Envelope&& env);
 }  // namespace
 
 void deliver_envelope(const std::shared_ptr<ProcState>& local,
-                      const std::shared_ptr<net::Link>& link, Envelope env) {
+                      const std::shared_ptr<net::Link>& link, Envelope&& env) {
   if (!tracing()) return deliver_untraced(local, link, std::move(env));
   // A span for the delivery, where the flow from the sender ends and the one to the endpoint
   // it runs (deliver_local_call) starts.
@@ -148,7 +148,7 @@ void deliver_envelope(const std::shared_ptr<ProcState>& local,
 
 namespace {
 void deliver_untraced(const std::shared_ptr<ProcState>& local,
-                      const std::shared_ptr<net::Link>& link, Envelope env) {
+                      const std::shared_ptr<net::Link>& link, Envelope&& env) {
   if (env.dest.port == kCastPort) {
     CastHandler handler = router_of(*local->node).cast_handler.load(std::memory_order_acquire);
     if (handler == nullptr) {

@@ -123,7 +123,7 @@ RemoteRouter* router_here();
 
 /// Hands an envelope that arrived on `link` to its destination in `local`.
 void deliver_envelope(const std::shared_ptr<ProcState>& local,
-                      const std::shared_ptr<net::Link>& link, Envelope env);
+                      const std::shared_ptr<net::Link>& link, Envelope&& env);
 /// Returns the one-way calls a link never delivered to their senders.
 void return_unsent(const std::string& peer, const std::string& reason,
                    const std::vector<Envelope>& envs);

@@ -39,7 +39,9 @@ class Link;
 
 /// What a link reports to its owner; both are called on the I/O thread.
 struct LinkHandler {
-  std::function<void(Envelope)> on_envelope;
+  /// Each envelope received, in order; the handler moves from it what it keeps (passed by
+  /// reference, not by value, so that none of the calls it goes through moves it again).
+  std::function<void(Envelope&&)> on_envelope;
   /// Called once, with the reason, when the link closes for any cause.
   std::function<void(const std::string& reason)> on_closed;
   /// Called once, just before on_closed, with the envelopes sent on the link that were not
