@@ -47,9 +47,9 @@ void populate_for_read(const Bytes& b);
 
 /// Copies all of `b` to `to`, which must hold b.size() bytes. A slab of kSlabBytes or more is
 /// copied in parts on up to four threads, each asking for its part's pages in one call first
-/// (populate_for_read) and then copying it: one thread faulting in and copying a fresh mapping
-/// reaches about two thirds of a memcpy's speed here, two together pass it. Other memory is
-/// one memcpy.
+/// (populate_for_read), copying it, and then dropping this process's mapping of those pages
+/// (the bytes stay in the memfd): one thread faulting in and copying a fresh mapping reaches
+/// about two thirds of a memcpy's speed here, two together pass it. Other memory is one memcpy.
 void copy_out(const Bytes& b, std::byte* to);
 
 /// Maps the slab a peer sent, which must hold `size` bytes; takes `fd`. "" with `out` set, or
