@@ -117,8 +117,11 @@ void StreamLink::deliver(std::uint64_t epoch) {
   received_bytes_.fetch_add(incoming_bytes_, std::memory_order_relaxed);
   if (!unix_ && ++unacked_in_ >= options_.ack_every) send_ack();
   if (handler_.on_envelope) {
+    // Out of incoming_, so that what the handler does not take (a reply's body it only reads,
+    // an envelope it drops) goes when it returns, not when the link's next frame comes.
+    Envelope env = std::move(incoming_);
     try {
-      handler_.on_envelope(std::move(incoming_));
+      handler_.on_envelope(std::move(env));
     } catch (const std::exception& e) {
       log_line(options_, detail::LogLevel::error,
                "link " + description_ + ": envelope handler threw: " + e.what());

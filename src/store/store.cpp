@@ -196,8 +196,9 @@ void Store::fetch(const std::string& key, const GetOptions& options,
                   const std::shared_ptr<baton::detail::State<Got>>& next) const {
   auto self = *this;
   const std::vector<GetItem> items{GetItem{key, options.version, options.box}};
-  // Large bytes into memory of ours are read one-sided, except from a volume in this process
-  // (whose answer shares its bytes).
+  // Large bytes into memory of ours are asked for one-sided, except from a volume in this process
+  // (whose answer shares its bytes); the volume answers with a memfd instead where it has one
+  // and we share memory with it.
   const bool lease = into && into->size() >= detail::kLeaseBytes;
   probe<GetAnswer>(
       volumes_, home(key),

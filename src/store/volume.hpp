@@ -31,7 +31,8 @@ enum class Code : std::uint8_t { ok, missing, bad, too_big, leased };
 /// A get into the reader's memory of at least this many bytes asks for a lease, and reads the
 /// volume's memory one-sided (cross-memory attach on one host, UCX across hosts) instead of
 /// receiving the bytes in a message: one copy, into the destination (a box that spans shards is
-/// assembled in the volume first).
+/// assembled in the volume first). A whole value held as a memfd, for a reader on this host's
+/// shared memory, is answered with the memfd instead (see Volume::get).
 constexpr std::size_t kLeaseBytes = std::size_t{1} << 20;
 
 /// How long a lease on a volume's stored bytes holds them for a reader that never releases it

@@ -40,7 +40,8 @@ class Link;
 /// What a link reports to its owner; both are called on the I/O thread.
 struct LinkHandler {
   /// Each envelope received, in order; the handler moves from it what it keeps (passed by
-  /// reference, not by value, so that none of the calls it goes through moves it again).
+  /// reference, not by value, so that none of the calls it goes through moves it again), and
+  /// what it leaves is released when it returns.
   std::function<void(Envelope&&)> on_envelope;
   /// Called once, with the reason, when the link closes for any cause.
   std::function<void(const std::string& reason)> on_closed;
