@@ -101,7 +101,14 @@ void Runtime::run_worker() {
     std::condition_variable cv;
     bool lost = false;
     proc.connect(ProcId::parse(controller), Address::parse(controller_addr),
-                 [&](const std::string&) {
+                 [&](const std::string& reason) {
+                   // A controller that closed the link (it ended, say) needs no word; any other
+                   // end of it (a broken ring, a silent peer) is what the report of this proc's
+                   // exit should say.
+                   if (reason != "peer closed the link") {
+                     detail::log_warn("the link to controller {} closed ({}): this proc exits",
+                                      controller, reason);
+                   }
                    std::lock_guard lock(mu);
                    lost = true;
                    cv.notify_all();

@@ -263,6 +263,12 @@ TEST(ShmSpin, ABusyLinkIsReadBySpinningThenLeftAsleepOnceQuiet) {
 /// A client linked to a server that sends back each envelope it gets.
 class ShmSlabs : public ::testing::Test {
  protected:
+  // Echoes may still be on their way: both ends stop delivering before the inboxes go.
+  ~ShmSlabs() override {
+    client->close_and_wait("the test is over");
+    (void)server_in.wait_closed();
+  }
+
   IoThread io;
   Inbox server_in;
   std::shared_ptr<Listener> listener = Listener::listen(
