@@ -442,6 +442,12 @@ void StreamLink::shutdown(const std::string& reason, bool tell_peer) {
       socket_.close(ignored);
     }
   }
+  if (unix_) {  // a doorbell's wait holds this link; the strand alone touches it (link_shm.cpp)
+    asio::post(strand_, [self = shared()] {
+      asio::error_code unused;
+      if (self->shm_ && self->shm_->bell) self->shm_->bell->close(unused);
+    });
+  }
   if (handler_.on_unsent && !unsent.empty()) {
     std::vector<Envelope> back;
     back.reserve(unsent.size());

@@ -245,12 +245,14 @@ class StreamLink final : public Link {
   // --- shared memory (link_shm.cpp) -----------------------------------------------------------
   struct Shm {
     shm::Region region;
-    shm::RingEnd in;               // the peer's frames (strand)
-    shm::RingEnd out;              // ours (the writer: strand, or a sender under mu_)
-    bool reading = false;          // frames come from `in` (set under mu_ on the strand)
-    bool writing = false;          // frames go to `out` (set under mu_ on the strand)
-    bool peer_gone = false;        // the socket ended: the peer closed or died (strand)
-    bool owe_doorbell = false;     // a wake-up waits for `writing` (strand)
+    shm::RingEnd in;         // the peer's frames (strand)
+    shm::RingEnd out;        // ours (the writer: strand, or a sender under mu_)
+    bool reading = false;    // frames come from `in` (set under mu_ on the strand)
+    bool writing = false;    // frames go to `out` (set under mu_ on the strand)
+    bool peer_gone = false;  // the socket ended: the peer closed or died (strand)
+    // The doorbells: an eventfd this end waits on, and the one that wakes the peer.
+    std::optional<asio::posix::stream_descriptor> bell;
+    int ring_peer = -1;
     std::size_t switch_after = 0;  // control frames to write on the socket before `writing`
     // A read or write in progress. One that must wait for the peer hands its handler (which
     // holds the link) to a timer's wait that only a cancel ends: an event loop that goes frees
@@ -294,6 +296,7 @@ class StreamLink final : public Link {
   void watch_shm(std::uint64_t epoch);
   void watch_spins();
   void on_socket(std::uint64_t epoch, const asio::error_code& ec);
+  void watch_bell(std::uint64_t epoch);
   void shm_read(asio::mutable_buffer buffer, IoHandler handler);
   void shm_write(const std::vector<asio::const_buffer>& buffers, IoHandler handler);
   void serve_read();
