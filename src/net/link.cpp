@@ -443,10 +443,11 @@ void StreamLink::shutdown(const std::string& reason, bool tell_peer) {
     }
   }
   if (unix_) {  // a doorbell's wait holds this link; the strand alone touches it (link_shm.cpp)
-    asio::post(strand_, [self = shared()] {
-      asio::error_code unused;
-      if (self->shm_ && self->shm_->bell) self->shm_->bell->close(unused);
-    });
+    if (strand_.running_in_this_thread()) {
+      close_bells();
+    } else {
+      asio::post(strand_, [self = shared()] { self->close_bells(); });
+    }
   }
   if (handler_.on_unsent && !unsent.empty()) {
     std::vector<Envelope> back;

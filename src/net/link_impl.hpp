@@ -99,6 +99,8 @@ constexpr std::string_view kBye = "bye";      // the peer closes the link on pur
 // last frame on the socket, that it reads and writes the rings from then on.
 constexpr std::string_view kShmOffer = "shm";
 constexpr std::string_view kShmTaken = "shm-taken";
+/// What an offer of shared memory carries: 2 since the doorbells are eventfds sent with it.
+constexpr std::uint64_t kShmVersion = 2;
 
 Frame control_frame(std::string_view kind, std::uint64_t a, std::uint64_t b = 0);
 
@@ -284,6 +286,9 @@ class StreamLink final : public Link {
     std::uint64_t slab_epoch = 0;
     explicit Shm(const asio::strand<asio::io_context::executor_type>& strand)
         : read_op(strand), write_op(strand) {}
+    /// Takes the doorbells, this end's to wait on and the peer's to ring: "" or why this end
+    /// cannot wait on its own (`wait_on` is closed then, `ring` with this).
+    std::string take_bells(asio::io_context& ctx, int wait_on, int ring);
     /// Maps the two rings of `region`: the dialler writes the first, the listener the second.
     void attach_rings(bool dialler);
     Shm(const Shm&) = delete;
@@ -297,6 +302,7 @@ class StreamLink final : public Link {
   void watch_spins();
   void on_socket(std::uint64_t epoch, const asio::error_code& ec);
   void watch_bell(std::uint64_t epoch);
+  void close_bells();
   void shm_read(asio::mutable_buffer buffer, IoHandler handler);
   void shm_write(const std::vector<asio::const_buffer>& buffers, IoHandler handler);
   void serve_read();

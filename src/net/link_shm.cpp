@@ -21,6 +21,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "net/link_impl.hpp"
 #include "wire/slab.hpp"
@@ -49,6 +50,16 @@ void StreamLink::Shm::attach_rings(bool dialler) {
   const int mine = dialler ? 0 : 1;
   out = shm::RingEnd(l.control[mine], l.data[mine], region.capacity);
   in = shm::RingEnd(l.control[1 - mine], l.data[1 - mine], region.capacity);
+}
+
+std::string StreamLink::Shm::take_bells(asio::io_context& ctx, int wait_on, int ring) {
+  ring_peer = ring;  // closed with this
+  bell.emplace(ctx);
+  asio::error_code ec;
+  bell->assign(wait_on, ec);  // fails if the event loop cannot watch one more descriptor
+  if (!ec) return {};
+  ::close(wait_on);
+  return ec.message();
 }
 
 void StreamLink::Shm::Op::abort() {
@@ -145,15 +156,18 @@ bool StreamLink::offer_shm() {
              "link " + description_ + ": no shared memory (no eventfd); using the socket");
     return false;
   }
-  s->bell.emplace(ctx_, mine);
-  s->ring_peer = theirs;
+  if (const std::string why = s->take_bells(ctx_, mine, theirs); !why.empty()) {
+    log_line(options_, detail::LogLevel::debug,
+             "link " + description_ + ": no shared memory (" + why + "); using the socket");
+    return false;
+  }
   std::string error;
   {
     std::lock_guard lock(mu_);
     // The hello set_dialler queued, and the offer, written now as one.
     std::string bytes = ctl_.front().flatten();
     ctl_.pop_front();
-    bytes += control_frame(kShmOffer, 1).flatten();
+    bytes += control_frame(kShmOffer, kShmVersion).flatten();
     const int fd = socket_.native_handle();
     const int timeout_ms = static_cast<int>(options_.dead_after.count());
     error = shm::send_all(fd, bytes, timeout_ms);
@@ -187,8 +201,11 @@ void StreamLink::take_shm(std::uint64_t epoch) {
   }
   if (fds.empty()) return shutdown(error);
   auto s = std::make_unique<Shm>(strand_);
-  s->bell.emplace(ctx_, fds[2]);
-  s->ring_peer = fds[1];
+  error = s->take_bells(ctx_, fds[2], fds[1]);
+  if (!error.empty()) {
+    ::close(fds[0]);
+    return shutdown("cannot wait for the peer's doorbells: " + error);
+  }
   error = shm::Region::map(fds[0], s->region);
   if (!error.empty()) return shutdown("cannot use the shared memory the peer offered: " + error);
   s->attach_rings(false);
@@ -282,7 +299,8 @@ void StreamLink::watch_bell(std::uint64_t epoch) {
   shm_->bell->async_wait(
       asio::posix::stream_descriptor::wait_read,
       asio::bind_executor(strand_, [self = shared(), epoch](asio::error_code ec) {
-        if (ec || epoch != self->epoch_ || self->closed()) return;
+        if (epoch != self->epoch_ || self->closed()) return;
+        if (ec) return self->shutdown("cannot wait for the peer's doorbell: " + ec.message());
         std::uint64_t rung = 0;
         (void)::read(self->shm_->bell->native_handle(), &rung, sizeof rung);  // resets it
         self->serve_read();
@@ -292,9 +310,21 @@ void StreamLink::watch_bell(std::uint64_t epoch) {
       }));
 }
 
+/// A closed link's doorbells go with its socket, not when the last reference to it does
+/// (strand: its other users are the strand and senders under mu_).
+void StreamLink::close_bells() {
+  if (!shm_) return;
+  asio::error_code ignored;
+  if (shm_->bell) shm_->bell->close(ignored);
+  std::lock_guard lock(mu_);
+  if (shm_->ring_peer >= 0) ::close(std::exchange(shm_->ring_peer, -1));
+}
+
+/// Rings the peer's doorbell (strand, or a sender under mu_).
 void StreamLink::doorbell() {
   const std::uint64_t one = 1;
-  (void)::write(shm_->ring_peer, &one, sizeof one);  // never blocks: an eventfd, non-blocking
+  // Never blocks: an eventfd, non-blocking. None once the link closed.
+  if (shm_->ring_peer >= 0) (void)::write(shm_->ring_peer, &one, sizeof one);
 }
 
 void StreamLink::ring_broke(const std::string& why) {

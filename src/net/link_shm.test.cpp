@@ -63,7 +63,7 @@ struct RawShmClient {
     const shm::RegionLayout l = shm::layout(region.base, region.capacity);
     control_to_listener = l.control[0];
     out = shm::RingEnd(l.control[0], l.data[0], region.capacity);
-    raw.write(control("hello", 7) + control("shm", 1));
+    raw.write(control("hello", 7) + control("shm", 2));
     const int fds[] = {region.fd, ours, theirs};
     const std::string error = shm::send_fds(raw.fd(), fds, 1000);
     if (!error.empty()) throw std::runtime_error(error);
@@ -206,8 +206,17 @@ TEST_P(ShmHostile, AnOfferWithoutItsMemfdIsRefused) {
   expect_healthy(0);
   RawClient raw(path);
   Inbox& victim = accepted(1);
-  raw.write(control("hello", 9) + control("shm", 1) + "m");  // the byte, but no descriptor
+  raw.write(control("hello", 9) + control("shm", 2) + "m");  // the byte, but no descriptor
   EXPECT_THAT(victim.wait_closed(), HasSubstr("sent no memfd and two doorbells after it"));
+  expect_healthy(1);
+}
+
+TEST_P(ShmHostile, AnOfferFromAnotherBuildIsRefusedSayingSo) {
+  expect_healthy(0);
+  RawClient raw(path);
+  Inbox& victim = accepted(1);
+  raw.write(control("hello", 9) + control("shm", 1));  // a build whose doorbells were bytes
+  EXPECT_THAT(victim.wait_closed(), HasSubstr("another build of baton does (version 1"));
   expect_healthy(1);
 }
 
@@ -220,7 +229,7 @@ TEST_P(ShmHostile, AnOfferWhoseDoorbellsAreNotEventfdsIsRefused) {
   shm::Region region = shm::Region::create(std::size_t{64} << 10);
   int pipe[2] = {-1, -1};
   ASSERT_EQ(::pipe(pipe), 0);
-  raw.write(control("hello", 9) + control("shm", 1));
+  raw.write(control("hello", 9) + control("shm", 2));
   const int fds[] = {region.fd, pipe[0], pipe[1]};
   ASSERT_EQ(shm::send_fds(raw.fd(), fds, 1000), "");
   ::close(pipe[0]);
@@ -241,7 +250,7 @@ TEST_P(ShmHostile, AnOfferOfAMemfdThatCouldShrinkIsRefused) {
   ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(sealed.size)), 0);
   ASSERT_EQ(::pwrite(fd, sealed.base, sizeof(shm::RegionHeader), 0),
             static_cast<ssize_t>(sizeof(shm::RegionHeader)));
-  raw.write(control("hello", 9) + control("shm", 1));
+  raw.write(control("hello", 9) + control("shm", 2));
   const int bells[] = {::eventfd(0, EFD_CLOEXEC), ::eventfd(0, EFD_CLOEXEC)};
   const int fds[] = {fd, bells[0], bells[1]};
   ASSERT_EQ(shm::send_fds(raw.fd(), fds, 1000), "");
@@ -375,7 +384,8 @@ TEST_F(ShmSlabs, WhatAHandlerDoesNotTakeIsReleasedWhenItReturns) {
       slow);
   Inbox in;
   auto link = Link::connect(io, server->address(), in.handler(), slow);
-  until_on_the_ring(*link);  // before it, a part goes through the socket as plain bytes
+  // Before it, a part goes through the socket as plain bytes.
+  ASSERT_NO_FATAL_FAILURE(until_on_the_ring(*link));
   {
     Envelope env = make(0);
     env.body = encode(
@@ -403,11 +413,12 @@ std::size_t eventfds_here() {
 }
 
 TEST_F(ShmSlabs, ALinkThatClosedIsFreedWithItsDoorbells) {
-  until_on_the_ring(*client);  // the fixture's link, with its doorbells, before we count
+  // The fixture's link, with its doorbells, before we count.
+  ASSERT_NO_FATAL_FAILURE(until_on_the_ring(*client));
   const std::size_t before = eventfds_here();
   Inbox in;
   auto link = Link::connect(io, listener->address(), in.handler());
-  until_on_the_ring(*link);
+  ASSERT_NO_FATAL_FAILURE(until_on_the_ring(*link));
   EXPECT_EQ(eventfds_here(), before + 4);  // each end's own doorbell and the peer's
   // Closed, each end lets go of its doorbells' waits, and with them of the link itself.
   const std::weak_ptr<Link> weak = link;

@@ -78,6 +78,10 @@ std::size_t RingEnd::read(void* to, std::size_t n) {
 
 bool RingEnd::sleep_if_empty() {
   control_->reader_sleeps.store(1, std::memory_order_seq_cst);
+  // Between the flag and the look at the writer's position, as the writer fences between its
+  // position and the look at the flag (a seq_cst store, then a seq_cst load): neither may
+  // miss the other where loads can pass stores.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   if (readable() == 0 && corrupt_.empty()) return true;
   // Bytes came (or the ring broke) meanwhile: no sleep. A writer that saw the flag rings anyway;
   // its doorbell is drained with the next.
@@ -123,6 +127,7 @@ std::size_t RingEnd::write(const void* from, std::size_t n) {
 
 bool RingEnd::wait_if_full() {
   control_->writer_waits.store(1, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // as in sleep_if_empty()
   if (writable() == 0 && corrupt_.empty()) return true;
   control_->writer_waits.store(0, std::memory_order_relaxed);
   return false;
@@ -322,8 +327,10 @@ std::vector<int> receive_offer(int sock, std::string& error) {
   } else if (!is_eventfd(fds[1]) || !is_eventfd(fds[2])) {
     why = "sent doorbells that are not eventfds";
   }
-  // Never to block on them, whatever the peer made: a read of a doorbell not rung returns at
-  // once, and a ring of one the peer filled up is dropped (it is rung already).
+  // Non-blocking, whatever the peer made: a read of a doorbell not rung returns at once, and a
+  // ring of one the peer filled up is dropped (it is rung already). The flag belongs to the
+  // open file, which the peer shares: a peer that cleared it again on purpose could block this
+  // end, but such a peer proved the job's secret and has surer ways to stop it.
   if (why.empty() &&
       (::fcntl(fds[1], F_SETFL, O_NONBLOCK) != 0 || ::fcntl(fds[2], F_SETFL, O_NONBLOCK) != 0)) {
     why = "sent doorbells that cannot be made non-blocking";
