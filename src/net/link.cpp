@@ -442,13 +442,6 @@ void StreamLink::shutdown(const std::string& reason, bool tell_peer) {
       socket_.close(ignored);
     }
   }
-  if (unix_) {  // a doorbell's wait holds this link; the strand alone touches it (link_shm.cpp)
-    if (strand_.running_in_this_thread()) {
-      close_bells();
-    } else {
-      asio::post(strand_, [self = shared()] { self->close_bells(); });
-    }
-  }
   if (handler_.on_unsent && !unsent.empty()) {
     std::vector<Envelope> back;
     back.reserve(unsent.size());

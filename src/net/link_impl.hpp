@@ -99,8 +99,6 @@ constexpr std::string_view kBye = "bye";      // the peer closes the link on pur
 // last frame on the socket, that it reads and writes the rings from then on.
 constexpr std::string_view kShmOffer = "shm";
 constexpr std::string_view kShmTaken = "shm-taken";
-/// What an offer of shared memory carries: 2 since the doorbells are eventfds sent with it.
-constexpr std::uint64_t kShmVersion = 2;
 
 Frame control_frame(std::string_view kind, std::uint64_t a, std::uint64_t b = 0);
 
@@ -247,14 +245,12 @@ class StreamLink final : public Link {
   // --- shared memory (link_shm.cpp) -----------------------------------------------------------
   struct Shm {
     shm::Region region;
-    shm::RingEnd in;         // the peer's frames (strand)
-    shm::RingEnd out;        // ours (the writer: strand, or a sender under mu_)
-    bool reading = false;    // frames come from `in` (set under mu_ on the strand)
-    bool writing = false;    // frames go to `out` (set under mu_ on the strand)
-    bool peer_gone = false;  // the socket ended: the peer closed or died (strand)
-    // The doorbells: an eventfd this end waits on, and the one that wakes the peer.
-    std::optional<asio::posix::stream_descriptor> bell;
-    int ring_peer = -1;
+    shm::RingEnd in;               // the peer's frames (strand)
+    shm::RingEnd out;              // ours (the writer: strand, or a sender under mu_)
+    bool reading = false;          // frames come from `in` (set under mu_ on the strand)
+    bool writing = false;          // frames go to `out` (set under mu_ on the strand)
+    bool peer_gone = false;        // the socket ended: the peer closed or died (strand)
+    bool owe_doorbell = false;     // a wake-up waits for `writing` (strand)
     std::size_t switch_after = 0;  // control frames to write on the socket before `writing`
     // A read or write in progress. One that must wait for the peer hands its handler (which
     // holds the link) to a timer's wait that only a cancel ends: an event loop that goes frees
@@ -286,9 +282,6 @@ class StreamLink final : public Link {
     std::uint64_t slab_epoch = 0;
     explicit Shm(const asio::strand<asio::io_context::executor_type>& strand)
         : read_op(strand), write_op(strand) {}
-    /// Takes the doorbells, this end's to wait on and the peer's to ring: "" or why this end
-    /// cannot wait on its own (`wait_on` is closed then, `ring` with this).
-    std::string take_bells(asio::io_context& ctx, int wait_on, int ring);
     /// Maps the two rings of `region`: the dialler writes the first, the listener the second.
     void attach_rings(bool dialler);
     Shm(const Shm&) = delete;
@@ -301,8 +294,6 @@ class StreamLink final : public Link {
   void watch_shm(std::uint64_t epoch);
   void watch_spins();
   void on_socket(std::uint64_t epoch, const asio::error_code& ec);
-  void watch_bell(std::uint64_t epoch);
-  void close_bells();
   void shm_read(asio::mutable_buffer buffer, IoHandler handler);
   void shm_write(const std::vector<asio::const_buffer>& buffers, IoHandler handler);
   void serve_read();

@@ -159,11 +159,6 @@ void StreamLink::on_control(std::uint64_t epoch, const std::string& kind) {
   } else if (kind == kBye) {
     return shutdown("peer closed the link");
   } else if (kind == kShmOffer) {
-    if (a != kShmVersion) {
-      return shutdown("the peer offered shared memory as another build of baton does (version " +
-                      std::to_string(a) + ", this build's is " + std::to_string(kShmVersion) +
-                      "): run one build of baton in every process of the job");
-    }
     return take_shm(epoch);
   } else if (kind == kShmTaken) {
     return shm_taken(epoch);

@@ -1,27 +1,24 @@
 // Shared memory under a link between procs of one host: the frames that would go through the
 // unix socket go through two rings in a memfd (shm_ring.hpp) instead, with the same framing,
-// sequence numbers, limits and backpressure. A side that sleeps is woken through an eventfd (a
-// doorbell, one per direction); the socket stays, to carry large parts' memfds and to tell when
-// the peer's process ends (its end of stream).
+// sequence numbers, limits and backpressure; the socket stays, to wake a side that sleeps (one
+// byte, a doorbell) and to tell when the peer's process ends (its end of stream).
 //
 // The switch, at a frame boundary in each direction:
-//   dialler:  hello, offer, then one byte carrying the memfd and both eventfds (SCM_RIGHTS),
-//             all on the socket as the first things written; every later frame goes to its
-//             ring.
+//   dialler:  hello, offer, then one byte carrying the memfd (SCM_RIGHTS), all on the socket
+//             as the first things written; every later frame goes to its ring.
 //   listener: reads the offer, then the byte and the fd; maps the region and reads the
 //             dialler's ring from then on; writes "taken" as its last frame on the socket, and
 //             its frames to its ring after it.
 //   dialler:  reads the socket until "taken", and its ring after it.
-// A doorbell rung before its peer watches is counted by the eventfd, and wakes it once it does.
+// Doorbells go on the socket only once both directions are past the switch, so they never land
+// in the middle of a frame.
 
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <utility>
 
 #include "net/link_impl.hpp"
 #include "wire/slab.hpp"
@@ -42,7 +39,6 @@ constexpr std::size_t kMaxPendingSlabs = 4096;
 
 StreamLink::Shm::~Shm() {
   for (const int fd : fds) ::close(fd);
-  if (ring_peer >= 0) ::close(ring_peer);
 }
 
 void StreamLink::Shm::attach_rings(bool dialler) {
@@ -50,16 +46,6 @@ void StreamLink::Shm::attach_rings(bool dialler) {
   const int mine = dialler ? 0 : 1;
   out = shm::RingEnd(l.control[mine], l.data[mine], region.capacity);
   in = shm::RingEnd(l.control[1 - mine], l.data[1 - mine], region.capacity);
-}
-
-std::string StreamLink::Shm::take_bells(asio::io_context& ctx, int wait_on, int ring) {
-  ring_peer = ring;  // closed with this
-  bell.emplace(ctx);
-  asio::error_code ec;
-  bell->assign(wait_on, ec);  // fails if the event loop cannot watch one more descriptor
-  if (!ec) return {};
-  ::close(wait_on);
-  return ec.message();
 }
 
 void StreamLink::Shm::Op::abort() {
@@ -145,34 +131,17 @@ bool StreamLink::offer_shm() {
   }
   s->attach_rings(true);
   s->writing = true;
-  // The doorbells: the first wakes this end, the second the listener.
-  const int mine = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  const int theirs = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (mine < 0 || theirs < 0) {
-    for (const int fd : {mine, theirs}) {
-      if (fd >= 0) ::close(fd);
-    }
-    log_line(options_, detail::LogLevel::debug,
-             "link " + description_ + ": no shared memory (no eventfd); using the socket");
-    return false;
-  }
-  if (const std::string why = s->take_bells(ctx_, mine, theirs); !why.empty()) {
-    log_line(options_, detail::LogLevel::debug,
-             "link " + description_ + ": no shared memory (" + why + "); using the socket");
-    return false;
-  }
   std::string error;
   {
     std::lock_guard lock(mu_);
     // The hello set_dialler queued, and the offer, written now as one.
     std::string bytes = ctl_.front().flatten();
     ctl_.pop_front();
-    bytes += control_frame(kShmOffer, kShmVersion).flatten();
+    bytes += control_frame(kShmOffer, 1).flatten();
     const int fd = socket_.native_handle();
     const int timeout_ms = static_cast<int>(options_.dead_after.count());
     error = shm::send_all(fd, bytes, timeout_ms);
-    const int offered[] = {s->region.fd, mine, theirs};
-    if (error.empty()) error = shm::send_fds(fd, offered, timeout_ms);
+    if (error.empty()) error = shm::send_fd(fd, s->region.fd, timeout_ms);
     if (error.empty()) {
       s->region.close_fd();  // the peer has its own now; the mapping keeps the memory
       shm_ = std::move(s);
@@ -184,13 +153,13 @@ bool StreamLink::offer_shm() {
   return true;
 }
 
-/// The listener, on the strand, after the offer: takes the fds that follow it, maps the
+/// The listener, on the strand, after the offer: takes the fd that follows it, maps the
 /// region, and switches.
 void StreamLink::take_shm(std::uint64_t epoch) {
   if (redial_ || shm_ || !unix_) return shutdown("an unexpected shared-memory offer");
   std::string error;
-  const std::vector<int> fds = shm::receive_offer(socket_.native_handle(), error);
-  if (fds.empty() && error.empty()) {
+  const int fd = shm::receive_fd(socket_.native_handle(), error);
+  if (fd < 0 && error.empty()) {
     socket_.async_wait(Protocol::socket::wait_read,
                        asio::bind_executor(strand_, [self = shared(), epoch](asio::error_code ec) {
                          if (epoch != self->epoch_ || self->closed()) return;
@@ -199,14 +168,9 @@ void StreamLink::take_shm(std::uint64_t epoch) {
                        }));
     return;
   }
-  if (fds.empty()) return shutdown(error);
+  if (fd < 0) return shutdown(error);
   auto s = std::make_unique<Shm>(strand_);
-  error = s->take_bells(ctx_, fds[2], fds[1]);
-  if (!error.empty()) {
-    ::close(fds[0]);
-    return shutdown("cannot wait for the peer's doorbells: " + error);
-  }
-  error = shm::Region::map(fds[0], s->region);
+  error = shm::Region::map(fd, s->region);
   if (!error.empty()) return shutdown("cannot use the shared memory the peer offered: " + error);
   s->attach_rings(false);
   s->reading = true;
@@ -219,7 +183,6 @@ void StreamLink::take_shm(std::uint64_t epoch) {
   }
   watch_spins();
   watch_shm(epoch);
-  watch_bell(epoch);
   read_prefix(epoch);
 }
 
@@ -232,13 +195,16 @@ void StreamLink::shm_taken(std::uint64_t epoch) {
   }
   watch_spins();
   watch_shm(epoch);
-  watch_bell(epoch);
   read_prefix(epoch);
 }
 
 /// The listener's writer, after the control frame that ends the socket's stream (strand).
 void StreamLink::writes_switched_locked() {
   shm_->writing = true;
+  if (shm_->owe_doorbell) {
+    shm_->owe_doorbell = false;
+    doorbell();
+  }
 }
 
 /// The strand, as reading from the ring starts: a thread about to wait for events on this
@@ -258,7 +224,7 @@ void StreamLink::watch_spins() {
   s.spinners->add(s.spin);
 }
 
-/// Waits for the socket: slabs' memfds, or its end (the peer is gone).
+/// Waits for the socket: a doorbell (drained), or its end (the peer is gone).
 void StreamLink::watch_shm(std::uint64_t epoch) {
   socket_.async_wait(Protocol::socket::wait_read,
                      asio::bind_executor(strand_, [self = shared(), epoch](asio::error_code ec) {
@@ -267,8 +233,7 @@ void StreamLink::watch_shm(std::uint64_t epoch) {
                      }));
 }
 
-/// The socket woke the watcher (strand): slabs' memfds, or the peer's end (or bytes, which a
-/// peer may ring with too).
+/// The socket woke the watcher (strand): doorbells, slabs' memfds, or the peer's end.
 void StreamLink::on_socket(std::uint64_t epoch, const asio::error_code& ec) {
   Shm& s = *shm_;
   if (ec) {
@@ -292,39 +257,14 @@ void StreamLink::on_socket(std::uint64_t epoch, const asio::error_code& ec) {
   if (!s.peer_gone && !closed()) watch_shm(epoch);
 }
 
-/// Waits for this end's doorbell (strand). A closed link's wait is ended by shutdown(), which
-/// closes the eventfd on the strand after it marks the link closed.
-void StreamLink::watch_bell(std::uint64_t epoch) {
-  if (closed()) return;
-  shm_->bell->async_wait(
-      asio::posix::stream_descriptor::wait_read,
-      asio::bind_executor(strand_, [self = shared(), epoch](asio::error_code ec) {
-        if (epoch != self->epoch_ || self->closed()) return;
-        if (ec) return self->shutdown("cannot wait for the peer's doorbell: " + ec.message());
-        std::uint64_t rung = 0;
-        (void)::read(self->shm_->bell->native_handle(), &rung, sizeof rung);  // resets it
-        self->serve_read();
-        if (self->closed()) return;
-        self->serve_write();
-        if (!self->closed()) self->watch_bell(epoch);
-      }));
-}
-
-/// A closed link's doorbells go with its socket, not when the last reference to it does
-/// (strand: its other users are the strand and senders under mu_).
-void StreamLink::close_bells() {
-  if (!shm_) return;
-  asio::error_code ignored;
-  if (shm_->bell) shm_->bell->close(ignored);
-  std::lock_guard lock(mu_);
-  if (shm_->ring_peer >= 0) ::close(std::exchange(shm_->ring_peer, -1));
-}
-
-/// Rings the peer's doorbell (strand, or a sender under mu_).
 void StreamLink::doorbell() {
-  const std::uint64_t one = 1;
-  // Never blocks: an eventfd, non-blocking. None once the link closed.
-  if (shm_->ring_peer >= 0) (void)::write(shm_->ring_peer, &one, sizeof one);
+  if (!shm_->writing) {
+    shm_->owe_doorbell = true;  // the socket still carries our frames
+    return;
+  }
+  const char byte = 'd';
+  // A full socket already holds a doorbell the peer has yet to drain.
+  (void)::send(socket_.native_handle(), &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
 void StreamLink::ring_broke(const std::string& why) {

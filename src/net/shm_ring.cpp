@@ -78,10 +78,6 @@ std::size_t RingEnd::read(void* to, std::size_t n) {
 
 bool RingEnd::sleep_if_empty() {
   control_->reader_sleeps.store(1, std::memory_order_seq_cst);
-  // Between the flag and the look at the writer's position, as the writer fences between its
-  // position and the look at the flag (a seq_cst store, then a seq_cst load): neither may
-  // miss the other where loads can pass stores.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
   if (readable() == 0 && corrupt_.empty()) return true;
   // Bytes came (or the ring broke) meanwhile: no sleep. A writer that saw the flag rings anyway;
   // its doorbell is drained with the next.
@@ -127,7 +123,6 @@ std::size_t RingEnd::write(const void* from, std::size_t n) {
 
 bool RingEnd::wait_if_full() {
   control_->writer_waits.store(1, std::memory_order_seq_cst);
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // as in sleep_if_empty()
   if (writable() == 0 && corrupt_.empty()) return true;
   control_->writer_waits.store(0, std::memory_order_relaxed);
   return false;
@@ -258,31 +253,24 @@ void collect_fds(msghdr& msg, std::vector<int>& fds) {
 
 }  // namespace
 
-std::string send_fds(int sock, std::span<const int> fds, int timeout_ms, char tag) {
+std::string send_fd(int sock, int fd, int timeout_ms, char tag) {
   char byte = tag;
   iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kOfferFds)] = {};
-  if (fds.empty() || fds.size() > kOfferFds) {
-    return "cannot send " + std::to_string(fds.size()) + " descriptors in one message";
-  }
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
   msg.msg_control = control;
-  msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+  msg.msg_controllen = sizeof control;
   cmsghdr* c = CMSG_FIRSTHDR(&msg);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-  std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
   for (;;) {
     if (::sendmsg(sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) == 1) return {};
-    if (!wait_for_room(sock, timeout_ms)) return errno_text("sending a descriptor");
+    if (!wait_for_room(sock, timeout_ms)) return errno_text("sending a memfd");
   }
-}
-
-std::string send_fd(int sock, int fd, int timeout_ms, char tag) {
-  return send_fds(sock, std::span<const int>(&fd, 1), timeout_ms, tag);
 }
 
 std::string send_all(int sock, std::string_view bytes, int timeout_ms) {
@@ -297,10 +285,10 @@ std::string send_all(int sock, std::string_view bytes, int timeout_ms) {
   return {};
 }
 
-std::vector<int> receive_offer(int sock, std::string& error) {
+int receive_fd(int sock, std::string& error) {
   char byte = 0;
   iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * (kOfferFds + 1))] = {};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)] = {};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
@@ -311,41 +299,22 @@ std::vector<int> receive_offer(int sock, std::string& error) {
     n = ::recvmsg(sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
   } while (n < 0 && errno == EINTR);
   if (n < 0) {
-    if (errno != EAGAIN && errno != EWOULDBLOCK) error = errno_text("receiving the memfd");
-    return {};
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return -1;
+    error = errno_text("receiving the memfd");
+    return -1;
   }
   if (n == 0) {
     error = "the peer closed the connection before it sent the memfd it offered";
-    return {};
+    return -1;
   }
   std::vector<int> fds;
   collect_fds(msg, fds);
-  std::string why;
-  if (byte != 'm' || fds.size() != kOfferFds || (msg.msg_flags & MSG_CTRUNC) != 0) {
-    why =
-        "sent no memfd and two doorbells after it (" + std::to_string(fds.size()) + " descriptors)";
-  } else if (!is_eventfd(fds[1]) || !is_eventfd(fds[2])) {
-    why = "sent doorbells that are not eventfds";
+  if (byte != 'm' || fds.size() != 1 || (msg.msg_flags & MSG_CTRUNC) != 0) {
+    for (const int fd : fds) ::close(fd);
+    error = "the peer offered a shared-memory link but sent no single memfd after it";
+    return -1;
   }
-  // Non-blocking, whatever the peer made: a read of a doorbell not rung returns at once, and a
-  // ring of one the peer filled up is dropped (it is rung already). The flag belongs to the
-  // open file, which the peer shares: a peer that cleared it again on purpose could block this
-  // end, but such a peer proved the job's secret and has surer ways to stop it.
-  if (why.empty() &&
-      (::fcntl(fds[1], F_SETFL, O_NONBLOCK) != 0 || ::fcntl(fds[2], F_SETFL, O_NONBLOCK) != 0)) {
-    why = "sent doorbells that cannot be made non-blocking";
-  }
-  if (why.empty()) return fds;
-  for (const int fd : fds) ::close(fd);
-  error = "the peer offered a shared-memory link but " + why;
-  return {};
-}
-
-bool is_eventfd(int fd) {
-  char target[64] = {};
-  const std::string link = "/proc/self/fd/" + std::to_string(fd);
-  const ssize_t n = ::readlink(link.c_str(), target, sizeof target - 1);
-  return n > 0 && std::string_view(target, static_cast<std::size_t>(n)) == "anon_inode:[eventfd]";
+  return fds.front();
 }
 
 Drained drain(int sock, std::deque<int>& fds) {
@@ -373,10 +342,6 @@ Drained drain(int sock, std::deque<int>& fds) {
       d.error = "the peer sent more descriptors in one message than a slab takes";
       return d;
     }
-    // A read of a unix stream stops early only after a message that carried descriptors, or
-    // where the socket is empty: then no further call is needed to see EAGAIN. (Were a byte to
-    // come meanwhile, the next wait sees it: Asio re-arms the descriptor when a wait starts.)
-    if (got.empty() && static_cast<std::size_t>(n) < sizeof bytes) return d;
   }
 }
 

@@ -18,10 +18,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <span>
 #include <string>
 #include <string_view>
-#include <vector>
 
 namespace baton::net::shm {
 
@@ -124,16 +122,9 @@ struct Region {
 /// Sends all of `bytes` over `sock`, waiting up to `timeout_ms` at a time for room; "" or the
 /// error.
 std::string send_all(int sock, std::string_view bytes, int timeout_ms);
-/// What a dialler sends after its offer: the region's memfd, then the eventfd the dialler waits
-/// on (the listener rings it), then the one the listener waits on.
-constexpr std::size_t kOfferFds = 3;
-/// Sends `fds` (at most kOfferFds) with one byte (`tag`) over the unix socket `sock`
-/// (SCM_RIGHTS), waiting up to `timeout_ms` for room; "" or the error.
-std::string send_fds(int sock, std::span<const int> fds, int timeout_ms, char tag = 'm');
+/// Sends `fd` with one byte (`tag`) over the unix socket `sock` (SCM_RIGHTS), waiting up to
+/// `timeout_ms` for room; "" or the error.
 std::string send_fd(int sock, int fd, int timeout_ms, char tag = 'm');
-/// True if `fd` is an eventfd (what a peer hands us to ring must be one: a write to it never
-/// blocks, and lands nowhere else).
-bool is_eventfd(int fd);
 
 /// Reads what waits on a shared-memory link's socket now: doorbells (dropped) and descriptors
 /// (appended to `fds`, in the order sent). `eof`: the peer's end closed (or reset).
@@ -142,9 +133,8 @@ struct Drained {
   std::string error;  // a message that could not be taken whole (too many descriptors)
 };
 Drained drain(int sock, std::deque<int>& fds);
-/// Receives the byte and the kOfferFds descriptors of an offer, if they are there now: the
-/// descriptors (checked: two eventfds after the memfd), none if nothing has arrived yet (`error`
-/// empty), or none with `error` set.
-std::vector<int> receive_offer(int sock, std::string& error);
+/// Receives the byte and the descriptor send_fd() sent, if they are there now: the fd, -1 if
+/// nothing has arrived yet (`error` empty), or -1 with `error` set.
+int receive_fd(int sock, std::string& error);
 
 }  // namespace baton::net::shm
