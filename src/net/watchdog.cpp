@@ -1,16 +1,47 @@
 #include "net/watchdog.hpp"
 
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <system_error>
+
 namespace baton::net {
+
+Watchdog::State::State()
+    : timer(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)),
+      wake(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+  if (timer >= 0 && wake >= 0) return;
+  const int error = errno;
+  if (timer >= 0) ::close(timer);
+  if (wake >= 0) ::close(wake);
+  throw std::system_error(error, std::generic_category(), "a watchdog's timer");
+}
+
+Watchdog::State::~State() {
+  ::close(timer);
+  ::close(wake);
+}
+
+void Watchdog::State::arm(std::chrono::microseconds period) {
+  if (armed.exchange(true, std::memory_order_seq_cst)) return;
+  const auto us = period.count();
+  itimerspec every{};
+  every.it_value = {static_cast<time_t>(us / 1000000), static_cast<long>(us % 1000000) * 1000};
+  every.it_interval = every.it_value;
+  (void)::timerfd_settime(timer, 0, &every, nullptr);  // cannot fail on a valid timerfd
+}
 
 Watchdog::Watchdog(std::chrono::microseconds period, std::function<bool()> look)
     : period_(period), look_(std::move(look)) {}
 
 Watchdog::~Watchdog() {
-  {
-    std::lock_guard lock(state_->mu);
-    state_->stopping = true;
-  }
-  state_->cv.notify_all();
+  state_->stopping.store(true, std::memory_order_seq_cst);
+  const std::uint64_t one = 1;
+  (void)::write(state_->wake, &one, sizeof one);
   if (!thread_.joinable()) return;
   if (thread_.get_id() == std::this_thread::get_id()) {
     thread_.detach();  // it touches only `state_` and the look's copy from here on
@@ -19,49 +50,47 @@ Watchdog::~Watchdog() {
   }
 }
 
-void Watchdog::arm_slow() {
+void Watchdog::start() {
   std::call_once(started_, [this] {
     thread_ =
         std::thread([state = state_, period = period_, look = look_] { run(state, period, look); });
   });
-  {
-    std::lock_guard lock(state_->mu);
-    state_->armed.store(true, std::memory_order_seq_cst);
-  }
-  state_->cv.notify_one();
+}
+
+void Watchdog::arm_slow() {
+  start();
+  state_->arm(period_);
 }
 
 void Watchdog::poke() {
-  {
-    std::lock_guard lock(state_->mu);
-    state_->poked = true;
-  }
-  arm_slow();  // sets the flag and wakes it
+  start();
+  state_->arm(period_);
+  const std::uint64_t one = 1;
+  (void)::write(state_->wake, &one, sizeof one);
 }
 
 void Watchdog::run(const std::shared_ptr<State>& state, std::chrono::microseconds period,
                    const std::function<bool()>& look) {
-  std::unique_lock lock(state->mu);
   for (;;) {
-    // Asleep until armed: no timer, no wake-up.
-    state->cv.wait(lock, [&] { return state->stopping || state->armed.load(); });
-    if (state->stopping) return;
-    state->cv.wait_for(lock, period, [&] { return state->stopping || state->poked; });
-    if (state->stopping) return;
-    state->poked = false;
-    lock.unlock();
+    // Asleep until the timer fires (armed) or a poke or the stop comes: no wake-up otherwise.
+    pollfd fds[2] = {{state->timer, POLLIN, 0}, {state->wake, POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0 && errno != EINTR) return;
+    if (state->stopping.load()) return;
+    std::uint64_t count = 0;
+    (void)::read(state->wake, &count, sizeof count);  // non-blocking: EAGAIN if not poked
+    (void)::read(state->timer, &count, sizeof count);
+    if ((fds[0].revents | fds[1].revents) == 0) continue;
     const bool more = look();
-    lock.lock();
-    if (state->stopping) return;  // the look may have ended the owner: touch nothing of it
+    if (state->stopping.load()) return;  // the look may have ended the owner: touch nothing
     if (more) continue;
-    // Disarm, then look once more: an arm() that saw the flag still set before the store
-    // counted on this look to see what it armed for.
+    // Stop the timer, then disarm, then look once more: an arm() that saw the flag still set
+    // before the store counted on this look to see what it armed for.
+    const itimerspec off{};
+    (void)::timerfd_settime(state->timer, 0, &off, nullptr);
     state->armed.store(false, std::memory_order_seq_cst);
-    lock.unlock();
     const bool again = look();
-    lock.lock();
-    if (state->stopping) return;
-    if (again) state->armed.store(true, std::memory_order_seq_cst);
+    if (state->stopping.load()) return;
+    if (again) state->arm(period);
   }
 }
 

@@ -5,7 +5,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -17,6 +16,7 @@ class Watchdog {
  public:
   /// `look` runs on the watchdog's thread every `period` while armed, and returns whether
   /// there is still something to watch; false disarms the watchdog until the next arm().
+  /// Throws std::system_error if the process has no descriptor left for its timer.
   Watchdog(std::chrono::microseconds period, std::function<bool()> look);
   /// Stops the thread; on the watchdog's own thread (a look that dropped the last owner), the
   /// thread ends right after instead.
@@ -24,8 +24,10 @@ class Watchdog {
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
-  /// There is something to watch: wakes the watchdog if it sleeps (the thread starts on the
-  /// first call). One relaxed load when it is already armed.
+  /// There is something to watch: starts the watchdog's timer (the thread starts on the first
+  /// call). Arming wakes no thread: the first look comes a period later, from the kernel's
+  /// timer, so work that arms it and ends sooner costs one system call and one wake-up of the
+  /// watchdog, off its path. One load when it is already armed.
   void arm() {
     if (state_->armed.load(std::memory_order_seq_cst)) return;
     arm_slow();
@@ -36,12 +38,18 @@ class Watchdog {
  private:
   struct State {
     std::atomic<bool> armed{false};
-    std::mutex mu;
-    std::condition_variable cv;
-    bool poked = false;
-    bool stopping = false;
+    std::atomic<bool> stopping{false};
+    int timer = -1;  // a timerfd: fires every period while armed
+    int wake = -1;   // an eventfd: a poke, or the stop
+    State();
+    ~State();
+    State(const State&) = delete;
+    State& operator=(const State&) = delete;
+    /// Starts the timer if it is not armed yet.
+    void arm(std::chrono::microseconds period);
   };
   void arm_slow();
+  void start();
   static void run(const std::shared_ptr<State>& state, std::chrono::microseconds period,
                   const std::function<bool()>& look);
 
