@@ -18,7 +18,8 @@ Watchdog::State::State()
   const int error = errno;
   if (timer >= 0) ::close(timer);
   if (wake >= 0) ::close(wake);
-  throw std::system_error(error, std::generic_category(), "a watchdog's timer");
+  throw std::system_error(error, std::generic_category(),
+                          "cannot make a watchdog's timer (raise the open-file limit, ulimit -n)");
 }
 
 Watchdog::State::~State() {
