@@ -18,28 +18,29 @@ net::LinkHandler link_handler(RemoteRouter* router, const std::weak_ptr<ProcStat
                               const std::shared_ptr<std::string>& peer) {
   std::weak_ptr<net::Link> weak_link = link;
   auto unsent = std::make_shared<std::vector<Envelope>>();
-  return net::LinkHandler{[router, weak_local, weak_link, peer](Envelope&& env) {
-                            auto local = weak_local.lock();
-                            auto l = weak_link.lock();
-                            if (!local || !l) return;
-                            if (peer->empty()) {
-                              if (env.dest.port != kHelloPort) {
-                                l->close("the first message on a link must be the hello");
-                                return;
-                              }
-                              *peer = env.sender.proc.name;
-                              router->add_route(*peer, local, l, true);
-                              return;
-                            }
-                            deliver_envelope(local, l, std::move(env));
-                          },
-                          [router, weak_link, peer, unsent](const std::string& reason) {
-                            if (peer->empty()) return;
-                            router->link_closed(*peer, weak_link.lock(), reason);
-                            return_unsent(*peer, reason, *unsent);
-                            unsent->clear();
-                          },
-                          [unsent](std::vector<Envelope> envs) { *unsent = std::move(envs); }};
+  return net::LinkHandler{
+      [router, weak_local, weak_link, peer](Envelope&& env) {
+        auto local = weak_local.lock();
+        auto l = weak_link.lock();
+        if (!local || !l) return;
+        if (peer->empty()) {
+          if (env.dest.port != kHelloPort) {
+            refuse_link(*l, "the first message on a link must be the hello");
+            return;
+          }
+          *peer = env.sender.proc.name;
+          router->add_route(*peer, local, l, true);
+          return;
+        }
+        deliver_envelope(local, l, std::move(env));
+      },
+      [router, weak_link, peer, unsent](net::LinkEnd, const std::string& reason) {
+        if (peer->empty()) return;
+        router->link_closed(*peer, weak_link.lock(), reason);
+        return_unsent(*peer, reason, *unsent);
+        unsent->clear();
+      },
+      [unsent](std::vector<Envelope> envs) { *unsent = std::move(envs); }};
 }
 
 net::IoThread& io_of(ProcState& proc) {
@@ -54,7 +55,7 @@ net::IoThread& io_of(ProcState& proc) {
 using namespace remote;
 
 void connect_state(const std::shared_ptr<ProcState>& state, const ProcId& peer,
-                   const Address& address, std::function<void(const std::string&)> on_lost) {
+                   const Address& address, LostHook on_lost) {
   auto& io = io_of(*state);
   RemoteRouter* router = &router_of(*state->node);
   auto name = std::make_shared<std::string>(peer.name);
@@ -62,34 +63,35 @@ void connect_state(const std::shared_ptr<ProcState>& state, const ProcId& peer,
   auto holder = std::make_shared<std::shared_ptr<net::Link>>();
   std::weak_ptr<ProcState> weak = state;
   auto unsent = std::make_shared<std::vector<Envelope>>();
-  auto closed = std::make_shared<std::function<void(const std::string&)>>(
-      [router, holder, name, unsent, on_lost = std::move(on_lost)](const std::string& reason) {
+  auto closed =
+      std::make_shared<LostHook>([router, holder, name, unsent, on_lost = std::move(on_lost)](
+                                     net::LinkEnd end, const std::string& reason) {
         router->link_closed(*name, *holder, reason);
         return_unsent(*name, reason, *unsent);
         unsent->clear();
-        if (on_lost) on_lost(reason);
+        if (on_lost) on_lost(end, reason);
       });
   // A dial refused at once may close the link before its route is added below: the close then
   // waits for the route, so that what is sent on the route meanwhile hears why.
   struct Early {
     std::mutex mu;
     bool routed = false;
-    std::optional<std::string> closed;  // the reason, if it closed before it was routed
+    std::optional<std::pair<net::LinkEnd, std::string>> closed;  // if before it was routed
   };
   auto early = std::make_shared<Early>();
   net::LinkHandler relay{[weak, holder](Envelope&& env) {
                            auto local = weak.lock();
                            if (local && *holder) deliver_envelope(local, *holder, std::move(env));
                          },
-                         [early, closed](const std::string& reason) {
+                         [early, closed](net::LinkEnd end, const std::string& reason) {
                            {
                              std::lock_guard lock(early->mu);
                              if (!early->routed) {
-                               early->closed = reason;
+                               early->closed.emplace(end, reason);
                                return;
                              }
                            }
-                           (*closed)(reason);
+                           (*closed)(end, reason);
                          },
                          [unsent](std::vector<Envelope> envs) { *unsent = std::move(envs); }};
   auto link = net::Link::connect(io, address, std::move(relay), state->options.link);
@@ -102,13 +104,13 @@ void connect_state(const std::shared_ptr<ProcState>& state, const ProcId& peer,
   if (hook) hook(link);
   // A link the peer dialled first stays the route: one sending link per peer keeps FIFO.
   router->add_route(peer.name, state, link, false);
-  std::optional<std::string> closed_early;
+  std::optional<std::pair<net::LinkEnd, std::string>> closed_early;
   {
     std::lock_guard lock(early->mu);
     early->routed = true;
     closed_early = std::move(early->closed);
   }
-  if (closed_early) (*closed)(*closed_early);
+  if (closed_early) (*closed)(closed_early->first, closed_early->second);
   {
     std::lock_guard lock(router->addresses_mu);
     if (router->home_proc.expired()) router->home_proc = state;
@@ -164,7 +166,7 @@ bool Proc::wait_unlinked(const ProcId& peer, std::chrono::milliseconds timeout) 
 }
 
 void Proc::connect(const ProcId& peer, const Address& address,
-                   std::function<void(const std::string& reason)> on_lost) {
+                   std::function<void(net::LinkEnd end, const std::string& reason)> on_lost) {
   detail::connect_state(state_, peer, address, std::move(on_lost));
 }
 

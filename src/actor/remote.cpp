@@ -152,7 +152,7 @@ void deliver_untraced(const std::shared_ptr<ProcState>& local,
   if (env.dest.port == kCastPort) {
     CastHandler handler = router_of(*local->node).cast_handler.load(std::memory_order_acquire);
     if (handler == nullptr) {
-      link->close("a cast arrived but this process has no mesh layer to forward it");
+      refuse_link(*link, "a cast arrived but this process has no mesh layer to forward it");
       return;
     }
     handler(local, link, std::move(env));
@@ -163,7 +163,7 @@ void deliver_untraced(const std::shared_ptr<ProcState>& local,
     try {
       ev = decode<SupervisionEvent>(env.body);
     } catch (const std::exception& e) {
-      link->close(std::string("malformed supervision event: ") + e.what());
+      refuse_link(*link, std::string("malformed supervision event: ") + e.what());
       return;
     }
     if (env.dest.actor.proc != local->id) {
@@ -183,7 +183,7 @@ void deliver_untraced(const std::shared_ptr<ProcState>& local,
       }
       u = Undeliverable{target, static_cast<UndeliverableError::Reason>(reason), message};
     } catch (const std::exception& e) {
-      link->close(std::string("malformed undeliverable message: ") + e.what());
+      refuse_link(*link, std::string("malformed undeliverable message: ") + e.what());
       return;
     }
     if (env.dest.actor.proc != local->id) {
@@ -203,7 +203,7 @@ void deliver_untraced(const std::shared_ptr<ProcState>& local,
       ar(endpoint_id, reply_to);
       consumed = ar.position();
     } catch (const std::exception& e) {
-      link->close(std::string("malformed call: ") + e.what());
+      refuse_link(*link, std::string("malformed call: ") + e.what());
       return;
     }
     Body args;
@@ -272,6 +272,11 @@ void return_unsent(const std::string& peer, const std::string& reason,
 }  // namespace remote
 
 using namespace remote;
+
+void refuse_link(net::Link& link, const std::string& why) {
+  log_warn("link {} closed: {}", link.describe(), why);
+  link.close(why);
+}
 
 void complete_from_reply(StateBase& state, const Body& body, std::string_view endpoint,
                          const Point* point) {

@@ -323,7 +323,7 @@ TEST(Remote, ACallOnADialThePeerHangsUpOnFailsWithTheReason) {
           (void)lost->get_future().wait_for(2s);
         };
       }
-      local.connect(peer, refusing, [lost, i](const std::string&) {
+      local.connect(peer, refusing, [lost, i](net::LinkEnd, const std::string&) {
         if (i == 0) lost->set_value();
       });
       if (i == 0) {

@@ -11,15 +11,21 @@
 
 #include "actor/message.hpp"
 #include "actor/proc_state.hpp"
+#include "baton/net/link.hpp"
 
 namespace baton::detail {
 
+/// Hears how a dialled link ended, and why.
+using LostHook = std::function<void(net::LinkEnd end, const std::string& reason)>;
 /// Links to `peer` at `address` from `state`'s I/O thread (see Proc::connect).
 void connect_state(const std::shared_ptr<ProcState>& state, const ProcId& peer,
-                   const Address& address, std::function<void(const std::string&)> on_lost);
+                   const Address& address, LostHook on_lost);
 /// The link to `peer` and the local proc that owns it, dialling the peer first if a reference
 /// said where it listens; both null if it cannot be reached.
 std::pair<std::shared_ptr<net::Link>, std::shared_ptr<ProcState>> route_to(const ProcId& peer);
+/// Closes `link`, whose peer sent what this process cannot take: said here at warn level, and
+/// the peer hears `why` with the link's goodbye.
+void refuse_link(net::Link& link, const std::string& why);
 /// Sends an envelope to a proc in another process (see route_to); false if it cannot.
 bool send_to_proc(const ProcId& peer, Envelope env);
 /// Opens a port on `local` for one value expected from `peer`; if the link to `peer` closes

@@ -119,7 +119,7 @@ struct LinkInbox {
   std::vector<std::string> closed;
   net::LinkHandler handler() {
     return net::LinkHandler{[](const Envelope&) {},
-                            [this](const std::string& reason) {
+                            [this](net::LinkEnd, const std::string& reason) {
                               std::lock_guard lock(mu);
                               closed.push_back(reason);
                               cv.notify_all();

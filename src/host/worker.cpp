@@ -101,11 +101,11 @@ void Runtime::run_worker() {
     std::condition_variable cv;
     bool lost = false;
     proc.connect(ProcId::parse(controller), Address::parse(controller_addr),
-                 [&](const std::string& reason) {
-                   // A controller that closed the link (it ended, say) needs no word; any other
-                   // end of it (a broken ring, a silent peer) is what the report of this proc's
-                   // exit should say.
-                   if (reason != "peer closed the link") {
+                 [&](net::LinkEnd end, const std::string& reason) {
+                   // A controller that closed the link on purpose needs no word; any other end
+                   // of it (a broken ring, a silent or vanished peer) is what the report of
+                   // this proc's exit should say.
+                   if (end != net::LinkEnd::peer_closed) {
                      detail::log_warn("the link to controller {} closed ({}): this proc exits",
                                       controller, reason);
                    }

@@ -394,7 +394,7 @@ void cast_impl::on_cast(const std::shared_ptr<ProcState>& local,
     args.head = env.body.head.substr(ar.position());
     args.parts = std::move(env.body.parts);
   } catch (const std::exception& e) {
-    if (link) link->close(std::string("malformed cast: ") + e.what());
+    if (link) refuse_link(*link, std::string("malformed cast: ") + e.what());
     return;  // (a simulated link carries only what this process encoded)
   }
   Done done;

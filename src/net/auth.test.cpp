@@ -77,7 +77,8 @@ struct Server {
           // inbox alive.
           LinkHandler h = inbox->handler();
           return LinkHandler{[inbox, f = std::move(h.on_envelope)](Envelope e) { f(std::move(e)); },
-                             [inbox, f = std::move(h.on_closed)](const std::string& r) { f(r); }};
+                             [inbox, f = std::move(h.on_closed)](
+                                 LinkEnd end, const std::string& r) { f(end, r); }};
         },
         options);
   }

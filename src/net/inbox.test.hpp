@@ -36,6 +36,7 @@ struct Inbox {
   std::condition_variable cv;
   std::deque<Envelope> envelopes;
   std::vector<std::string> closed;
+  std::vector<LinkEnd> ends;  // how it closed, beside each reason
 
   /// A handler feeding this inbox; `also` sees each envelope first (to echo it, say).
   LinkHandler handler(std::function<void(Envelope&)> also = nullptr) {
@@ -45,9 +46,10 @@ struct Inbox {
                          envelopes.push_back(std::move(env));
                          cv.notify_all();
                        },
-                       [this](const std::string& reason) {
+                       [this](LinkEnd end, const std::string& reason) {
                          std::lock_guard lock(mu);
                          closed.push_back(reason);
+                         ends.push_back(end);
                          cv.notify_all();
                        }};
   }
@@ -59,6 +61,11 @@ struct Inbox {
     std::unique_lock lock(mu);
     if (!cv.wait_for(lock, kDeadline, [&] { return !closed.empty(); })) return "never closed";
     return closed.front();
+  }
+  /// How the link ended, once it has (wait_closed() first).
+  LinkEnd end() {
+    std::lock_guard lock(mu);
+    return ends.at(0);
   }
   std::size_t count() {
     std::lock_guard lock(mu);

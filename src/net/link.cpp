@@ -52,11 +52,13 @@ Protocol::endpoint to_endpoint(asio::io_context& ctx, const Address& a) {
                               " is in-process; links need unix:// or tcp://");
 }
 
-Frame control_frame(std::string_view kind, std::uint64_t a, std::uint64_t b) {
+Frame control_frame(std::string_view kind, std::uint64_t a, std::uint64_t b,
+                    std::string_view reason) {
   Envelope env;
   env.sender = ActorId{ProcId{"link"}, "link", 0};
   env.dest = PortId{env.sender, 0};
   env.headers.emplace_back(std::string(kControl), std::string(kind));
+  if (!reason.empty()) env.headers.emplace_back(std::string(kReason), std::string(reason));
   env.body = encode(a, b);
   return encode_frame(env);
 }
@@ -231,7 +233,7 @@ void StreamLink::close(const std::string& reason) {
       self->close_after_write_ = reason;  // the bye must not cut a frame in half
       return;
     }
-    self->shutdown(reason, true);
+    self->shutdown(reason, LinkEnd::closed, true);
   });
 }
 
@@ -239,7 +241,7 @@ void StreamLink::close_and_wait(const std::string& reason) {
   auto done = std::make_shared<std::promise<void>>();
   auto f = done->get_future();
   asio::post(strand_, [self = shared(), reason, done] {
-    self->shutdown(reason, true);
+    self->shutdown(reason, LinkEnd::closed, true);
     done->set_value();
   });
   f.wait();
@@ -394,14 +396,19 @@ std::string StreamLink::unwritten_locked(const Frame& bye, std::size_t n) {
 }
 
 /// Closes for good; `tell_peer` sends a bye first when the connection is between frames.
-void StreamLink::shutdown(const std::string& reason, bool tell_peer) {
+void StreamLink::fail(const std::string& reason) {
+  log_line(options_, detail::LogLevel::warn, "link " + description_ + " closed: " + reason);
+  shutdown(reason);
+}
+
+void StreamLink::shutdown(const std::string& reason, LinkEnd end, bool tell_peer) {
   std::deque<Frame> unsent;
   std::optional<std::string> bye_rest;  // over TCP: what of the bye is still to go (Lingering)
   {
     std::lock_guard lock(mu_);
     if (closed_) return;
     if (tell_peer && connected_ && !in_flight_ && !front_started_locked()) {
-      const Frame bye = control_frame(kBye, 0);
+      const Frame bye = control_frame(kBye, 0, 0, reason);
       const std::size_t n = write_now(bye);
       if (!unix_) bye_rest = unwritten_locked(bye, n);
     }
@@ -454,7 +461,7 @@ void StreamLink::shutdown(const std::string& reason, bool tell_peer) {
     }
     handler_.on_unsent(std::move(back));
   }
-  if (handler_.on_closed) handler_.on_closed(reason);
+  if (handler_.on_closed) handler_.on_closed(end, reason);
   handler_ = {};  // drop captured state; the link may outlive its owner's interest
 }
 

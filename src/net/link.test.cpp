@@ -177,7 +177,9 @@ TEST_P(LinkTest, PeerCloseIsReportedWithAReason) {
   auto client = Link::connect(io, listener->address(), client_in.handler(), options());
   client->close("done here");
   EXPECT_EQ(client_in.wait_closed(), "done here");
-  EXPECT_EQ(server_in.wait_closed(), "peer closed the link");
+  EXPECT_EQ(server_in.wait_closed(), "peer closed the link: done here");  // and said why
+  EXPECT_EQ(client_in.end(), LinkEnd::closed);
+  EXPECT_EQ(server_in.end(), LinkEnd::peer_closed);  // its bye came: on purpose, not lost
   EXPECT_TRUE(client->closed());
   EXPECT_FALSE(client->send(make(0, 1)));
 }
@@ -204,7 +206,7 @@ TEST_P(LinkTest, AFrameSentBeforeACloseIsDeliveredOrReturnedAndOnOneHostNeverBot
   client->close("done");
   ASSERT_NE(client_in.wait_closed(), "never closed");
   // The peer learns that the link closed on purpose (its bye), not that the connection broke.
-  EXPECT_EQ(server_in.wait_closed(), "peer closed the link");
+  EXPECT_EQ(server_in.wait_closed(), "peer closed the link: done");
   std::lock_guard lock(server_in.mu);
   for (const Envelope& e : server_in.envelopes) ++seen.at(e.dest.port);
   for (std::size_t i = 0; i < seen.size(); ++i) {
@@ -275,6 +277,7 @@ TEST_F(HostileFixture, DuplicatesAreDroppedAndAGapClosesTheLink) {
   };
   raw.write(frame(0) + frame(0) + frame(1) + frame(5));
   EXPECT_THAT(in.wait_closed(), HasSubstr("sequence gap: expected 2, got 5"));
+  EXPECT_EQ(in.end(), LinkEnd::lost);
   std::lock_guard lock(in.mu);
   ASSERT_EQ(in.envelopes.size(), 2u);
   EXPECT_EQ(in.envelopes[0].seq, 0u);

@@ -94,13 +94,16 @@ constexpr std::string_view kControl = "baton.link";
 constexpr std::string_view kHello = "hello";  // body: session, next seq expected from the peer
 constexpr std::string_view kAck = "ack";      // body: next seq expected from the peer
 constexpr std::string_view kBye = "bye";      // the peer closes the link on purpose
+constexpr std::string_view kReason = "baton.link.reason";  // a bye's header: why
 // Shared memory (link_shm.cpp): the dialler offers a memfd (the fd follows the frame, with
 // one byte, as SCM_RIGHTS) and writes to its ring from then on; the listener answers, as the
 // last frame on the socket, that it reads and writes the rings from then on.
 constexpr std::string_view kShmOffer = "shm";
 constexpr std::string_view kShmTaken = "shm-taken";
 
-Frame control_frame(std::string_view kind, std::uint64_t a, std::uint64_t b = 0);
+/// A frame of the link's own (`kind` names it), with its two numbers; a bye carries its reason.
+Frame control_frame(std::string_view kind, std::uint64_t a, std::uint64_t b = 0,
+                    std::string_view reason = {});
 
 std::uint64_t new_session_id();
 
@@ -219,6 +222,9 @@ class StreamLink final : public Link {
 
   // --- heartbeats and repair (link_repair.cpp) -------------------------------------------------
   void arm_heartbeat();
+  bool unread_input();
+  bool excuse_silence();
+  void serve_missed_wakeup();
   bool connected() const;
   void write_failed(std::uint64_t epoch, const asio::error_code& ec);
   void broken(std::uint64_t epoch, const asio::error_code& ec);
@@ -277,8 +283,9 @@ class StreamLink final : public Link {
     bool read_parked = false;
     bool busy = false;
     Clock::time_point parked_at;
-    std::deque<int> fds;                   // the memfds of slabs the peer sent, in order (strand)
-    std::optional<std::size_t> slab_part;  // a part waits for its memfd (strand)
+    std::optional<std::uint64_t> stuck_at;  // where a waiting read stood with bytes to read
+    std::deque<int> fds;                    // the memfds of slabs the peer sent, in order (strand)
+    std::optional<std::size_t> slab_part;   // a part waits for its memfd (strand)
     std::uint64_t slab_epoch = 0;
     explicit Shm(const asio::strand<asio::io_context::executor_type>& strand)
         : read_op(strand), write_op(strand) {}
@@ -314,7 +321,13 @@ class StreamLink final : public Link {
   void connect_first(std::uint64_t epoch);
 
   // --- closing (link.cpp) ----------------------------------------------------------------------
-  void shutdown(const std::string& reason, bool tell_peer = false);
+  /// Closes the link for good: on_closed hears `end` and `reason`; a goodbye goes to the peer
+  /// if `tell_peer` (this side's own close).
+  void shutdown(const std::string& reason, LinkEnd end = LinkEnd::lost, bool tell_peer = false);
+  /// The link ends on an error (the peer's bad bytes, a gap, a frame out of place; something
+  /// this side could not get): said at warn level, since only a bug, a hostile peer or a
+  /// starved process does it, and the link closes as lost.
+  void fail(const std::string& reason);
 
   asio::io_context& ctx_;
   asio::strand<asio::io_context::executor_type> strand_;
@@ -341,6 +354,7 @@ class StreamLink final : public Link {
   std::uint64_t incoming_bytes_ = 0;  // of the frame being read
   std::size_t unacked_in_ = 0;
   Clock::time_point last_recv_ = coarse_now();
+  Clock::time_point excused_at_;  // when excuse_silence() last excused a silence
   std::atomic<bool> pause_requested_{false};
   std::optional<std::uint64_t> parked_;  // reading stopped after a frame of this epoch (strand)
   Clock::time_point repair_deadline_;

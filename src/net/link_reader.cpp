@@ -39,7 +39,7 @@ void StreamLink::on_prefix(std::uint64_t epoch) {
   try {
     len = decode_header_length(prefix_, options_.limits);
   } catch (const DecodeError& e) {
-    return shutdown(e.what());
+    return fail(e.what());
   }
   header_.assign(len, '\0');
   read_then(asio::buffer(header_), epoch, &StreamLink::on_header);
@@ -54,7 +54,7 @@ void StreamLink::on_header(std::uint64_t epoch) {
   try {
     part_lengths_ = decode_header(header_, incoming_, options_.limits);
   } catch (const DecodeError& e) {
-    return shutdown(e.what());
+    return fail(e.what());
   }
   // The buffer is kept for the next header, unless a large one grew it.
   if (header_.capacity() > kKeptHeaderBytes) std::string().swap(header_);
@@ -109,8 +109,8 @@ void StreamLink::deliver(std::uint64_t epoch) {
     return;
   }
   if (seq > next_recv_seq_) {
-    return shutdown("frame sequence gap: expected " + std::to_string(next_recv_seq_) + ", got " +
-                    std::to_string(seq));
+    return fail("frame sequence gap: expected " + std::to_string(next_recv_seq_) + ", got " +
+                std::to_string(seq));
   }
   ++next_recv_seq_;
   received_messages_.fetch_add(1, std::memory_order_relaxed);
@@ -152,18 +152,22 @@ void StreamLink::on_control(std::uint64_t epoch, const std::string& kind) {
   try {
     std::tie(a, b) = decode<std::tuple<std::uint64_t, std::uint64_t>>(incoming_.body);
   } catch (const DecodeError& e) {
-    return shutdown(std::string("malformed link control frame: ") + e.what());
+    return fail(std::string("malformed link control frame: ") + e.what());
   }
   if (kind == kAck) {
     trim(a);
   } else if (kind == kBye) {
-    return shutdown("peer closed the link");
+    // Its reason, if it gave one, printable and cut short: a hostile peer writes what it likes.
+    const std::string* why = incoming_.header(kReason);
+    const std::string said = why == nullptr ? "" : detail::printable(*why);
+    return shutdown(said.empty() ? "peer closed the link" : "peer closed the link: " + said,
+                    LinkEnd::peer_closed);
   } else if (kind == kShmOffer) {
     return take_shm(epoch);
   } else if (kind == kShmTaken) {
     return shm_taken(epoch);
   } else if (kind == kHello) {
-    if (a == 0) return shutdown("a hello with no session");
+    if (a == 0) return fail("a hello with no session");
     if (redial_) {
       answered_ = true;
       trim(b);  // the listener's answer (on a repaired connection: what it has)
@@ -171,7 +175,7 @@ void StreamLink::on_control(std::uint64_t epoch, const std::string& kind) {
       return;  // the connection went to the link it belongs to
     }
   } else {
-    return shutdown("unknown link control frame '" + detail::printable(kind) + "'");
+    return fail("unknown link control frame '" + detail::printable(kind) + "'");
   }
   read_prefix(epoch);
 }
@@ -184,7 +188,7 @@ bool StreamLink::adopt_session(std::uint64_t session, std::uint64_t peer_expects
     return true;
   }
   if (session_ != 0 || frames_in_ != 0 || !sessions_) {
-    shutdown("a hello in the middle of a link");
+    fail("a hello in the middle of a link");
     return false;
   }
   std::shared_ptr<StreamLink> owner;
@@ -205,7 +209,7 @@ bool StreamLink::adopt_session(std::uint64_t session, std::uint64_t peer_expects
   }
   auto taken =
       std::make_shared<std::pair<Protocol::socket, std::unique_ptr<TlsSession>>>(take_socket());
-  shutdown("connection resumed by its session's link");
+  shutdown("connection resumed by its session's link", LinkEnd::closed);
   asio::post(owner->strand_, [owner, peer_expects, taken]() mutable {
     owner->resume(std::move(taken->first), std::move(taken->second), peer_expects);
     owner->queue_control(control_frame(kHello, owner->session_, owner->next_recv_seq_));
@@ -239,7 +243,7 @@ void StreamLink::tls_read(asio::mutable_buffer buffer, std::size_t done, IoHandl
   bool peer_closed = false;
   auto* data = static_cast<std::byte*>(buffer.data());
   done += tls_->take({data + done, buffer.size() - done}, error, peer_closed);
-  if (!error.empty()) return shutdown("link " + description_ + ": " + error);
+  if (!error.empty()) return fail(error);
   if (done == buffer.size()) return complete(std::move(handler), {}, done);
   if (peer_closed) return complete(std::move(handler), asio::error::eof, done);
   const std::span<std::byte> space = tls_->read_space();

@@ -10,14 +10,62 @@ void StreamLink::arm_heartbeat() {
   timer_.expires_after(options_.heartbeat);
   timer_.async_wait([self = shared()](asio::error_code ec) {
     if (ec || self->closed()) return;
+    self->serve_missed_wakeup();
     if (self->connected() && !self->parked_ &&
-        Clock::now() - self->last_recv_ > self->options_.dead_after) {
+        Clock::now() - self->last_recv_ > self->options_.dead_after && !self->excuse_silence()) {
       self->broken(self->epoch_, asio::error::timed_out);
     } else if (self->connected()) {
       self->send_ack();  // the heartbeat, acknowledging what arrived
     }
     self->arm_heartbeat();
   });
+}
+
+bool StreamLink::unread_input() {
+  if (shm_ && shm_->reading) return shm_->in.readable() > 0;
+  std::lock_guard lock(mu_);
+  asio::error_code ec;
+  return socket_.is_open() && socket_.available(ec) > 0 && !ec;
+}
+
+/// The peer's frames wait unread while the link looks silent: this side was too busy to read
+/// them (a long stall of its own), and the peer is not silent. Excused once: a second time with
+/// nothing read in between is a reader that stopped, and the link breaks as a silent one would.
+bool StreamLink::excuse_silence() {
+  if (!unread_input() || excused_at_ == last_recv_) return false;
+  log_line(options_, detail::LogLevel::warn,
+           "link " + description_ + ": the peer's frames waited unread for over " +
+               std::to_string(options_.dead_after.count()) +
+               " ms (this process was too busy to read them); reading them, not closing");
+  last_recv_ = coarse_now();
+  excused_at_ = last_recv_;
+  if (shm_ && shm_->reading && shm_->read_op.pending && !shm_->read_op.handler) {
+    serve_read();  // a read that waits for them
+  }
+  return true;
+}
+
+/// A shared-memory read that has waited for the peer's wake-up across a whole heartbeat with
+/// the peer's bytes in the ring missed that wake-up: said, and the read served, so that a lost
+/// doorbell costs a heartbeat, not the link.
+void StreamLink::serve_missed_wakeup() {
+  if (!shm_ || !shm_->reading) return;
+  Shm& s = *shm_;
+  const bool waiting = s.read_op.pending && !s.read_op.handler && s.in.readable() > 0;
+  if (!waiting) {
+    s.stuck_at.reset();
+    return;
+  }
+  if (s.stuck_at != s.in.position()) {
+    s.stuck_at = s.in.position();  // it may be on its way: look again at the next heartbeat
+    return;
+  }
+  s.stuck_at.reset();
+  log_line(options_, detail::LogLevel::warn,
+           "link " + description_ + ": a read waited a heartbeat with " +
+               std::to_string(s.in.readable()) +
+               " bytes of the peer's in the ring (a missed wake-up); reading them");
+  serve_read();
 }
 
 bool StreamLink::connected() const {

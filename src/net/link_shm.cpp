@@ -89,8 +89,7 @@ bool StreamLink::send_slabs(Frame& frame) {
       error = e.what();
     }
     if (!error.empty()) {
-      shutdown("cannot pass a part of " + std::to_string(p.size()) +
-               " bytes to the peer: " + error);
+      fail("cannot pass a part of " + std::to_string(p.size()) + " bytes to the peer: " + error);
       return false;
     }
   }
@@ -148,7 +147,7 @@ bool StreamLink::offer_shm() {
     }
   }
   if (!error.empty()) {
-    shutdown("cannot offer shared memory to " + description_ + ": " + error);
+    fail("cannot offer shared memory to " + description_ + ": " + error);
   }
   return true;
 }
@@ -156,7 +155,7 @@ bool StreamLink::offer_shm() {
 /// The listener, on the strand, after the offer: takes the fd that follows it, maps the
 /// region, and switches.
 void StreamLink::take_shm(std::uint64_t epoch) {
-  if (redial_ || shm_ || !unix_) return shutdown("an unexpected shared-memory offer");
+  if (redial_ || shm_ || !unix_) return fail("an unexpected shared-memory offer");
   std::string error;
   const int fd = shm::receive_fd(socket_.native_handle(), error);
   if (fd < 0 && error.empty()) {
@@ -168,10 +167,10 @@ void StreamLink::take_shm(std::uint64_t epoch) {
                        }));
     return;
   }
-  if (fd < 0) return shutdown(error);
+  if (fd < 0) return fail(error);
   auto s = std::make_unique<Shm>(strand_);
   error = shm::Region::map(fd, s->region);
-  if (!error.empty()) return shutdown("cannot use the shared memory the peer offered: " + error);
+  if (!error.empty()) return fail("cannot use the shared memory the peer offered: " + error);
   s->attach_rings(false);
   s->reading = true;
   {
@@ -188,7 +187,7 @@ void StreamLink::take_shm(std::uint64_t epoch) {
 
 /// The dialler, on the strand: the listener's frames come from its ring from now on.
 void StreamLink::shm_taken(std::uint64_t epoch) {
-  if (!shm_ || shm_->reading) return shutdown("an unexpected shared-memory answer");
+  if (!shm_ || shm_->reading) return fail("an unexpected shared-memory answer");
   {
     std::lock_guard lock(mu_);  // transport() reads it
     shm_->reading = true;
@@ -268,9 +267,7 @@ void StreamLink::doorbell() {
 }
 
 void StreamLink::ring_broke(const std::string& why) {
-  const std::string reason = "the peer broke the shared-memory ring: " + why;
-  log_line(options_, detail::LogLevel::warn, "link " + description_ + " closed: " + reason);
-  shutdown(reason);
+  fail("the peer broke the shared-memory ring: " + why);
 }
 
 /// Calls a read's or write's handler: inline while few are nested (a stream of frames already

@@ -4,7 +4,9 @@
 // parts, backpressure, a close) runs in link.test.cpp, over every transport.
 
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -180,6 +182,7 @@ TEST_P(ShmHostile, APeerKilledInTheMiddleOfAFrameIsReportedAndNothingHangs) {
   ASSERT_TRUE(WIFSIGNALED(status));
   EXPECT_EQ(WTERMSIG(status), SIGKILL);
   EXPECT_EQ(victim.wait_closed(), "peer closed the link");
+  EXPECT_EQ(victim.end(), LinkEnd::lost);  // its end of the socket went with it: no bye came
   {
     std::lock_guard lock(victim.mu);
     ASSERT_EQ(victim.envelopes.size(), 1u);
@@ -214,6 +217,32 @@ TEST_P(ShmHostile, AnOfferOfAMemfdThatCouldShrinkIsRefused) {
   ::close(fd);
   EXPECT_THAT(victim.wait_closed(), HasSubstr("not sealed"));
   expect_healthy(1);
+}
+
+TEST_P(ShmHostile, AFrameWhoseWakeUpWasLostIsReadAtTheNextHeartbeatsNotLeftToKillTheLink) {
+  expect_healthy(0);
+  RawShmClient raw(path);
+  Inbox& victim = accepted(1);
+  raw.write(frame(0, 10));  // written, and rung
+  ASSERT_TRUE(victim.wait_envelopes(1));
+  // Once the listener has taken the doorbell off the socket and its read sleeps, the next frame
+  // goes into the ring with no doorbell: nothing but the heartbeat's look can find it.
+  const auto until = std::chrono::steady_clock::now() + kDeadline;
+  auto settled = [&] {
+    int unread = 0;
+    return ::ioctl(raw.raw.fd(), SIOCOUTQ, &unread) == 0 && unread == 0 &&
+           raw.control_to_listener->reader_sleeps.load() == 1;
+  };
+  while (!settled()) {
+    ASSERT_LT(std::chrono::steady_clock::now(), until) << "the listener's read never slept";
+    std::this_thread::yield();
+  }
+  const std::string next = frame(1, 10);
+  ASSERT_EQ(raw.out.write(next.data(), next.size()), next.size());
+  ASSERT_TRUE(victim.wait_envelopes(2));  // a heartbeat or two later, well within dead_after
+  std::lock_guard lock(victim.mu);
+  EXPECT_EQ(victim.envelopes[1].seq, 1u);
+  EXPECT_TRUE(victim.closed.empty()) << victim.closed.front();
 }
 
 INSTANTIATE_TEST_SUITE_P(Waits, ShmHostile, ::testing::Values(false, true),
@@ -303,7 +332,7 @@ TEST_F(ShmSlabs, A256MiBPartGoesThereAndBackInPlaceAndNothingIsLeftAfter) {
   EXPECT_EQ(client->transport(), "shm");
   // Once both ends are closed and what they delivered is dropped, no slab is left.
   client->close_and_wait("done");
-  EXPECT_EQ(server_in.wait_closed(), "peer closed the link");
+  EXPECT_EQ(server_in.wait_closed(), "peer closed the link: done");
   {
     std::scoped_lock lock(client_in.mu, server_in.mu);
     client_in.envelopes.clear();

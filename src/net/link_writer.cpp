@@ -174,7 +174,7 @@ void StreamLink::wrote(std::uint64_t epoch, bool control, std::size_t count) {
     }
   }
   // Closed meanwhile: what went out is written (not returned to its senders as unsent).
-  if (close_after_write_) return shutdown(*close_after_write_, true);
+  if (close_after_write_) return shutdown(*close_after_write_, LinkEnd::closed, true);
   write_next(epoch);
 }
 

@@ -102,9 +102,10 @@ class Proc {
   Address serve(const Address& address);
   /// Links to the proc `peer` served at `address`: calls to its actors, and their replies,
   /// travel over the link. Throws if it cannot connect.
-  /// `on_lost`, if given, runs (on the I/O thread) when the link closes.
+  /// `on_lost`, if given, runs (on the I/O thread) when the link closes, with how it ended
+  /// (net::LinkEnd) and why.
   void connect(const ProcId& peer, const Address& address,
-               std::function<void(const std::string& reason)> on_lost = nullptr);
+               std::function<void(net::LinkEnd end, const std::string& reason)> on_lost = nullptr);
   /// True while a link to the proc `peer` is up (after its hello arrived, when it dialled us).
   bool linked(const ProcId& peer) const;
   /// Waits up to `timeout` for a link to `peer`; true once it is up.

@@ -37,14 +37,22 @@ namespace baton::net {
 class IoThread;
 class Link;
 
+/// How a link ended, as its on_closed hears it.
+enum class LinkEnd {
+  closed,       ///< this side closed it (Link::close, or a connection handed to its session)
+  peer_closed,  ///< the peer closed it on purpose: its goodbye came
+  lost,         ///< any other end: the peer's process went or fell silent, a frame broke the
+                ///< protocol, or a broken connection was not restored in time
+};
+
 /// What a link reports to its owner; both are called on the I/O thread.
 struct LinkHandler {
   /// Each envelope received, in order; the handler moves from it what it keeps (passed by
   /// reference, not by value, so that none of the calls it goes through moves it again), and
   /// what it leaves is released when it returns.
   std::function<void(Envelope&&)> on_envelope;
-  /// Called once, with the reason, when the link closes for any cause.
-  std::function<void(const std::string& reason)> on_closed;
+  /// Called once, with how it ended and why, when the link closes for any cause.
+  std::function<void(LinkEnd end, const std::string& reason)> on_closed;
   /// Called once, just before on_closed, with the envelopes sent on the link that were not
   /// yet written, and on TCP those written but not acknowledged, when the link closes for good.
   /// A written one may or may not have reached the peer's process before it went away.
@@ -170,7 +178,8 @@ class Link : public std::enable_shared_from_this<Link> {
   /// LinkOptions::max_queued_bytes, keeps `f` to run (on the I/O thread) once it is down to half,
   /// or closed, and returns true; otherwise returns false and drops `f`.
   virtual bool when_room(std::function<void()> f) = 0;
-  /// Closes the link; the handler's on_closed runs with `reason`.
+  /// Closes the link; the handler's on_closed runs with LinkEnd::closed and `reason`, and the
+  /// peer's with LinkEnd::peer_closed.
   virtual void close(const std::string& reason) = 0;
   /// Like close(), and returns once the link is closed; never call it on the I/O thread.
   virtual void close_and_wait(const std::string& reason) = 0;
