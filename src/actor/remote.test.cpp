@@ -12,14 +12,18 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <future>
+#include <mutex>
 #include <numeric>
+#include <optional>
 #include <thread>
 
 #include "actor/proc_state.hpp"
 #include "actor/remote_impl.hpp"
 #include "baton/actor/proc.hpp"
+#include "baton/net/link.hpp"
 #include "net/io_thread.hpp"
 
 namespace baton {
@@ -279,6 +283,43 @@ TEST(Remote, AnUnauthenticatedPeerCannotDeliverAMessage) {
   EXPECT_EQ(worker.call(&Worker::hits).get(), 0);
   worker.send(&Worker::bump);
   EXPECT_EQ(worker.call(&Worker::hits).get(), 1);
+}
+
+// A peer whose call cannot be decoded: the proc closes that link, says why in its own log, and
+// the peer hears the reason with the goodbye (on purpose, not a lost link); the proc goes on.
+TEST(Remote, AMalformedCallClosesItsLinkTellingThePeerWhyAndTheProcGoesOn) {
+  RemoteProc remote;
+  net::IoThread io;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<std::pair<net::LinkEnd, std::string>> ended;
+  auto raw = net::Link::connect(io, remote.address(),
+                                net::LinkHandler{[](Envelope&&) {},
+                                                 [&](net::LinkEnd end, const std::string& reason) {
+                                                   std::lock_guard lock(mu);
+                                                   ended.emplace(end, reason);
+                                                   cv.notify_all();
+                                                 }});
+  Envelope hello;
+  hello.sender = ActorId::parse("raw/client[0]");
+  hello.dest = PortId{ActorId::parse("remote/proc[0]"), kHello};
+  ASSERT_TRUE(raw->send(std::move(hello)));
+  Envelope call;
+  call.sender = ActorId::parse("raw/client[0]");
+  call.dest = PortId{ActorId::parse("remote/worker[0]"), 0};
+  call.body.head = std::string("\xff\xff\xff", 3);  // no endpoint id can be read from this
+  ASSERT_TRUE(raw->send(std::move(call)));
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, 30s, [&] { return ended.has_value(); }));
+    EXPECT_EQ(ended->first, net::LinkEnd::peer_closed);
+    EXPECT_THAT(ended->second, HasSubstr("peer closed the link: malformed call"));
+  }
+  ProcOptions options{.name = "local", .threads = 2};
+  Proc local(options);
+  local.connect(ProcId{"remote"}, remote.address());
+  ActorRef<Worker> worker(ActorId::parse("remote/worker[0]"));
+  EXPECT_EQ(worker.call(&Worker::add, 2, 3).get(30s), 5);
 }
 
 // A peer that hangs up before it answers (not a proc of this job, or one refusing it): the dial
