@@ -11,8 +11,9 @@
 
 namespace baton::net {
 
-Watchdog::State::State()
-    : timer(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)),
+Watchdog::State::State(std::chrono::microseconds every)
+    : period(every),
+      timer(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)),
       wake(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
   if (timer >= 0 && wake >= 0) return;
   const int error = errno;
@@ -27,7 +28,7 @@ Watchdog::State::~State() {
   ::close(wake);
 }
 
-void Watchdog::State::arm(std::chrono::microseconds period) {
+void Watchdog::State::arm() {
   if (armed.exchange(true, std::memory_order_seq_cst)) return;
   const auto us = period.count();
   itimerspec every{};
@@ -36,13 +37,17 @@ void Watchdog::State::arm(std::chrono::microseconds period) {
   (void)::timerfd_settime(timer, 0, &every, nullptr);  // cannot fail on a valid timerfd
 }
 
+void Watchdog::State::ring() const {
+  const std::uint64_t one = 1;
+  (void)::write(wake, &one, sizeof one);  // cannot fail short of 2^64 - 2 rings unread
+}
+
 Watchdog::Watchdog(std::chrono::microseconds period, std::function<bool()> look)
-    : period_(period), look_(std::move(look)) {}
+    : look_(std::move(look)), state_(std::make_shared<State>(period)) {}
 
 Watchdog::~Watchdog() {
   state_->stopping.store(true, std::memory_order_seq_cst);
-  const std::uint64_t one = 1;
-  (void)::write(state_->wake, &one, sizeof one);
+  state_->ring();
   if (!thread_.joinable()) return;
   if (thread_.get_id() == std::this_thread::get_id()) {
     thread_.detach();  // it touches only `state_` and the look's copy from here on
@@ -51,27 +56,19 @@ Watchdog::~Watchdog() {
   }
 }
 
-void Watchdog::start() {
-  std::call_once(started_, [this] {
-    thread_ =
-        std::thread([state = state_, period = period_, look = look_] { run(state, period, look); });
-  });
-}
-
 void Watchdog::arm_slow() {
-  start();
-  state_->arm(period_);
+  std::call_once(started_, [this] {
+    thread_ = std::thread([state = state_, look = look_] { run(state, look); });
+  });
+  state_->arm();
 }
 
 void Watchdog::poke() {
-  start();
-  state_->arm(period_);
-  const std::uint64_t one = 1;
-  (void)::write(state_->wake, &one, sizeof one);
+  arm_slow();
+  state_->ring();
 }
 
-void Watchdog::run(const std::shared_ptr<State>& state, std::chrono::microseconds period,
-                   const std::function<bool()>& look) {
+void Watchdog::run(const std::shared_ptr<State>& state, const std::function<bool()>& look) {
   for (;;) {
     // Asleep until the timer fires (armed) or a poke or the stop comes: no wake-up otherwise.
     pollfd fds[2] = {{state->timer, POLLIN, 0}, {state->wake, POLLIN, 0}};
@@ -91,7 +88,7 @@ void Watchdog::run(const std::shared_ptr<State>& state, std::chrono::microsecond
     state->armed.store(false, std::memory_order_seq_cst);
     const bool again = look();
     if (state->stopping.load()) return;
-    if (again) state->arm(period);
+    if (again) state->arm();
   }
 }
 

@@ -36,26 +36,27 @@ class Watchdog {
   void poke();
 
  private:
+  /// What the thread shares with its owner (it outlives a watchdog ended from its own look).
   struct State {
+    const std::chrono::microseconds period;
     std::atomic<bool> armed{false};
     std::atomic<bool> stopping{false};
     int timer = -1;  // a timerfd: fires every period while armed
     int wake = -1;   // an eventfd: a poke, or the stop
-    State();
+    explicit State(std::chrono::microseconds every);
     ~State();
     State(const State&) = delete;
     State& operator=(const State&) = delete;
     /// Starts the timer if it is not armed yet.
-    void arm(std::chrono::microseconds period);
+    void arm();
+    /// Wakes the thread now.
+    void ring() const;
   };
   void arm_slow();
-  void start();
-  static void run(const std::shared_ptr<State>& state, std::chrono::microseconds period,
-                  const std::function<bool()>& look);
+  static void run(const std::shared_ptr<State>& state, const std::function<bool()>& look);
 
-  std::chrono::microseconds period_;
   std::function<bool()> look_;
-  std::shared_ptr<State> state_ = std::make_shared<State>();
+  std::shared_ptr<State> state_;
   std::once_flag started_;
   std::thread thread_;
 };
