@@ -83,6 +83,9 @@ void StreamLink::broken(std::uint64_t epoch, const asio::error_code& ec) {
   // it or dying, and nothing will come back. Over TCP a reset can read as an end of stream
   // (whichever operation takes the error first), and a peer that closes on purpose says bye
   // first, so every other break is repaired.
+  // A unix peer silent past dead_after is alive but stuck (stopped, or starved of CPU): said
+  // here at warn level, since the peer may say nothing of its side of it.
+  if (unix_ && ec == asio::error::timed_out) return fail(reason);
   if (unix_ || ec == asio::error::operation_aborted || session_ == 0) return shutdown(reason);
   // A connection that broke before the peer answered on it (a peer that accepts and hangs up)
   // repaired nothing: the redials back off, and the repair's deadline stays.
