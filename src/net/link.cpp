@@ -395,12 +395,12 @@ std::string StreamLink::unwritten_locked(const Frame& bye, std::size_t n) {
   return rest;
 }
 
-/// Closes for good; `tell_peer` sends a bye first when the connection is between frames.
 void StreamLink::fail(const std::string& reason) {
   log_line(options_, detail::LogLevel::warn, "link " + description_ + " closed: " + reason);
   shutdown(reason);
 }
 
+/// Closes for good; `tell_peer` sends a bye first when the connection is between frames.
 void StreamLink::shutdown(const std::string& reason, LinkEnd end, bool tell_peer) {
   std::deque<Frame> unsent;
   std::optional<std::string> bye_rest;  // over TCP: what of the bye is still to go (Lingering)
