@@ -222,6 +222,8 @@ class StreamLink final : public Link {
 
   // --- heartbeats and repair (link_repair.cpp) -------------------------------------------------
   void arm_heartbeat();
+  /// A read from the ring waits for the peer's wake-up (its handler handed to park()).
+  bool shm_read_sleeps() const;
   bool unread_input();
   bool excuse_silence();
   void serve_missed_wakeup();

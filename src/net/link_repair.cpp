@@ -21,6 +21,10 @@ void StreamLink::arm_heartbeat() {
   });
 }
 
+bool StreamLink::shm_read_sleeps() const {
+  return shm_ && shm_->reading && shm_->read_op.pending && !shm_->read_op.handler;
+}
+
 bool StreamLink::unread_input() {
   if (shm_ && shm_->reading) return shm_->in.readable() > 0;
   std::lock_guard lock(mu_);
@@ -39,9 +43,7 @@ bool StreamLink::excuse_silence() {
                " ms (this process was too busy to read them); reading them, not closing");
   last_recv_ = coarse_now();
   excused_at_ = last_recv_;
-  if (shm_ && shm_->reading && shm_->read_op.pending && !shm_->read_op.handler) {
-    serve_read();  // a read that waits for them
-  }
+  if (shm_read_sleeps()) serve_read();
   return true;
 }
 
@@ -49,13 +51,11 @@ bool StreamLink::excuse_silence() {
 /// the peer's bytes in the ring missed that wake-up: said, and the read served, so that a lost
 /// doorbell costs a heartbeat, not the link.
 void StreamLink::serve_missed_wakeup() {
-  if (!shm_ || !shm_->reading) return;
-  Shm& s = *shm_;
-  const bool waiting = s.read_op.pending && !s.read_op.handler && s.in.readable() > 0;
-  if (!waiting) {
-    s.stuck_at.reset();
+  if (!shm_read_sleeps() || shm_->in.readable() == 0) {
+    if (shm_) shm_->stuck_at.reset();
     return;
   }
+  Shm& s = *shm_;
   if (s.stuck_at != s.in.position()) {
     s.stuck_at = s.in.position();  // it may be on its way: look again at the next heartbeat
     return;
