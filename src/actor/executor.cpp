@@ -50,7 +50,9 @@ ThreadPool::ThreadPool(std::size_t threads) {
     workers_.push_back(std::make_unique<Worker>());
   }
   watched_.assign(workers_.size(), ~std::uint64_t{0});
-  watchdog_ = std::make_unique<net::Watchdog>(kStuckAfter, [this] { return free_stuck_slots(); });
+  watchdog_ = std::make_unique<net::Watchdog>(kStuckAfter, kStuckAfter, [this] {
+    return free_stuck_slots() ? net::Look::closely : net::Look::done;
+  });
   // Workers start as work comes (schedule()): a proc whose actors all run on its I/O thread, run
   // to completion, never starts one, and a worker's start is not paid before it is needed.
 }

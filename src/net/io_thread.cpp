@@ -20,6 +20,10 @@ namespace {
 // How long woken work may hold the loop thread before the watchdog runs the event loop in its
 // stead (between one and two periods).
 constexpr auto kTakeOver = std::chrono::milliseconds(2);
+// The longest wait between two looks while short work keeps coming (Look::loosely): work that
+// starts in such a stream runs up to this long before the watchdog first sees it, then one or
+// two periods more before it takes over.
+constexpr auto kLongestWait = std::chrono::milliseconds(32);
 
 thread_local IoThread* t_inline = nullptr;         // in a handler of this IoThread's loop
 thread_local IoThread::Impl* t_running = nullptr;  // running work this loop thread woke
@@ -33,9 +37,9 @@ constexpr auto kTakeBack = std::chrono::milliseconds(5);
 
 IoThread::IoThread() : impl_(std::make_shared<Impl>()) {
   std::weak_ptr<Impl> weak = impl_;
-  impl_->watchdog = std::make_unique<Watchdog>(kTakeOver, [weak] {
+  impl_->watchdog = std::make_unique<Watchdog>(kTakeOver, kLongestWait, [weak] {
     const auto impl = weak.lock();  // kept for the look: its last owner may let go meanwhile
-    return impl && impl->watch();
+    return impl ? impl->watch() : Look::done;
   });
   impl_->thread = std::thread([impl = impl_, self = this] { impl->loop(self); });
 }
@@ -106,12 +110,18 @@ void IoThread::Impl::run_after() {
   }
 }
 
-bool IoThread::Impl::watch() {
+Look IoThread::Impl::watch() {
   const std::uint64_t serial = work_serial.load();
-  if ((serial & 1) == 0) return false;  // nothing runs: nothing to watch
+  if ((serial & 1) == 0) {
+    // Nothing runs. Work that came and went since the last look keeps the watchdog armed, its
+    // looks further apart while only short work comes; none disarms it.
+    const bool came = serial != watched_serial;
+    watched_serial = serial;
+    return came ? Look::loosely : Look::done;
+  }
   if (serial != watched_serial && !blocking.load()) {
     watched_serial = serial;  // started since the last look
-    return true;
+    return Look::closely;
   }
   // The same work for a whole period, or about to block: run the event loop until it ends.
   watched_serial = serial;
@@ -127,7 +137,7 @@ bool IoThread::Impl::watch() {
     driving.store(false);
   }
   drive_cv.notify_all();
-  return true;
+  return Look::closely;
 }
 
 IoThread* inline_io_thread() {

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <future>
 #include <thread>
+#include <vector>
 
 #include "net/io_thread.hpp"
 #include "net/link_impl.hpp"
@@ -76,6 +77,20 @@ TEST(IoThread, LongWorkLetsTheWatchdogRunTheEventLoop) {
   EXPECT_EQ(later.get_future().wait_for(kDeadline), std::future_status::ready);
 }
 
+TEST(IoThread, LongWorkAfterAStreamOfShortWorkIsStillTakenOver) {
+  IoThread io;
+  // Short work, back to back, until the watchdog has seen it come and go and waits longer
+  // between its looks.
+  const auto until = std::chrono::steady_clock::now() + kDeadline;
+  while (io.impl().watchdog->wait() <= 2ms && std::chrono::steady_clock::now() < until) {
+    std::promise<void> ran;
+    in_handler(io, [&] { run_after_handler(io, [&] { ran.set_value(); }); });
+    ASSERT_EQ(ran.get_future().wait_for(kDeadline), std::future_status::ready);
+  }
+  ASSERT_GT(io.impl().watchdog->wait(), 2ms);
+  EXPECT_TRUE(work_sees_a_later_handler(io, /*says_it_blocks=*/false));
+}
+
 TEST(IoThread, WorkThatSaysItBlocksHandsTheLoopOverAtOnce) {
   IoThread io;
   EXPECT_TRUE(work_sees_a_later_handler(io, /*says_it_blocks=*/true));
@@ -138,11 +153,11 @@ TEST(Watchdog, LooksWhileArmedAndStopsWhenThereIsNothingToWatch) {
   std::atomic<int> left{3};
   std::promise<void> disarmed;
   std::atomic<bool> told{false};
-  Watchdog dog(1ms, [&] {
+  Watchdog dog(1ms, 1ms, [&] {
     ++looks;
     const bool more = --left > 0;
     if (!more && !told.exchange(true)) disarmed.set_value();
-    return more;
+    return more ? Look::closely : Look::done;
   });
   dog.arm();
   ASSERT_EQ(disarmed.get_future().wait_for(kDeadline), std::future_status::ready);
@@ -150,12 +165,32 @@ TEST(Watchdog, LooksWhileArmedAndStopsWhenThereIsNothingToWatch) {
   // Armed again, it looks again.
   std::promise<void> again;
   std::atomic<bool> told_again{false};
-  Watchdog dog2(1ms, [&] {
+  Watchdog dog2(1ms, 1ms, [&] {
     if (!told_again.exchange(true)) again.set_value();
-    return false;
+    return Look::done;
   });
   dog2.arm();
   EXPECT_EQ(again.get_future().wait_for(kDeadline), std::future_status::ready);
+}
+
+TEST(Watchdog, LooksFurtherApartWhileWhatItFindsKeepsEndingAndCloselyWhileSomethingRuns) {
+  const std::vector<Look> answers = {Look::loosely, Look::loosely, Look::loosely, Look::loosely,
+                                     Look::loosely, Look::closely, Look::loosely, Look::done};
+  std::vector<std::chrono::microseconds> waits;  // the watchdog's thread only, until `done`
+  std::promise<void> done;
+  Watchdog* self = nullptr;
+  Watchdog dog(1ms, 8ms, [&] {
+    if (waits.size() == answers.size()) return Look::done;  // the look after the disarm
+    waits.push_back(self->wait());
+    const Look answer = answers[waits.size() - 1];
+    if (waits.size() == answers.size()) done.set_value();
+    return answer;
+  });
+  self = &dog;
+  dog.arm();
+  ASSERT_EQ(done.get_future().wait_for(kDeadline), std::future_status::ready);
+  const std::vector<std::chrono::microseconds> expected = {1ms, 2ms, 4ms, 8ms, 8ms, 8ms, 1ms, 8ms};
+  EXPECT_EQ(waits, expected);
 }
 
 }  // namespace

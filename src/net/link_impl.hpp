@@ -76,7 +76,7 @@ struct IoThread::Impl : std::enable_shared_from_this<IoThread::Impl> {
   void loop(IoThread* self);
   void park();
   void run_after();
-  bool watch();
+  Look watch();
 };
 
 namespace internal {

@@ -5,14 +5,17 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <system_error>
 
 namespace baton::net {
 
-Watchdog::State::State(std::chrono::microseconds every)
+Watchdog::State::State(std::chrono::microseconds every, std::chrono::microseconds at_most)
     : period(every),
+      longest(std::max(every, at_most)),
+      wait_us(every.count()),
       timer(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)),
       wake(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
   if (timer >= 0 && wake >= 0) return;
@@ -30,7 +33,10 @@ Watchdog::State::~State() {
 
 void Watchdog::State::arm() {
   if (armed.exchange(true, std::memory_order_seq_cst)) return;
-  const auto us = period.count();
+  set_timer(period.count());
+}
+
+void Watchdog::State::set_timer(std::int64_t us) {
   itimerspec every{};
   every.it_value = {static_cast<time_t>(us / 1000000), static_cast<long>(us % 1000000) * 1000};
   every.it_interval = every.it_value;
@@ -42,8 +48,9 @@ void Watchdog::State::ring() const {
   (void)::write(wake, &one, sizeof one);  // cannot fail short of 2^64 - 2 rings unread
 }
 
-Watchdog::Watchdog(std::chrono::microseconds period, std::function<bool()> look)
-    : look_(std::move(look)), state_(std::make_shared<State>(period)) {}
+Watchdog::Watchdog(std::chrono::microseconds period, std::chrono::microseconds longest,
+                   std::function<Look()> look)
+    : look_(std::move(look)), state_(std::make_shared<State>(period, longest)) {}
 
 Watchdog::~Watchdog() {
   state_->stopping.store(true, std::memory_order_seq_cst);
@@ -68,7 +75,21 @@ void Watchdog::poke() {
   state_->ring();
 }
 
-void Watchdog::run(const std::shared_ptr<State>& state, const std::function<bool()>& look) {
+void Watchdog::run(const std::shared_ptr<State>& state, const std::function<Look()>& look) {
+  // The timer's interval: one period from each arm, doubled by each look that finds only work
+  // that ended (`grown`), one period while a look finds work running, and back to `grown` once
+  // that work has ended (this thread alone sets it while armed; arm() starts the timer at one
+  // period only after this thread disarmed it).
+  const std::int64_t period = state->period.count();
+  const std::int64_t longest = state->longest.count();
+  std::int64_t wait = period;
+  std::int64_t grown = period;
+  auto set_wait = [&](std::int64_t us) {
+    if (us == wait) return;
+    wait = us;
+    state->wait_us.store(us, std::memory_order_relaxed);
+    state->set_timer(us);
+  };
   for (;;) {
     // Asleep until the timer fires (armed) or a poke or the stop comes: no wake-up otherwise.
     pollfd fds[2] = {{state->timer, POLLIN, 0}, {state->wake, POLLIN, 0}};
@@ -78,17 +99,24 @@ void Watchdog::run(const std::shared_ptr<State>& state, const std::function<bool
     (void)::read(state->wake, &count, sizeof count);  // non-blocking: EAGAIN if not poked
     (void)::read(state->timer, &count, sizeof count);
     if ((fds[0].revents | fds[1].revents) == 0) continue;
-    const bool more = look();
+    const Look found = look();
     if (state->stopping.load()) return;  // the look may have ended the owner: touch nothing
-    if (more) continue;
+    if (found == Look::closely) set_wait(period);
+    if (found == Look::loosely) {
+      grown = std::min(grown * 2, longest);
+      set_wait(grown);
+    }
+    if (found != Look::done) continue;
     // Stop the timer, then disarm, then look once more: an arm() that saw the flag still set
     // before the store counted on this look to see what it armed for.
-    const itimerspec off{};
-    (void)::timerfd_settime(state->timer, 0, &off, nullptr);
+    state->set_timer(0);
+    wait = period;
+    grown = period;
+    state->wait_us.store(period, std::memory_order_relaxed);
     state->armed.store(false, std::memory_order_seq_cst);
-    const bool again = look();
+    const Look again = look();
     if (state->stopping.load()) return;
-    if (again) state->arm();
+    if (again != Look::done) state->arm();
   }
 }
 
