@@ -342,6 +342,11 @@ Drained drain(int sock, std::deque<int>& fds) {
       d.error = "the peer sent more descriptors in one message than a slab takes";
       return d;
     }
+    // A short read with no descriptor took all there was: a unix stream socket's read stops
+    // short only at the end of its queue or after a message that carried descriptors. What
+    // comes after it is seen by the wait that follows (re-armed, it looks at the socket anew),
+    // so the read that would only say EAGAIN is not made.
+    if (got.empty() && static_cast<std::size_t>(n) < sizeof bytes) return d;
   }
 }
 

@@ -127,7 +127,8 @@ std::string send_all(int sock, std::string_view bytes, int timeout_ms);
 std::string send_fd(int sock, int fd, int timeout_ms, char tag = 'm');
 
 /// Reads what waits on a shared-memory link's socket now: doorbells (dropped) and descriptors
-/// (appended to `fds`, in the order sent). `eof`: the peer's end closed (or reset).
+/// (appended to `fds`, in the order sent). `eof`: the peer's end closed (or reset). It may
+/// leave bytes that came after its last read: call it again when the socket is readable.
 struct Drained {
   bool eof = false;
   std::string error;  // a message that could not be taken whole (too many descriptors)
