@@ -260,16 +260,22 @@ class StreamLink final : public Link {
     bool peer_gone = false;        // the socket ended: the peer closed or died (strand)
     bool owe_doorbell = false;     // a wake-up waits for `writing` (strand)
     std::size_t switch_after = 0;  // control frames to write on the socket before `writing`
-    // A read or write in progress. One that must wait for the peer hands its handler (which
-    // holds the link) to a timer's wait that only a cancel ends: an event loop that goes frees
-    // it with its other operations, and no cycle keeps the link alive.
+    // A read or write in progress. One that must wait for the peer puts its handler (which
+    // holds the link) in a slot that a timer's wait owns, a wait that only a cancel ends: an
+    // event loop that goes frees it with its other operations, and no cycle keeps the link
+    // alive. The wait outlives the handler: the next wait of the op puts its handler in the
+    // same slot, and finish() takes it out and calls it at once, with no cancel, post or turn
+    // of the event loop per wait.
     struct Op {
       explicit Op(const asio::strand<asio::io_context::executor_type>& strand) : wait(strand) {}
       bool pending = false;
       IoHandler handler;  // until it waits
       asio::steady_timer wait;
-      asio::error_code ec;  // what a waiting handler gets
+      std::weak_ptr<IoHandler> parked;  // the slot of the timer's wait, while it waits
+      asio::error_code ec;              // what a handler in the slot gets when the wait ends
       std::size_t n = 0;
+      /// The handler waiting in the slot, taken out (empty if none).
+      IoHandler unpark();
       /// The link closes: the handler is dropped, or its wait ends (with operation_aborted).
       void abort();
     };

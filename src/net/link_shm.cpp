@@ -48,10 +48,16 @@ void StreamLink::Shm::attach_rings(bool dialler) {
   in = shm::RingEnd(l.control[1 - mine], l.data[1 - mine], region.capacity);
 }
 
+StreamLink::IoHandler StreamLink::Shm::Op::unpark() {
+  const auto slot = parked.lock();
+  return slot ? std::exchange(*slot, nullptr) : nullptr;
+}
+
 void StreamLink::Shm::Op::abort() {
   handler = nullptr;
   pending = false;
   ec = asio::error::operation_aborted;
+  parked.reset();  // the wait ends: a later one (none, once closed) would start its own
   wait.cancel();
 }
 
@@ -299,18 +305,25 @@ bool StreamLink::shm_take(asio::mutable_buffer buffer) {
 void StreamLink::finish(Shm::Op& op, asio::error_code ec, std::size_t n) {
   op.pending = false;
   if (op.handler) return complete(std::exchange(op.handler, nullptr), ec, n);
-  op.ec = ec;
-  op.n = n;
-  op.wait.cancel();
+  if (IoHandler h = op.unpark()) complete(std::move(h), ec, n);
 }
 
-/// The read or write in progress waits for the peer: its handler goes to a wait that finish()
-/// (or the link's close) ends.
+/// The read or write in progress waits for the peer: its handler goes to the slot of a wait
+/// that the link's close (or its event loop's end) ends; finish() takes it back out.
 void StreamLink::park(Shm::Op& op) {
   if (!op.handler) return;  // waits already
+  if (const auto slot = op.parked.lock()) {
+    *slot = std::exchange(op.handler, nullptr);  // the wait of an earlier park goes on
+    return;
+  }
+  auto slot = std::make_shared<IoHandler>(std::exchange(op.handler, nullptr));
+  op.parked = slot;
   op.wait.expires_at(asio::steady_timer::time_point::max());
-  op.wait.async_wait([this, &op, h = std::exchange(op.handler, nullptr)](asio::error_code) mutable {
-    complete(std::move(h), op.ec, op.n);  // `h` holds this link, and so `op`
+  op.wait.async_wait([this, &op, slot](asio::error_code) {
+    // An empty slot: no handler waits, and nothing holds this link, which may be gone (its
+    // timer's end is what ended the wait): touch nothing. Otherwise the handler holds it.
+    if (!*slot) return;
+    complete(std::exchange(*slot, nullptr), op.ec, op.n);
   });
 }
 

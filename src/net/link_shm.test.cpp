@@ -91,10 +91,13 @@ struct ShmHostile : ::testing::TestWithParam<bool> {
   ShmHostile() {
     if (GetParam()) spin_for_tests(io, testing::kSpinWindow, true);
   }
-  IoThread io;  // first in, last out: the links below go before their event loop
+  // What the links' handlers feed outlives the event loop: a link the test let go of may still
+  // say it closed until the loop stops.
   std::mutex mu;
   std::condition_variable cv;
   std::vector<std::unique_ptr<Inbox>> inboxes;
+  Inbox healthy_in;
+  IoThread io;  // the links below go before their event loop
   std::vector<std::shared_ptr<Link>> links;
   std::string path = "/tmp/baton-test-shm-" + std::to_string(::getpid()) + ".sock";
   std::unique_ptr<Listener> listener = Listener::listen(
@@ -108,7 +111,6 @@ struct ShmHostile : ::testing::TestWithParam<bool> {
           if (auto l = weak.lock()) l->send(env);
         });
       });
-  Inbox healthy_in;
   std::shared_ptr<Link> healthy =
       Link::connect(io, Address::parse("unix://" + path), healthy_in.handler());
 
