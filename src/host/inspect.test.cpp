@@ -146,8 +146,11 @@ TEST(Stacks, TheThreadInsideALongEndpointShowsItsFunctionAndWhichActorItRuns) {
   EXPECT_THAT(text.text, HasSubstr("Worker::crunch_numbers(int) (inspect.test.cpp:"));
   (void)releasers.at(1).call(&Releaser::release).get();
   EXPECT_EQ(std::move(busy).get(), 120000);
-  // Idle now: it runs on no thread, and says so.
-  const Reply idle = get(job, "/api/stacks?actor=" + actor);
+  // Idle now: it runs on no thread, and says so (once its thread is back from sending the
+  // reply, which may have come before the handler returned).
+  const Reply idle = get_until(job, "/api/stacks?actor=" + actor, [](const Reply& x) {
+    return x.body.find("runs on no thread now") != std::string::npos;
+  });
   EXPECT_THAT(idle.body, HasSubstr("runs on no thread now")) << idle.body;
   procs.stop().get();
 }
