@@ -272,8 +272,6 @@ class StreamLink final : public Link {
       IoHandler handler;  // until it waits
       asio::steady_timer wait;
       std::weak_ptr<IoHandler> parked;  // the slot of the timer's wait, while it waits
-      asio::error_code ec;              // what a handler in the slot gets when the wait ends
-      std::size_t n = 0;
       /// The handler waiting in the slot, taken out (empty if none).
       IoHandler unpark();
       /// The link closes: the handler is dropped, or its wait ends (with operation_aborted).

@@ -56,7 +56,6 @@ StreamLink::IoHandler StreamLink::Shm::Op::unpark() {
 void StreamLink::Shm::Op::abort() {
   handler = nullptr;
   pending = false;
-  ec = asio::error::operation_aborted;
   parked.reset();  // the wait ends: a later one (none, once closed) would start its own
   wait.cancel();
 }
@@ -319,11 +318,12 @@ void StreamLink::park(Shm::Op& op) {
   auto slot = std::make_shared<IoHandler>(std::exchange(op.handler, nullptr));
   op.parked = slot;
   op.wait.expires_at(asio::steady_timer::time_point::max());
-  op.wait.async_wait([this, &op, slot](asio::error_code) {
-    // An empty slot: no handler waits, and nothing holds this link, which may be gone (its
-    // timer's end is what ended the wait): touch nothing. Otherwise the handler holds it.
+  op.wait.async_wait([this, slot](asio::error_code) {
+    // Only a cancel ends the wait. An empty slot: no handler waits, and nothing holds this
+    // link, which may be gone (its timer's end was the cancel): touch nothing. A handler in
+    // the slot holds the link, and the cancel was its close (abort()).
     if (!*slot) return;
-    complete(std::exchange(*slot, nullptr), op.ec, op.n);
+    complete(std::exchange(*slot, nullptr), asio::error::operation_aborted, 0);
   });
 }
 
