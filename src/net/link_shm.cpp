@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "net/io_thread.hpp"
 #include "net/link_impl.hpp"
 #include "wire/slab.hpp"
 
@@ -294,7 +295,7 @@ void StreamLink::shm_read(asio::mutable_buffer buffer, IoHandler handler) {
 bool StreamLink::shm_take(asio::mutable_buffer buffer) {
   if (!shm_ || !shm_->reading) return false;
   Shm& s = *shm_;
-  if (s.read_op.pending || s.read_parked || s.in.readable() < buffer.size()) return false;
+  if (s.read_op.pending || s.read_parked || s.in.ready(buffer.size()) < buffer.size()) return false;
   s.in.read(buffer.data(), buffer.size());
   if (s.in.writer_wants_waking()) doorbell();
   return true;  // (deliver() counts the frame as hearing from the peer)
@@ -348,6 +349,18 @@ void StreamLink::serve_read() {
     if (!s.in.corrupt().empty()) return ring_broke(s.in.corrupt());
     if (n > 0) last_recv_ = coarse_now();
     if (s.peer_gone) return finish(s.read_op, asio::error::eof, 0);
+    if (n == 0 && !s.read_deferred && inline_work_waits()) {
+      // The frames just read woke work that this thread runs next (an actor, run to completion):
+      // the peer's next frames may well come meanwhile. The ring is looked at again after it,
+      // awake, rather than asleep now, when the peer would ring for each frame it writes.
+      s.read_deferred = true;
+      asio::post(strand_, [self = shared()] {
+        if (self->closed()) return;
+        self->shm_->read_deferred = false;
+        self->serve_read();
+      });
+      return;
+    }
     if (n == 0 && s.in.sleep_if_empty()) {  // the doorbell, or a spinner, brings us back
       if (!s.read_parked && s.spin && s.spinners->window().count() > 0) {
         s.read_parked = true;
