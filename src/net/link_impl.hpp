@@ -289,6 +289,7 @@ class StreamLink final : public Link {
     Spinners* spinners = nullptr;  // of this link's event loop
     bool read_parked = false;
     bool read_deferred = false;  // an empty ring is looked at again after this thread's work
+    int defer_skips = 0;         // chances to defer left out since a deferral found nothing
     bool busy = false;
     Clock::time_point parked_at;
     std::optional<std::uint64_t> stuck_at;  // where a waiting read stood with bytes to read
