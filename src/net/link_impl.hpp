@@ -209,9 +209,8 @@ class StreamLink final : public Link {
 
   // --- acknowledgements and writing (link_writer.cpp) ------------------------------------------
   void trim(std::uint64_t next);
-  /// `spent`: where the frames dropped go, to be freed after the lock (the writer's batch).
-  void drop_written_locked(std::vector<Frame>* spent = nullptr);
-  void pop_front_locked(std::vector<Frame>* spent = nullptr);
+  void drop_written_locked();
+  void pop_front_locked();
   void send_ack();
   void queue_control(Frame frame);
   void start_writer_locked();
@@ -244,7 +243,7 @@ class StreamLink final : public Link {
   /// Calls a read's handler at once, unless that nests too deep (then posts it).
   void complete(IoHandler handler, asio::error_code ec, std::size_t n);
   // Read handlers called inline, nested (strand), up to kReadDepth; deeper ones are posted.
-  static constexpr int kReadDepth = 64;
+  static constexpr int kReadDepth = 16;
   int read_depth_ = 0;
 
   // --- TLS (link_reader.cpp) -------------------------------------------------------------------
@@ -288,8 +287,6 @@ class StreamLink final : public Link {
     std::shared_ptr<SpinTarget> spin;
     Spinners* spinners = nullptr;  // of this link's event loop
     bool read_parked = false;
-    bool read_deferred = false;  // an empty ring is looked at again after this thread's work
-    int defer_skips = 0;         // chances to defer left out since a deferral found nothing
     bool busy = false;
     Clock::time_point parked_at;
     std::optional<std::uint64_t> stuck_at;  // where a waiting read stood with bytes to read
@@ -387,7 +384,6 @@ class StreamLink final : public Link {
   std::uint64_t out_base_seq_ = 0;
   std::size_t written_ = 0;
   std::vector<asio::const_buffer> buffers_;
-  std::vector<Frame> spent_;             // frames the writer wrote, freed after the lock
   std::vector<const Frame*> batch_;      // data frames written after out_[written_] in one write
   std::vector<std::size_t> frame_ends_;  // where each data frame of the write in flight ends
   // TLS (tls_session.hpp): records this side sealed of the frame at out_[written_] (or of the

@@ -60,35 +60,23 @@ std::size_t RingEnd::readable() {
                ", capacity " + std::to_string(capacity_) + ")";
     return 0;
   }
-  known_ = head;
   return static_cast<std::size_t>(ready);
 }
 
-std::size_t RingEnd::ready(std::size_t want) {
-  const auto known = static_cast<std::size_t>(known_ - mine_);
-  return known >= want || !corrupt_.empty() ? known : readable();
-}
-
-void RingEnd::publish() {
-  published_ = mine_;
-  control_->tail.store(mine_, std::memory_order_seq_cst);
-}
-
 std::size_t RingEnd::read(void* to, std::size_t n) {
-  n = std::min(n, ready(n));
-  if (n == 0 || !corrupt_.empty()) return 0;
+  n = std::min(n, readable());
+  if (n == 0) return 0;
   const std::size_t at = static_cast<std::size_t>(mine_ % capacity_);
   const std::size_t first = std::min(n, capacity_ - at);
   auto* out = static_cast<std::byte*>(to);
   std::memcpy(out, data_ + at, first);
   std::memcpy(out + first, data_, n - first);
   mine_ += n;
-  if (mine_ == known_ || mine_ - published_ >= capacity_ / 16) publish();
+  control_->tail.store(mine_, std::memory_order_seq_cst);
   return n;
 }
 
 bool RingEnd::sleep_if_empty() {
-  if (mine_ != published_) publish();
   control_->reader_sleeps.store(1, std::memory_order_seq_cst);
   if (readable() == 0 && corrupt_.empty()) return true;
   // Bytes came (or the ring broke) meanwhile: no sleep. A writer that saw the flag rings anyway;
@@ -98,13 +86,10 @@ bool RingEnd::sleep_if_empty() {
 }
 
 bool RingEnd::writer_wants_waking() {
-  // After a read that did not show the writer its room, this may miss a writer that just began
-  // to wait; the read that empties what is known shows it, and looks again (seq_cst both).
   if (control_->writer_waits.load(std::memory_order_seq_cst) == 0) return false;
   // Once half the ring is free, not at every read: woken at once, a writer that outruns its
   // reader would write one frame per wake-up, and each side pay a system call per frame.
   if (readable() > capacity_ / 2) return false;
-  if (mine_ != published_) publish();  // what it wakes to find
   return control_->writer_waits.exchange(0, std::memory_order_seq_cst) != 0;
 }
 
@@ -120,26 +105,19 @@ std::size_t RingEnd::writable() {
                ", capacity " + std::to_string(capacity_) + ")";
     return 0;
   }
-  known_ = tail;
   return capacity_ - static_cast<std::size_t>(used);
 }
 
-std::size_t RingEnd::room(std::size_t want) {
-  const std::size_t known = capacity_ - static_cast<std::size_t>(mine_ - known_);
-  return known >= want || !corrupt_.empty() ? known : writable();
-}
-
 std::size_t RingEnd::write(const void* from, std::size_t n) {
-  n = std::min(n, room(n));
-  if (n == 0 || !corrupt_.empty()) return 0;
+  n = std::min(n, writable());
+  if (n == 0) return 0;
   const std::size_t at = static_cast<std::size_t>(mine_ % capacity_);
   const std::size_t first = std::min(n, capacity_ - at);
   const auto* in = static_cast<const std::byte*>(from);
   std::memcpy(data_ + at, in, first);
   std::memcpy(data_, in + first, n - first);
   mine_ += n;
-  // A plain store; reader_wants_waking() has the fence that orders it before the reader's flag.
-  control_->head.store(mine_, std::memory_order_release);
+  control_->head.store(mine_, std::memory_order_seq_cst);
   return n;
 }
 
@@ -151,10 +129,7 @@ bool RingEnd::wait_if_full() {
 }
 
 bool RingEnd::reader_wants_waking() {
-  // The head stored before this load, as the reader stores its flag before it loads the head:
-  // one of the two sees the other's store.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (control_->reader_sleeps.load(std::memory_order_relaxed) == 0) return false;
+  if (control_->reader_sleeps.load(std::memory_order_seq_cst) == 0) return false;
   return control_->reader_sleeps.exchange(0, std::memory_order_seq_cst) != 0;
 }
 

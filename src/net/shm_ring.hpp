@@ -63,14 +63,9 @@ class RingEnd {
       : control_(control), data_(data), capacity_(capacity) {}
 
   // --- the reading end ---
-  /// Bytes ready to read (the writer's head read now); 0 and corrupt() when it is impossible.
+  /// Bytes ready to read; 0 and corrupt() when the writer's head is impossible.
   std::size_t readable();
-  /// Bytes ready to read, at least `want` if there are: the writer's head as last read, read
-  /// again only when that is not enough (its cache line stays with the writer meanwhile).
-  std::size_t ready(std::size_t want);
-  /// Copies up to `n` bytes out (as many as are ready) and returns how many. The room it makes
-  /// is shown to the writer every sixteenth of the ring, and whenever what was known to be
-  /// there is all read (one store to the line the writer reads, not one per read).
+  /// Copies up to `n` bytes out (as many as are ready) and returns how many.
   std::size_t read(void* to, std::size_t n);
   /// Says this end sleeps, unless bytes came meanwhile: true means wait for the doorbell.
   bool sleep_if_empty();
@@ -79,11 +74,8 @@ class RingEnd {
   bool writer_wants_waking();
 
   // --- the writing end ---
-  /// Room for bytes now (the reader's tail read now); 0 and corrupt() when it is impossible.
+  /// Room for bytes now; 0 and corrupt() when the reader's tail is impossible.
   std::size_t writable();
-  /// Room for bytes, at least `want` if there is: the reader's tail as last read, read again
-  /// only when that is not enough.
-  std::size_t room(std::size_t want);
   /// Copies up to `n` bytes in (as many as fit) and returns how many.
   std::size_t write(const void* from, std::size_t n);
   /// Says this end waits for room, unless room came meanwhile: true means wait.
@@ -101,10 +93,7 @@ class RingEnd {
   RingControl* control_ = nullptr;
   std::byte* data_ = nullptr;
   std::size_t capacity_ = 0;
-  std::uint64_t mine_ = 0;       // this end's own position, kept out of the peer's reach
-  std::uint64_t known_ = 0;      // the peer's position as last read (checked then)
-  std::uint64_t published_ = 0;  // a reader's position as the writer was last shown it
-  void publish();
+  std::uint64_t mine_ = 0;  // this end's own position, kept out of the peer's reach
   std::string corrupt_;
 };
 
