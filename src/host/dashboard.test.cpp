@@ -45,11 +45,13 @@ class Evaluator : public Actor {
 /// `what` is --dump-dom or --screenshot=FILE.
 std::string chromium(const std::string& url, const std::string& what, int ms = 3000) {
   const std::string profile = ::testing::TempDir() + "chromium-" + std::to_string(::getpid());
-  return shell(
+  std::string out = shell(
       "chromium --headless --no-sandbox --disable-gpu --hide-scrollbars "
       "--window-size=1400,1000 --user-data-dir=" +
       profile + " --virtual-time-budget=" + std::to_string(ms) + " " + what + " '" + url +
       "' 2>/dev/null");
+  std::filesystem::remove_all(profile);  // its profile, made for this run alone
+  return out;
 }
 
 TEST(Dashboard, ShowsTheMeshesAndTheirMembersThenAWorkerKilledForRealAsAFailure) {

@@ -166,10 +166,11 @@ inline bool failure_named(Seen& s, const std::string& what) {
 /// has its parent's), records what the controller's hooks see, and runs the tests; `instead`
 /// runs in place of the tests when given (a controller of the test's own).
 inline int run_hosts_test(int argc, char** argv, const std::function<void()>& instead = {}) {
-  static TempDir dir;
   if (const char* c = std::getenv("BATON_CREDENTIALS")) {
     credentials() = c;
   } else if (std::getenv("BATON_PROC") == nullptr) {
+    // Made here only: a worker ends without static destructors, and would leave its own behind.
+    static TempDir dir;
     credentials() = dir.path / "credentials";
     internal::make_credentials(credentials());
     ::setenv("BATON_CREDENTIALS", credentials().c_str(), 1);
