@@ -32,7 +32,10 @@ std::int64_t now_ns() {
 
 void Cell::handler_began(const EndpointInfo& ep) {
   if (!observing()) return;
-  running_since_ns_.store(now_ns(), std::memory_order_relaxed);
+  // In a run of handlers back to back, the last one's end (what is between is a pop from the
+  // mailbox and the last one's reply on its way) stands for this one's start.
+  const std::int64_t now = std::exchange(handler_clock_ns_, 0);
+  running_since_ns_.store(now != 0 ? now : now_ns(), std::memory_order_relaxed);
   running_.store(&ep, std::memory_order_release);
 }
 
@@ -41,6 +44,7 @@ void Cell::handler_ended() {
   if (ep == nullptr) return;  // began unobserved
   const std::int64_t began = running_since_ns_.load(std::memory_order_relaxed);
   const std::int64_t ended = now_ns();
+  handler_clock_ns_ = ended;
   const auto took = static_cast<std::uint64_t>(std::max<std::int64_t>(0, ended - began));
   running_.store(nullptr, std::memory_order_release);
   const std::string* named = running_name_.exchange(nullptr, std::memory_order_acq_rel);

@@ -189,6 +189,7 @@ void Cell::run() {
   const LogActorScope log_scope(&id());  // lines logged here name this actor
   ResumeContext* prev_ctx = std::exchange(current_resume_context(), this);
   const std::size_t batch = proc_->options.max_batch;
+  handler_clock_ns_ = 0;
   for (std::size_t i = 0; i < batch; ++i) {
     Message* m = resumes_.pop();
     if (m != nullptr && m->kind == Message::Kind::continuation &&
@@ -207,6 +208,7 @@ void Cell::run() {
     handle(m);
   }
   if (observed) thread_.store(0, std::memory_order_relaxed);
+  handler_clock_ns_ = 0;
   exchange_current_cell(prev_cell);
   current_resume_context() = prev_ctx;
   if (has_work()) {

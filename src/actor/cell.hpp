@@ -140,6 +140,9 @@ class Cell final : public Runnable,
   std::atomic<std::uint64_t> max_handler_ns_{0};
   std::atomic<int> thread_{0};    // the thread in run(), 0 if none
   std::uint64_t trace_flow_ = 0;  // while a trace records: the flow that brought the call running
+  // Within one run(), the clock at the last handler's end, which is when the next one begins:
+  // one clock read per handler. 0 outside a run (only the running thread touches it).
+  std::int64_t handler_clock_ns_ = 0;
   void handler_began(const EndpointInfo& ep);
   void handler_ended();
 

@@ -191,6 +191,8 @@ void StreamLink::connect_first(std::uint64_t epoch) {
 
 bool StreamLink::send(Envelope env) {
   slabs_for(env);
+  // Encoded before the lock (the I/O thread's writer takes it too), numbered under it.
+  Frame frame = encode_frame(env, options_.limits);  // may throw: nothing is queued
   std::unique_lock lock(mu_);
   if (closed_) return false;
   if (out_bytes_ > options_.max_queued_bytes && !t_io_thread) {
@@ -204,9 +206,7 @@ bool StreamLink::send(Envelope env) {
     }
     if (closed_) return false;
   }
-  env.seq = next_send_seq_;
-  Frame frame = encode_frame(env, options_.limits);  // may throw: then the seq is not used
-  ++next_send_seq_;
+  set_frame_seq(frame, next_send_seq_++);
   out_bytes_ += frame.size();
   sent_messages_.fetch_add(1, std::memory_order_relaxed);
   sent_bytes_.fetch_add(frame.size(), std::memory_order_relaxed);

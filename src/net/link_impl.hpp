@@ -209,8 +209,9 @@ class StreamLink final : public Link {
 
   // --- acknowledgements and writing (link_writer.cpp) ------------------------------------------
   void trim(std::uint64_t next);
-  void drop_written_locked();
-  void pop_front_locked();
+  /// `spent`: where the frames dropped go, to be freed after the lock (the writer's batch).
+  void drop_written_locked(std::vector<Frame>* spent = nullptr);
+  void pop_front_locked(std::vector<Frame>* spent = nullptr);
   void send_ack();
   void queue_control(Frame frame);
   void start_writer_locked();
@@ -384,6 +385,7 @@ class StreamLink final : public Link {
   std::uint64_t out_base_seq_ = 0;
   std::size_t written_ = 0;
   std::vector<asio::const_buffer> buffers_;
+  std::vector<Frame> spent_;             // frames the writer wrote, freed after the lock
   std::vector<const Frame*> batch_;      // data frames written after out_[written_] in one write
   std::vector<std::size_t> frame_ends_;  // where each data frame of the write in flight ends
   // TLS (tls_session.hpp): records this side sealed of the frame at out_[written_] (or of the

@@ -41,7 +41,7 @@ void StreamLink::on_prefix(std::uint64_t epoch) {
   } catch (const DecodeError& e) {
     return fail(e.what());
   }
-  header_.assign(len, '\0');
+  header_.resize(len);  // (kept from frame to frame: only bytes it grows by are zeroed)
   read_then(asio::buffer(header_), epoch, &StreamLink::on_header);
 }
 

@@ -294,7 +294,7 @@ void StreamLink::shm_read(asio::mutable_buffer buffer, IoHandler handler) {
 bool StreamLink::shm_take(asio::mutable_buffer buffer) {
   if (!shm_ || !shm_->reading) return false;
   Shm& s = *shm_;
-  if (s.read_op.pending || s.read_parked || s.in.readable() < buffer.size()) return false;
+  if (s.read_op.pending || s.read_parked || s.in.ready(buffer.size()) < buffer.size()) return false;
   s.in.read(buffer.data(), buffer.size());
   if (s.in.writer_wants_waking()) doorbell();
   return true;  // (deliver() counts the frame as hearing from the peer)

@@ -414,11 +414,17 @@ TEST_F(ShmSlabs, ASlabTheSenderMadeGoesThereAndBackAsItselfNeverCopied) {
   }
 }
 
-TEST(ShmRing, BytesGoRoundTheRingInOrderAndItsPositionsAreChecked) {
+/// One ring of 4 KiB and both its ends, in this process.
+class ShmRingEnds : public ::testing::Test {
+ protected:
   shm::Region region = shm::Region::create(4096);
-  const shm::RegionLayout l = shm::layout(region.base, region.capacity);
-  shm::RingEnd writer(l.control[0], l.data[0], region.capacity);
-  shm::RingEnd reader(l.control[0], l.data[0], region.capacity);
+  shm::RegionLayout l = shm::layout(region.base, region.capacity);
+  shm::RingEnd writer{l.control[0], l.data[0], region.capacity};
+  shm::RingEnd reader{l.control[0], l.data[0], region.capacity};
+  const std::string full = std::string(region.capacity, 'x');
+};
+
+TEST_F(ShmRingEnds, BytesGoRoundTheRingInOrderAndItsPositionsAreChecked) {
   std::string sent;
   std::string got;
   std::mt19937 rng(3);
@@ -439,12 +445,7 @@ TEST(ShmRing, BytesGoRoundTheRingInOrderAndItsPositionsAreChecked) {
   EXPECT_THAT(reader.corrupt(), HasSubstr("impossible"));
 }
 
-TEST(ShmRing, AWriterWaitingForRoomIsWokenOnceHalfTheRingIsFree) {
-  shm::Region region = shm::Region::create(4096);
-  const shm::RegionLayout l = shm::layout(region.base, region.capacity);
-  shm::RingEnd writer(l.control[0], l.data[0], region.capacity);
-  shm::RingEnd reader(l.control[0], l.data[0], region.capacity);
-  const std::string full(region.capacity, 'x');
+TEST_F(ShmRingEnds, AWriterWaitingForRoomIsWokenOnceHalfTheRingIsFree) {
   ASSERT_EQ(writer.write(full.data(), full.size()), region.capacity);
   ASSERT_TRUE(writer.wait_if_full());  // no room: it waits for the reader
   std::string buf(region.capacity / 4, '\0');
@@ -455,6 +456,32 @@ TEST(ShmRing, AWriterWaitingForRoomIsWokenOnceHalfTheRingIsFree) {
   EXPECT_FALSE(reader.writer_wants_waking());  // once
   ASSERT_EQ(reader.read(buf.data(), buf.size()), buf.size());
   EXPECT_FALSE(reader.writer_wants_waking());  // it no longer waits
+}
+
+TEST_F(ShmRingEnds, EachEndLooksAtThePeersPositionOnlyWhenWhatItKnewIsSpentAndChecksItThen) {
+  std::string got(region.capacity, '\0');
+  // Bytes written after the reader last looked are found once what it knew of is read.
+  ASSERT_EQ(writer.write(full.data(), 100), 100u);
+  ASSERT_EQ(reader.read(got.data(), 10), 10u);
+  ASSERT_EQ(writer.write("abc", 3), 3u);
+  ASSERT_EQ(reader.read(got.data(), 200), 93u);
+  EXPECT_EQ(got.substr(90, 3), "abc");
+  // The writer's position moves where no writer could put it: the reader takes the bytes it
+  // already knew of without looking, and refuses the position when it looks again.
+  ASSERT_EQ(writer.write(full.data(), 100), 100u);
+  ASSERT_EQ(reader.read(got.data(), 10), 10u);
+  l.control[0]->head.fetch_add(10 * region.capacity);
+  EXPECT_EQ(reader.read(got.data(), 90), 90u);
+  EXPECT_TRUE(reader.corrupt().empty());
+  EXPECT_EQ(reader.read(got.data(), 1), 0u);
+  EXPECT_THAT(reader.corrupt(), HasSubstr("impossible"));
+  // The writer likewise: room it knew of is used, and an impossible read position refused.
+  EXPECT_EQ(writer.write(full.data(), region.capacity / 2), region.capacity / 2);
+  l.control[0]->tail.store(1u << 30);
+  EXPECT_EQ(writer.write(full.data(), region.capacity / 4), region.capacity / 4);
+  EXPECT_TRUE(writer.corrupt().empty());
+  EXPECT_EQ(writer.write(full.data(), region.capacity / 2), 0u);
+  EXPECT_THAT(writer.corrupt(), HasSubstr("impossible"));
 }
 
 TEST(ShmRing, ARegionThatIsNotOursIsRefused) {

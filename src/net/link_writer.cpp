@@ -27,16 +27,17 @@ void StreamLink::trim(std::uint64_t next) {
 }
 
 /// A unix socket is never repaired (see broken()), so what is written needs no keeping.
-void StreamLink::drop_written_locked() {
+void StreamLink::drop_written_locked(std::vector<Frame>* spent) {
   if (!unix_) return;
   while (written_ > 0) {
-    pop_front_locked();
+    pop_front_locked(spent);
     --written_;
   }
 }
 
-void StreamLink::pop_front_locked() {
+void StreamLink::pop_front_locked(std::vector<Frame>* spent) {
   out_bytes_ -= out_.front().size();
+  if (spent != nullptr) spent->push_back(std::move(out_.front()));
   out_.pop_front();
   ++out_base_seq_;
   if (out_bytes_ <= options_.max_queued_bytes / 2) room_came_locked();
@@ -170,9 +171,10 @@ void StreamLink::wrote(std::uint64_t epoch, bool control, std::size_t count) {
     } else {
       written_ += count;
       front_sent_ = 0;
-      drop_written_locked();
+      drop_written_locked(&spent_);  // a sender waiting for the lock does not wait for free()
     }
   }
+  spent_.clear();
   // Closed meanwhile: what went out is written (not returned to its senders as unsent).
   if (close_after_write_) return shutdown(*close_after_write_, LinkEnd::closed, true);
   write_next(epoch);

@@ -60,12 +60,18 @@ std::size_t RingEnd::readable() {
                ", capacity " + std::to_string(capacity_) + ")";
     return 0;
   }
+  known_ = head;
   return static_cast<std::size_t>(ready);
 }
 
+std::size_t RingEnd::ready(std::size_t want) {
+  const auto known = static_cast<std::size_t>(known_ - mine_);
+  return known >= want || !corrupt_.empty() ? known : readable();
+}
+
 std::size_t RingEnd::read(void* to, std::size_t n) {
-  n = std::min(n, readable());
-  if (n == 0) return 0;
+  n = std::min(n, ready(n));
+  if (n == 0 || !corrupt_.empty()) return 0;
   const std::size_t at = static_cast<std::size_t>(mine_ % capacity_);
   const std::size_t first = std::min(n, capacity_ - at);
   auto* out = static_cast<std::byte*>(to);
@@ -105,12 +111,18 @@ std::size_t RingEnd::writable() {
                ", capacity " + std::to_string(capacity_) + ")";
     return 0;
   }
+  known_ = tail;
   return capacity_ - static_cast<std::size_t>(used);
 }
 
+std::size_t RingEnd::room(std::size_t want) {
+  const std::size_t known = capacity_ - static_cast<std::size_t>(mine_ - known_);
+  return known >= want || !corrupt_.empty() ? known : writable();
+}
+
 std::size_t RingEnd::write(const void* from, std::size_t n) {
-  n = std::min(n, writable());
-  if (n == 0) return 0;
+  n = std::min(n, room(n));
+  if (n == 0 || !corrupt_.empty()) return 0;
   const std::size_t at = static_cast<std::size_t>(mine_ % capacity_);
   const std::size_t first = std::min(n, capacity_ - at);
   const auto* in = static_cast<const std::byte*>(from);

@@ -63,8 +63,11 @@ class RingEnd {
       : control_(control), data_(data), capacity_(capacity) {}
 
   // --- the reading end ---
-  /// Bytes ready to read; 0 and corrupt() when the writer's head is impossible.
+  /// Bytes ready to read (the writer's head read now); 0 and corrupt() when it is impossible.
   std::size_t readable();
+  /// Bytes ready to read, at least `want` if there are: the writer's head as last read, read
+  /// again only when that is not enough (its cache line stays with the writer meanwhile).
+  std::size_t ready(std::size_t want);
   /// Copies up to `n` bytes out (as many as are ready) and returns how many.
   std::size_t read(void* to, std::size_t n);
   /// Says this end sleeps, unless bytes came meanwhile: true means wait for the doorbell.
@@ -74,8 +77,11 @@ class RingEnd {
   bool writer_wants_waking();
 
   // --- the writing end ---
-  /// Room for bytes now; 0 and corrupt() when the reader's tail is impossible.
+  /// Room for bytes now (the reader's tail read now); 0 and corrupt() when it is impossible.
   std::size_t writable();
+  /// Room for bytes, at least `want` if there is: the reader's tail as last read, read again
+  /// only when that is not enough.
+  std::size_t room(std::size_t want);
   /// Copies up to `n` bytes in (as many as fit) and returns how many.
   std::size_t write(const void* from, std::size_t n);
   /// Says this end waits for room, unless room came meanwhile: true means wait.
@@ -93,7 +99,8 @@ class RingEnd {
   RingControl* control_ = nullptr;
   std::byte* data_ = nullptr;
   std::size_t capacity_ = 0;
-  std::uint64_t mine_ = 0;  // this end's own position, kept out of the peer's reach
+  std::uint64_t mine_ = 0;   // this end's own position, kept out of the peer's reach
+  std::uint64_t known_ = 0;  // the peer's position as last read (checked then)
   std::string corrupt_;
 };
 

@@ -68,6 +68,13 @@ Frame encode_frame(const Envelope& env, const DecodeLimits& limits) {
   return frame;
 }
 
+void set_frame_seq(Frame& frame, std::uint64_t seq) {
+  // After the length prefix, the magic and the version, as encode_frame() writes them.
+  constexpr std::size_t kSeqAt = 4 + sizeof Envelope::kMagic + sizeof Envelope::kVersion;
+  if (frame.header.size() < kSeqAt + sizeof seq) throw std::logic_error("not an encoded frame");
+  std::memcpy(frame.header.data() + kSeqAt, &seq, sizeof seq);
+}
+
 std::size_t decode_header_length(const std::byte (&prefix)[4], const DecodeLimits& limits) {
   std::uint32_t len = 0;
   std::memcpy(&len, prefix, 4);

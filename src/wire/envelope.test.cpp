@@ -93,6 +93,17 @@ TEST(Envelope, RoundTripsWithHeadersAndSeveralParts) {
   EXPECT_EQ(z.str(), std::string(5002, 'z'));
 }
 
+TEST(Envelope, AFrameIsNumberedAfterItIsEncoded) {
+  Envelope env = sample();
+  env.seq = 0;
+  Frame frame = encode_frame(env);
+  set_frame_seq(frame, 0x0102030405060708ULL);
+  env.seq = 0x0102030405060708ULL;
+  expect_same(env, decode_frame(Bytes::copy(frame.flatten())));
+  Frame bare;
+  EXPECT_THROW(set_frame_seq(bare, 1), std::logic_error);
+}
+
 TEST(Envelope, PartsAreViewsIntoTheContiguousFrame) {
   const Frame frame = encode_frame(sample());
   const Bytes flat = Bytes::copy(frame.flatten());

@@ -45,6 +45,9 @@ struct Frame {
 
 /// Encodes an envelope; throws std::length_error if it exceeds the frame limits.
 Frame encode_frame(const Envelope& env, const DecodeLimits& limits = {});
+/// Sets the sequence number of a frame encode_frame() made: a link encodes a frame before it
+/// takes its lock, and numbers it as it queues it.
+void set_frame_seq(Frame& frame, std::uint64_t seq);
 
 /// Length of the header (after the 4-byte prefix) announced by a frame prefix; throws
 /// DecodeError if it exceeds the limits.
