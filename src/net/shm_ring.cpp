@@ -65,13 +65,14 @@ std::size_t RingEnd::readable() {
 }
 
 std::size_t RingEnd::ready(std::size_t want) {
+  if (!corrupt_.empty()) return 0;
   const auto known = static_cast<std::size_t>(known_ - mine_);
-  return known >= want || !corrupt_.empty() ? known : readable();
+  return known >= want ? known : readable();
 }
 
 std::size_t RingEnd::read(void* to, std::size_t n) {
   n = std::min(n, ready(n));
-  if (n == 0 || !corrupt_.empty()) return 0;
+  if (n == 0) return 0;
   const std::size_t at = static_cast<std::size_t>(mine_ % capacity_);
   const std::size_t first = std::min(n, capacity_ - at);
   auto* out = static_cast<std::byte*>(to);
@@ -116,13 +117,14 @@ std::size_t RingEnd::writable() {
 }
 
 std::size_t RingEnd::room(std::size_t want) {
+  if (!corrupt_.empty()) return 0;
   const std::size_t known = capacity_ - static_cast<std::size_t>(mine_ - known_);
-  return known >= want || !corrupt_.empty() ? known : writable();
+  return known >= want ? known : writable();
 }
 
 std::size_t RingEnd::write(const void* from, std::size_t n) {
   n = std::min(n, room(n));
-  if (n == 0 || !corrupt_.empty()) return 0;
+  if (n == 0) return 0;
   const std::size_t at = static_cast<std::size_t>(mine_ % capacity_);
   const std::size_t first = std::min(n, capacity_ - at);
   const auto* in = static_cast<const std::byte*>(from);
