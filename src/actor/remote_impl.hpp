@@ -69,6 +69,10 @@ class RemoteRouter final : public Router {
   /// A link to `peer` closed: fails the calls waiting on it, with its death if it died.
   void link_closed(const std::string& peer, const std::shared_ptr<net::Link>& link,
                    const std::string& reason);
+  /// What link_closed leaves to the proc's background thread: the calls that waited on `peer`
+  /// fail, with its death if it died (waiting a little for its exit report).
+  void fail_pending(ProcState& local, const std::string& peer, const std::string& reason,
+                    const std::vector<std::uint64_t>& pending);
   /// A reply arrived from `peer` on `port`: the call no longer waits on that link.
   void reply_arrived(const std::string& peer, std::uint64_t port);
   /// A new link to `peer`. A link the peer dialled first stays the route (one sending link per

@@ -84,17 +84,28 @@ void RemoteRouter::link_closed(const std::string& peer, const std::shared_ptr<ne
     linked.notify_all();
   }
   if (!local) return;
-  // A child process that died is a supervision failure, with its report, not a lost link.
+  // A child process that died is a supervision failure, with its report, not a lost link. Its
+  // report may take a moment to come (up to RuntimeOptions::exit_wait, for a peer that went
+  // silent but lives): it is waited for on the proc's background thread, not on the I/O thread
+  // that closed the link, whose other links would go silent meanwhile.
+  local->post_background([this, local, peer, reason, pending = std::move(pending)] {
+    fail_pending(*local, peer, reason, pending);
+  });
+}
+
+void RemoteRouter::fail_pending(ProcState& local, const std::string& peer,
+                                const std::string& reason,
+                                const std::vector<std::uint64_t>& pending) {
   std::optional<std::string> died = probe(peer);
   if (died) mark_failed(peer, *died);
   for (std::uint64_t port : pending) {
     PortSinkPtr sink;
     {
-      std::lock_guard lock(local->mu);
-      auto it = local->ports.find(port);
-      if (it == local->ports.end()) continue;
+      std::lock_guard lock(local.mu);
+      auto it = local.ports.find(port);
+      if (it == local.ports.end()) continue;
       sink = it->second;
-      local->ports.erase(it);
+      local.ports.erase(it);
     }
     if (died) {
       sink->peer_failed(std::make_exception_ptr(SupervisionError(*died)));

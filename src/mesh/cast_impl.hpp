@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -20,6 +21,14 @@
 namespace baton::detail::cast_impl {
 
 using Done = std::function<void(std::vector<CastItem>)>;
+/// Runs a piece of work somewhere (see run_off_reads).
+using Defer = std::function<void(std::function<void()>)>;
+
+/// Runs `f` where it holds up no link's reads: on `local`'s I/O thread, it runs after the
+/// handler in progress, as that loop's own work (the watchdog takes the loop over if it runs
+/// long, so heartbeats go on), or on the proc's background thread if the handler woke other
+/// work already; elsewhere (a worker's reply, a caller's thread) it runs here, now.
+void run_off_reads(ProcState& local, std::function<void()> f);
 
 /// Which locations of a subtree a cast addresses, and their ranks in the view. It answers from
 /// the view's Slice without listing the view's members, so a node's work is bounded by its own
@@ -113,7 +122,7 @@ std::vector<CastItem> fold(std::uint64_t reducer, const std::string& state,
 /// it straight to the stream's port, as its member sends its reply), so the stream yields it
 /// without waiting for the members that are still busy; `done` then runs, with no items, once
 /// every result is in.
-class Gather {
+class Gather : public std::enable_shared_from_this<Gather> {
  public:
   Gather(std::size_t expected, CastMode mode, std::uint64_t reducer, std::string reducer_state,
          Done done, Done lost = nullptr)
@@ -125,6 +134,13 @@ class Gather {
         lost_(std::move(lost)) {
     if (mode_ == CastMode::gather) items_.reserve(expected);  // at least one item a result
   }
+
+  /// Folds and hands the items on through `defer` rather than in the call that brought the
+  /// last result: a forwarder's last result mostly comes in a link's read handler, and the
+  /// fold (a user's reducer) and the encoding of a large gathered result could hold that link's
+  /// reads, and with them its heartbeats, for longer than a peer waits before it calls the link
+  /// dead. Set before any result comes.
+  void finish_through(Defer defer) { defer_ = std::move(defer); }
 
   /// `n` more results to wait for: a dead child's children, reached around it (CA-4).
   void expect(std::size_t n) {
@@ -180,6 +196,12 @@ class Gather {
   void finish(std::unique_lock<std::mutex>& lock) {
     auto items = std::move(items_);
     lock.unlock();
+    if (!defer_) return hand_on(std::move(items));
+    defer_([self = shared_from_this(), items = std::move(items)]() mutable {
+      self->hand_on(std::move(items));
+    });
+  }
+  void hand_on(std::vector<CastItem> items) {
     if (mode_ == CastMode::reduce) items = fold(reducer_, reducer_state_, std::move(items));
     if (done_) done_(std::move(items));
   }
@@ -191,6 +213,7 @@ class Gather {
   std::string reducer_state_;
   Done done_;
   Done lost_;  // stream mode: where lost members go at once
+  Defer defer_;
   std::vector<CastItem> items_;
 };
 

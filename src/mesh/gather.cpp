@@ -5,6 +5,7 @@
 #include "actor/failures.hpp"
 #include "actor/replies.hpp"
 #include "mesh/cast_impl.hpp"
+#include "net/io_thread.hpp"
 
 namespace baton::detail {
 namespace cast_impl {
@@ -20,6 +21,13 @@ Reducers& reducers() {
 }
 
 }  // namespace
+
+void run_off_reads(ProcState& local, std::function<void()> f) {
+  if (!net::on_io_thread()) return f();
+  net::IoThread* io = net::inline_io_thread();
+  if (io != nullptr && io == local.io.get()) return net::run_after_handler(*io, std::move(f));
+  local.post_background(f);
+}
 
 Body undeliverable_reply(const std::string& why) {
   return failure_reply(
