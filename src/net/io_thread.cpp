@@ -146,6 +146,10 @@ IoThread* inline_io_thread() {
   return t_inline != nullptr && t_inline->impl().after.empty() ? t_inline : nullptr;
 }
 
+bool inline_work_waits() {
+  return t_inline != nullptr && !t_inline->impl().after.empty();
+}
+
 void run_after_handler(IoThread& io, std::function<void()> f) {
   io.impl().after.push_back(std::move(f));
 }

@@ -14,6 +14,10 @@ namespace baton::net {
 /// running woken work there enabled and none waiting to run yet; otherwise null.
 IoThread* inline_io_thread();
 
+/// Whether the calling thread is an I/O thread's loop thread inside one of its handlers, with
+/// work queued to run after it (run_after_handler).
+bool inline_work_waits();
+
 /// Runs `f` on `io`'s loop thread after the handler in progress, as that loop's own work;
 /// only where inline_io_thread() is `io`. Sends from `f` may wait for room, as on any thread.
 void run_after_handler(IoThread& io, std::function<void()> f);

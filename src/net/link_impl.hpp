@@ -244,7 +244,7 @@ class StreamLink final : public Link {
   /// Calls a read's handler at once, unless that nests too deep (then posts it).
   void complete(IoHandler handler, asio::error_code ec, std::size_t n);
   // Read handlers called inline, nested (strand), up to kReadDepth; deeper ones are posted.
-  static constexpr int kReadDepth = 16;
+  static constexpr int kReadDepth = 64;
   int read_depth_ = 0;
 
   // --- TLS (link_reader.cpp) -------------------------------------------------------------------
@@ -288,6 +288,8 @@ class StreamLink final : public Link {
     std::shared_ptr<SpinTarget> spin;
     Spinners* spinners = nullptr;  // of this link's event loop
     bool read_parked = false;
+    bool read_deferred = false;  // an empty ring is looked at again after this thread's work
+    int defer_skips = 0;         // chances to defer left out since a deferral found nothing
     bool busy = false;
     Clock::time_point parked_at;
     std::optional<std::uint64_t> stuck_at;  // where a waiting read stood with bytes to read

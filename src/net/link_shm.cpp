@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "net/io_thread.hpp"
 #include "net/link_impl.hpp"
 #include "wire/slab.hpp"
 
@@ -35,6 +36,8 @@ namespace internal {
 namespace {
 // Memfds the peer may send ahead of the frames that use them.
 constexpr std::size_t kMaxPendingSlabs = 4096;
+// After a deferred look at an empty ring found nothing: chances to defer left out.
+constexpr int kDeferSkips = 8;
 }  // namespace
 
 StreamLink::Shm::~Shm() {
@@ -348,6 +351,26 @@ void StreamLink::serve_read() {
     if (!s.in.corrupt().empty()) return ring_broke(s.in.corrupt());
     if (n > 0) last_recv_ = coarse_now();
     if (s.peer_gone) return finish(s.read_op, asio::error::eof, 0);
+    if (n == 0 && !s.read_deferred && inline_work_waits()) {
+      // The frames just read woke work that this thread runs next (an actor, run to completion):
+      // a peer that streams writes its next frames meanwhile. The ring is looked at again after
+      // that work, awake, rather than asleep now, when the peer would ring for each frame. A
+      // look that finds nothing (a peer that waits for a reply) costs a turn of the loop, so
+      // the next kDeferSkips chances are let go.
+      if (s.defer_skips > 0) {
+        --s.defer_skips;
+      } else {
+        s.read_deferred = true;
+        asio::post(strand_, [self = shared()] {
+          if (self->closed()) return;
+          Shm& shm = *self->shm_;
+          shm.read_deferred = false;
+          if (shm.in.ready(1) == 0) shm.defer_skips = kDeferSkips;
+          self->serve_read();
+        });
+        return;
+      }
+    }
     if (n == 0 && s.in.sleep_if_empty()) {  // the doorbell, or a spinner, brings us back
       if (!s.read_parked && s.spin && s.spinners->window().count() > 0) {
         s.read_parked = true;
