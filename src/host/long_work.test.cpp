@@ -80,6 +80,20 @@ TEST(LongWork, AForwardersFoldLongerThanALinksDeadAfterLosesNoLink) {
   procs.stop().get();
 }
 
+TEST(LongWork, TheRootsFoldLongerThanALinksDeadAfterLosesNoLink) {
+  // Two members a node: the root folds the results of the chunks [0, 2) and [2, 4).
+  const test_support::HostFanOut fanout(2);
+  auto procs = this_host().spawn_procs({{"gpus", 4}});
+  auto members = procs.spawn<Member>("members");
+  const int folded =
+      members.reduce(SlowSum{static_cast<int>(3 * kDeadAfter.count())}, &Member::rank).get(60s);
+  EXPECT_EQ(folded, 0 + 1 + 2 + 3);
+  // The controller's loop kept its heartbeats: every worker is still there.
+  EXPECT_EQ(members.call(&Member::rank).get(30s).values(), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_THAT(failures_seen(), ::testing::IsEmpty());
+  procs.stop().get();
+}
+
 TEST(LongWork, AWorkerThatGoesSilentTakesNoOtherWithIt) {
   auto procs = this_host().spawn_procs({{"gpus", 4}});
   auto members = procs.spawn<Member>("members");

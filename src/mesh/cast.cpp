@@ -302,9 +302,10 @@ void fan_out(const std::shared_ptr<ProcState>& local, const ActorId& sender, con
     }
     gather = std::make_shared<Gather>(addressed + (my_rank ? 1 : 0), hop.mode, hop.reducer,
                                       hop.reducer_state, std::move(done), std::move(lost));
-    // A forwarder's (not the root's: its items go to a caller waiting here) fold and result
-    // leave the read handler that brought the last result.
-    if (self != nullptr && local) {
+    // A forwarder's fold and result, and the root's fold (the caller's reducer), leave the read
+    // handler that brought the last result. The root's plain gather sends nothing: it sets the
+    // caller's future where it is, at no cost in latency.
+    if ((self != nullptr || hop.mode == CastMode::reduce) && local) {
       gather->finish_through([proc = std::weak_ptr<ProcState>(local)](std::function<void()> f) {
         if (auto p = proc.lock()) return run_off_reads(*p, std::move(f));
         f();
