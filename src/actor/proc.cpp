@@ -379,8 +379,11 @@ void report_failure_to(const ActorId& owner, SupervisionEvent event, ProcState& 
   from.report_unhandled(event);
 }
 
-void ProcState::post_background(const std::function<void()>& f) {
-  if (!background_.post(f)) f();  // the proc is going: nobody else will run it
+void ProcState::post_background(std::function<void()> f) {
+  // Held once, whichever thread runs it: what `f` holds (a gathered result) is never copied.
+  auto job = std::make_shared<std::function<void()>>(std::move(f));
+  // A proc that is going runs it here: nobody else will.
+  if (!background_.post([job] { (*job)(); })) (*job)();
 }
 
 void ProcState::stop_background() {

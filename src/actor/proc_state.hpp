@@ -99,7 +99,7 @@ class ProcState : public std::enable_shared_from_this<ProcState> {
  public:
   /// Runs `f` on this proc's background thread (started on first use, joined when the proc
   /// goes): for work that may wait a little and must hold neither an I/O thread nor an actor's.
-  void post_background(const std::function<void()>& f);
+  void post_background(std::function<void()> f);
   /// Runs what is queued for the background thread, then joins it.
   void stop_background();
 

@@ -26,7 +26,7 @@ void run_off_reads(ProcState& local, std::function<void()> f) {
   if (!net::on_io_thread()) return f();
   net::IoThread* io = net::inline_io_thread();
   if (io != nullptr && io == local.io.get()) return net::run_after_handler(*io, std::move(f));
-  local.post_background(f);
+  local.post_background(std::move(f));
 }
 
 Body undeliverable_reply(const std::string& why) {
