@@ -11,6 +11,10 @@
 
 namespace baton {
 class Runtime;
+class ProcMesh;
+namespace store {
+class Store;
+}  // namespace store
 }  // namespace baton
 
 namespace baton::bench {
@@ -48,6 +52,9 @@ int run_ddp();
 /// `baton-bench scale`: a call and a reduce over 10^3 .. 10^6 actors in simulated procs.
 int run_scale(Runtime& rt);
 int run_store();
+/// Part of `store`, where there is a GPU: the store's device-memory paths against the GPU's
+/// own copies.
+void run_store_device(const ProcMesh& procs, const store::Store& s);
 /// `baton-bench hosts`: three namespace hosts against this host and raw TCP (needs root).
 int run_hosts();
 /// The TCP echo server `run_hosts` starts in a namespace (BATON_BENCH_TCP_ECHO=port).

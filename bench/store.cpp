@@ -3,7 +3,8 @@
 // a memcpy of 256 MiB; a 2-to-4 reshard (two row shards read as four column blocks) against the
 // same bytes read whole; a state dict of 100 tensors of 1 MiB (put and get) against 100 reads of
 // RdmaBuffers issued by hand; 256 MiB read from a direct writer's memory against the same
-// memcpy; and 10,000 tensors of 4 KiB in one batch against one get of 40 MiB.
+// memcpy; and 10,000 tensors of 4 KiB in one batch against one get of 40 MiB. Where there is a
+// GPU, the device-memory paths too (store_gpu.cpp).
 
 #include <algorithm>
 #include <chrono>
@@ -204,6 +205,7 @@ int run_store() {
   s.put("forty", filled(forty, 3)).get();
   std::vector<std::byte> forty_dst(forty);
   const double forty_s = median_seconds(3, [&] { s.get_into("forty", forty_dst).get(); });
+  run_store_device(procs, s);
   procs.stop().get();
 
   print_figure("memcpy_256mib", gbps(big, memcpy_s), "GB/s");

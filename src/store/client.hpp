@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "baton/actor/future.hpp"
+#include "baton/gpu/gpu.hpp"
 #include "baton/store/store.hpp"
 #include "store/volume.hpp"
 #include "wire/slab.hpp"
@@ -314,13 +315,29 @@ inline std::string unfit(const std::string& key, const Got& got, std::span<std::
   return {};
 }
 
-/// What a get whose answer carried the bytes gives: `got`, copied into `into` when given (after
-/// checking that it fits).
+/// Whether `p` is device memory: a GPU here, and `p` on it. Without a GPU runtime, false (the
+/// vendor library is looked for once per process).
+inline bool on_device(const void* p) {
+  const gpu::DeviceApi& g = gpu::api();
+  return g.available() && g.pointer_info(p).device;
+}
+
+/// Copies `src` (host memory) into `dst`: host memory, or device memory where `device`.
+inline void place(std::byte* dst, const Bytes& src, bool device) {
+  if (device) {
+    if (src.size() != 0) gpu::api().copy(dst, src.data(), src.size());
+  } else {
+    wire::copy_out(src, dst);
+  }
+}
+
+/// What a get whose answer carried the bytes gives: `got`, copied into `into` (host or device
+/// memory) when given, after checking that it fits.
 inline Got delivered(const std::string& key, Got got, std::optional<std::span<std::byte>> into,
                      const std::string& dtype) {
   if (into) {
     if (std::string why = unfit(key, got, *into, dtype); !why.empty()) throw StoreError(why);
-    wire::copy_out(got.data, into->data());
+    place(into->data(), got.data, on_device(into->data()));
   }
   return got;
 }
@@ -349,7 +366,9 @@ using detail::GetItem;
 using detail::hash_of;
 using detail::item_of;
 using detail::lost_error;
+using detail::on_device;
 using detail::Outcome;
+using detail::place;
 using detail::probe;
 using detail::PutAnswer;
 using detail::PutItem;

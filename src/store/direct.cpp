@@ -314,12 +314,15 @@ void Store::read_leased(const std::string& key, const GetOptions& options,
       return next->set_exception(std::make_exception_ptr(StoreError(why)));
     }
   }
-  // What the lease holds is read at once: into the destination when it is the box asked for,
-  // else into memory of ours, from which the box is copied.
+  // What the lease holds is read at once: into the destination when it is the box asked for
+  // (and, for a destination in device memory, when the source is device memory too: GPU IPC
+  // copies device to device), else into host memory of ours, from which the box is copied.
   const bool all = meta.box == held;
+  const bool device_into = into && on_device(into->data());
+  const bool straight = all && into && (!device_into || lease.buffer.device());
   std::shared_ptr<std::byte[]> read_buf;
   std::byte* at = nullptr;
-  if (all && into) {
+  if (straight) {
     at = into->data();
   } else {
     read_buf.reset(new std::byte[std::max<std::size_t>(1, total)]);  // every byte is read
@@ -352,8 +355,8 @@ void Store::read_leased(const std::string& key, const GetOptions& options,
   const std::int64_t lease_ms = lease.lease_ms;
   const bool direct = lease.direct;
   when(std::move(reading),
-       [key, volume, id, lease_ms, direct, where, path, total, meta, all, into, read_buf, held,
-        element, wanted, next](Outcome<std::monostate> read) mutable {
+       [key, volume, id, lease_ms, direct, where, path, total, meta, all, into, device_into,
+        straight, read_buf, held, element, wanted, next](Outcome<std::monostate> read) mutable {
          const std::uint64_t moved = read.error ? 0 : total;
          when(volume.call(&Volume::release, key, id, moved, path), [=](Outcome<bool> kept) mutable {
            settle(next, [&] {
@@ -371,20 +374,27 @@ void Store::read_leased(const std::string& key, const GetOptions& options,
                              "open the key with a longer DirectOptions::lease"
                            : "the volume may have freed those bytes meanwhile; read again"));
              }
+             if (straight) return std::move(meta);
              if (all) {
-               if (!into) meta.data = Bytes::view(read_buf, read_buf.get(), wanted);
-               return std::move(meta);
-             }
-             std::shared_ptr<std::byte[]> out;
-             std::byte* dst = nullptr;
-             if (into) {
-               dst = into->data();
+               meta.data = Bytes::view(read_buf, read_buf.get(), wanted);
              } else {
-               out.reset(new std::byte[std::max<std::size_t>(1, wanted)]);
-               dst = out.get();
+               // The box, assembled in host memory: the destination's own, or one of ours.
+               std::shared_ptr<std::byte[]> out;
+               std::byte* dst = nullptr;
+               if (into && !device_into) {
+                 dst = into->data();
+               } else {
+                 out.reset(new std::byte[std::max<std::size_t>(1, wanted)]);
+                 dst = out.get();
+               }
+               copy_region(read_buf.get(), held, dst, meta.box, meta.box, element);
+               if (into && !device_into) return std::move(meta);
+               meta.data = Bytes::view(out, out.get(), wanted);
              }
-             copy_region(read_buf.get(), held, dst, meta.box, meta.box, element);
-             if (!into) meta.data = Bytes::view(out, out.get(), wanted);
+             if (into) {  // device memory: one copy from the host bytes read
+               place(into->data(), meta.data, true);
+               meta.data = Bytes();
+             }
              return std::move(meta);
            });
          });

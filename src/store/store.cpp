@@ -178,6 +178,25 @@ Future<Put> Store::put(const std::string& key, Bytes value, const TensorInfo& in
   return Future<Put>(std::move(next));
 }
 
+Future<Put> Store::put(const std::string& key, std::span<const std::byte> value,
+                       const TensorInfo& info, const PutOptions& options) const {
+  Bytes copy;
+  try {
+    copy = on_device(value.data())
+               ? Bytes::make(value.size(),
+                             [&](std::span<std::byte> b) {
+                               gpu::api().copy(b.data(), value.data(), b.size());
+                             })
+               : Bytes::copy(value.data(), value.size());
+  } catch (const gpu::GpuError& e) {
+    auto failed = std::make_shared<baton::detail::State<Put>>();
+    failed->set_exception(std::make_exception_ptr(
+        StoreError("put of '" + key + "': its device memory could not be read: " + e.what())));
+    return Future<Put>(std::move(failed));
+  }
+  return put(key, std::move(copy), info, options);
+}
+
 Future<Got> Store::get(const std::string& key, const GetOptions& options) const {
   auto next = std::make_shared<baton::detail::State<Got>>();
   fetch(key, options, std::nullopt, {}, next);

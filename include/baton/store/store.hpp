@@ -202,6 +202,11 @@ class Store {
   /// tensor, or a tensor unlike the one the version being assembled holds.
   Future<Put> put(const std::string& key, Bytes value, const TensorInfo& info = {},
                   const PutOptions& options = {}) const;
+  /// put() of a copy of `value`: host memory, or device memory (a GPU's, through the gpu layer:
+  /// its bytes come to the host in one copy, and volumes hold them there). `value` may be
+  /// reused as soon as this returns.
+  Future<Put> put(const std::string& key, std::span<const std::byte> value,
+                  const TensorInfo& info = {}, const PutOptions& options = {}) const;
   /// Several puts, all or nothing: either every value is stored, or none is (the first error).
   /// Items whose volume is lost go to the next volume, as put's do.
   Future<std::vector<Put>> put_batch(
@@ -210,9 +215,11 @@ class Store {
   /// Reads `key` (a box of it, a version of it). KeyNotFound, naming the nearest keys, for a
   /// key with no complete version (a partial one is reported with what its shards miss).
   Future<Got> get(const std::string& key, const GetOptions& options = {}) const;
-  /// get() into `destination`, which must be exactly the size of what is read and, when
-  /// `dtype` is given, of that type (StoreError otherwise, saying what was expected, with
-  /// `destination` untouched); it must stay valid until the future is ready.
+  /// get() into `destination`, host or device memory, which must be exactly the size of what is
+  /// read and, when `dtype` is given, of that type (StoreError otherwise, saying what was
+  /// expected, with `destination` untouched); it must stay valid until the future is ready.
+  /// Device memory is written by the gpu layer: from a direct writer's device memory on this
+  /// host, straight through GPU IPC; from host memory, with one copy from the host.
   Future<Got> get_into(const std::string& key, std::span<std::byte> destination,
                        const GetOptions& options = {}, const std::string& dtype = "") const;
   /// Several gets: every value, or the first error.
@@ -228,10 +235,11 @@ class Store {
   /// Each volume's holdings and traffic.
   Future<std::vector<VolumeStats>> stats() const;
 
-  /// Opens `key` in direct mode (see DirectWriter) over `buffers` of the caller's host memory:
-  /// at least two, each exactly `info`'s tensor, valid until close() is done. Readers get() it
-  /// like any key; the bytes come from the writer's memory by the fastest path between the two
-  /// procs (see RdmaBuffer). StoreError for a key that holds stored versions.
+  /// Opens `key` in direct mode (see DirectWriter) over `buffers` of the caller's host or device
+  /// memory: at least two, each exactly `info`'s tensor, valid until close() is done. Readers
+  /// get() it like any key; the bytes come from the writer's memory by the fastest path between
+  /// the two procs (see RdmaBuffer: device memory of a proc on this host through GPU IPC, into
+  /// the reader's device or host memory). StoreError for a key that holds stored versions.
   Future<DirectWriter> direct(const std::string& key, const TensorInfo& info,
                               std::vector<std::span<std::byte>> buffers,
                               const DirectOptions& options = {}) const;
