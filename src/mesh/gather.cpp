@@ -72,7 +72,7 @@ std::vector<CastItem> fold(std::uint64_t reducer, const std::string& state,
   std::sort(items.begin(), items.end(),
             [](const CastItem& a, const CastItem& b) { return a.rank < b.rank; });
   for (auto& it : items) {
-    if (it.reply.head.empty() || it.reply.head[0] != 0) return {std::move(it)};
+    if (!reply_holds_value(it.reply)) return {std::move(it)};
   }
   ReduceFn fn = nullptr;
   {

@@ -63,6 +63,13 @@ void finish_gather(const Shape& shape, std::string_view endpoint, std::vector<Ca
         throw DecodeError("a cast reply names rank " + std::to_string(item.rank) + " twice or " +
                           "outside the mesh " + shape.to_string());
       }
+      if constexpr (!std::is_void_v<R> && !local_only<R>::value) {
+        // A value is decoded where it is; only a failure needs a state to name its member.
+        if (reply_holds_value(item.reply)) {
+          values[item.rank].emplace(reply_value<R>(item.reply));
+          continue;
+        }
+      }
       State<R> state;
       complete_item(state, item, endpoint, &shape);
       if constexpr (std::is_void_v<R>) {

@@ -174,6 +174,18 @@ void install_cast();
 /// UndeliverableError) then names the member's rank and point (see name_member).
 void complete_item(StateBase& state, const CastItem& item, std::string_view endpoint,
                    const Shape* shape = nullptr);
+/// Whether a cast reply holds the member's value (its status ok) rather than a failure.
+inline bool reply_holds_value(const Body& reply) {
+  return !reply.head.empty() && reply.head[0] == 0;
+}
+/// The value a reply that holds one carries (reply_holds_value): DecodeError if it is not an R.
+template <class R>
+R reply_value(const Body& reply) {
+  Body rest;
+  rest.head.assign(reply.head, 1);
+  rest.parts = reply.parts;
+  return decode<R>(rest);
+}
 /// The same, naming the member at `point` in its failure.
 void complete_item(StateBase& state, const CastItem& item, std::string_view endpoint,
                    const Point& point);
