@@ -322,12 +322,14 @@ inline bool on_device(const void* p) {
   return g.available() && g.pointer_info(p).device;
 }
 
-/// Copies `src` (host memory) into `dst`: host memory, or device memory where `device`.
-inline void place(std::byte* dst, const Bytes& src, bool device) {
-  if (device) {
+/// Copies `src` (host memory) into `dst`: host memory, or device memory where `device` (a
+/// failed device copy is a StoreError naming `key`'s get).
+inline void place(const std::string& key, std::byte* dst, const Bytes& src, bool device) {
+  if (!device) return wire::copy_out(src, dst);
+  try {
     if (src.size() != 0) gpu::api().copy(dst, src.data(), src.size());
-  } else {
-    wire::copy_out(src, dst);
+  } catch (const gpu::GpuError& e) {
+    throw StoreError("get of '" + key + "' into device memory: " + e.what());
   }
 }
 
@@ -337,7 +339,7 @@ inline Got delivered(const std::string& key, Got got, std::optional<std::span<st
                      const std::string& dtype) {
   if (into) {
     if (std::string why = unfit(key, got, *into, dtype); !why.empty()) throw StoreError(why);
-    place(into->data(), got.data, on_device(into->data()));
+    place(key, into->data(), got.data, on_device(into->data()));
   }
   return got;
 }

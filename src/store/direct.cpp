@@ -392,7 +392,7 @@ void Store::read_leased(const std::string& key, const GetOptions& options,
                meta.data = Bytes::view(out, out.get(), wanted);
              }
              if (into) {  // device memory: one copy from the host bytes read
-               place(into->data(), meta.data, true);
+               place(key, into->data(), meta.data, true);
                meta.data = Bytes();
              }
              return std::move(meta);

@@ -120,7 +120,8 @@ class StoreGpu : public ::testing::Test {
 };
 
 TEST_F(StoreGpu, DeviceValuesRoundTripWholeAndAsBoxesThroughEveryPath) {
-  // 64 KiB goes in messages; 8 MiB one-sided (a lease); 288 MiB in pieces of 256 MiB at most.
+  // 64 KiB goes in messages; 8 MiB as a memfd the reader maps (its boxes under leases, read
+  // one-sided); 288 MiB in pieces of 256 MiB at most.
   for (const std::int64_t rows : {std::int64_t{16}, std::int64_t{2048}, std::int64_t{73728}}) {
     SCOPED_TRACE("rows " + std::to_string(rows));
     constexpr std::int64_t cols = 1024;
