@@ -34,7 +34,7 @@ namespace {
 
 RdmaBackend choose(RdmaState& state, const RdmaBuffer& b, const void* local, bool* local_device) {
   const auto& d = b.descriptor();
-  *local_device = on_device(local);
+  *local_device = gpu::api().is_device(local);
   bool same_host = d.host == host_identity();
   bool same_process = same_host && d.pid == ::getpid();
   RdmaBackend forced = state.settings.backend.load();

@@ -70,11 +70,6 @@ const std::string& host_identity() {
   return id;
 }
 
-bool on_device(const void* p) {
-  const gpu::DeviceApi& g = gpu::api();
-  return g.available() && g.pointer_info(p).device;
-}
-
 /// Copies between any two memories of this process.
 void copy_any(void* dst, const void* src, std::size_t n, bool device) {
   if (device) {
@@ -163,7 +158,6 @@ using rdma_detail::agent;
 using rdma_detail::base_descriptor;
 using rdma_detail::forget_cached;
 using rdma_detail::host_identity;
-using rdma_detail::on_device;
 using rdma_detail::publish;
 using rdma_detail::RdmaAgent;
 using rdma_detail::Region;
@@ -177,7 +171,7 @@ RdmaBuffer RdmaBuffer::register_memory(void* data, std::size_t size) {
   auto d = std::make_shared<Descriptor>(base_descriptor(size));
   auto r = std::make_shared<Region>();
   r->data = static_cast<std::byte*>(data);
-  r->device = on_device(data);
+  r->device = gpu::api().is_device(data);
   if (r->device) {
     d->ipc = gpu::api().export_handle(data);
   } else if (auto u = rdma_detail::rdma_state()->ucx_shared(); u != nullptr && size > 0) {

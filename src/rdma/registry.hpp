@@ -27,7 +27,6 @@
 namespace baton::rdma_detail {
 
 const std::string& host_identity();
-bool on_device(const void* p);
 /// Copies between any two memories of this process.
 void copy_any(void* dst, const void* src, std::size_t n, bool device);
 

@@ -315,13 +315,6 @@ inline std::string unfit(const std::string& key, const Got& got, std::span<std::
   return {};
 }
 
-/// Whether `p` is device memory: a GPU here, and `p` on it. Without a GPU runtime, false (the
-/// vendor library is looked for once per process).
-inline bool on_device(const void* p) {
-  const gpu::DeviceApi& g = gpu::api();
-  return g.available() && g.pointer_info(p).device;
-}
-
 /// Copies `src` (host memory) into `dst`: host memory, or device memory where `device` (a
 /// failed device copy is a StoreError naming `key`'s get).
 inline void place(const std::string& key, std::byte* dst, const Bytes& src, bool device) {
@@ -339,7 +332,7 @@ inline Got delivered(const std::string& key, Got got, std::optional<std::span<st
                      const std::string& dtype) {
   if (into) {
     if (std::string why = unfit(key, got, *into, dtype); !why.empty()) throw StoreError(why);
-    place(key, into->data(), got.data, on_device(into->data()));
+    place(key, into->data(), got.data, gpu::api().is_device(into->data()));
   }
   return got;
 }
@@ -368,7 +361,6 @@ using detail::GetItem;
 using detail::hash_of;
 using detail::item_of;
 using detail::lost_error;
-using detail::on_device;
 using detail::Outcome;
 using detail::place;
 using detail::probe;

@@ -318,7 +318,7 @@ void Store::read_leased(const std::string& key, const GetOptions& options,
   // (and, for a destination in device memory, when the source is device memory too: GPU IPC
   // copies device to device), else into host memory of ours, from which the box is copied.
   const bool all = meta.box == held;
-  const bool device_into = into && on_device(into->data());
+  const bool device_into = into && gpu::api().is_device(into->data());
   const bool straight = all && into && (!device_into || lease.buffer.device());
   std::shared_ptr<std::byte[]> read_buf;
   std::byte* at = nullptr;

@@ -182,7 +182,7 @@ Future<Put> Store::put(const std::string& key, std::span<const std::byte> value,
                        const TensorInfo& info, const PutOptions& options) const {
   Bytes copy;
   try {
-    copy = on_device(value.data())
+    copy = gpu::api().is_device(value.data())
                ? Bytes::make(value.size(),
                              [&](std::span<std::byte> b) {
                                gpu::api().copy(b.data(), value.data(), b.size());

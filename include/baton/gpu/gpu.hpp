@@ -181,6 +181,9 @@ class DeviceApi {
 
   /// Whether `p` is device memory, and whose; host memory of any kind is not.
   PointerInfo pointer_info(const void* p) const;
+  /// Whether `p` is device memory of a GPU here: false, never an error, where there is none
+  /// (the vendor runtime is looked for once).
+  bool is_device(const void* p) const { return available() && pointer_info(p).device; }
 
  private:
   struct Impl;
