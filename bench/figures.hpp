@@ -68,6 +68,28 @@ inline double us_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
 }
 
+/// Seconds since `t0` (a steady_clock time).
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// `bytes` moved in `seconds`, in GB/s.
+inline double gbps(std::size_t bytes, double seconds) {
+  return static_cast<double>(bytes) / seconds / 1e9;
+}
+
+/// The best of `reps` runs of `f`, as GB/s for `bytes` a run.
+template <class F>
+double best_gbps(std::size_t bytes, int reps, F f) {
+  double best = 1e300;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    best = std::min(best, seconds_since(t0));
+  }
+  return gbps(bytes, best);
+}
+
 /// The median of `v` (which it reorders).
 inline double median(std::vector<double> v) {
   std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());

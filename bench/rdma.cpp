@@ -46,22 +46,6 @@ class Owner : public Actor {
   std::vector<RdmaBuffer> held_;
 };
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-/// Best of `reps` runs of `f`, as GB/s for `bytes` per run.
-template <class F>
-double best_gbps(std::size_t bytes, int reps, F f) {
-  double best = 1e300;
-  for (int i = 0; i < reps; ++i) {
-    auto t0 = Clock::now();
-    f();
-    best = std::min(best, seconds_since(t0));
-  }
-  return static_cast<double>(bytes) / best / 1e9;
-}
-
 }  // namespace
 
 int run_rdma() {

@@ -29,10 +29,6 @@ using store::Store;
 using store::TensorInfo;
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
 /// The median of `reps` runs of `f`, in seconds.
 template <class F>
 double median_seconds(int reps, F f) {
@@ -60,10 +56,6 @@ std::pair<double, double> medians_in_turns(int reps, A base, B ours) {
     b.push_back(seconds_since(t0));
   }
   return {median(a), median(b)};
-}
-
-double gbps(std::size_t bytes, double seconds) {
-  return static_cast<double>(bytes) / seconds / 1e9;
 }
 
 /// Holds RdmaBuffers of its own memory, for the hand-made baseline.

@@ -21,20 +21,6 @@
 namespace baton::bench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-/// The best of `reps` runs of `f`, in seconds.
-template <class F>
-double best_seconds(int reps, F f) {
-  double best = 1e300;
-  for (int i = 0; i < reps; ++i) {
-    const auto t0 = Clock::now();
-    f();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  return best;
-}
-
 /// Opens direct keys over two buffers of its own device memory.
 class DeviceHolder : public Actor {
  public:
@@ -65,10 +51,6 @@ class DeviceHolder : public Actor {
   store::DirectWriter writer_;
 };
 
-double gbps(std::size_t bytes, double seconds) {
-  return static_cast<double>(bytes) / seconds / 1e9;
-}
-
 }  // namespace
 
 void run_store_device(const ProcMesh& procs, const store::Store& s) {
@@ -83,17 +65,17 @@ void run_store_device(const ProcMesh& procs, const store::Store& s) {
   void* dev = g.allocate(big);
   void* other = g.allocate(big);
   g.fill(other, 2, big);
-  const double h2d_s = best_seconds(kReps, [&] { g.copy(dev, host.data(), big); });
-  const double d2h_s = best_seconds(kReps, [&] { g.copy(host.data(), other, big); });
-  const double d2d_s = best_seconds(kReps, [&] { g.copy(dev, other, big); });
+  const double h2d = best_gbps(big, kReps, [&] { g.copy(dev, host.data(), big); });
+  const double d2h = best_gbps(big, kReps, [&] { g.copy(host.data(), other, big); });
+  const double d2d = best_gbps(big, kReps, [&] { g.copy(dev, other, big); });
 
   const std::span<std::byte> into(static_cast<std::byte*>(dev), big);
   const store::TensorInfo info{"uint8", 1, {static_cast<std::int64_t>(big)}};
-  const double put_s = best_seconds(kReps, [&] {
+  const double put = best_gbps(big, kReps, [&] {
     s.put("device", std::span<const std::byte>(static_cast<const std::byte*>(other), big), info)
         .get();
   });
-  const double get_s = best_seconds(kReps, [&] { s.get_into("device", into).get(); });
+  const double get = best_gbps(big, kReps, [&] { s.get_into("device", into).get(); });
   std::fill(host.begin(), host.end(), std::byte{0});
   g.copy(host.data(), dev, big);
   if (host[big - 1] != std::byte{2}) throw std::runtime_error("device get returned wrong bytes");
@@ -101,7 +83,7 @@ void run_store_device(const ProcMesh& procs, const store::Store& s) {
   auto holder = procs.spawn<DeviceHolder>("device_holder");
   (void)holder.call_one(&DeviceHolder::publish, s, std::string("device_direct"), big).get();
   s.get_into("device_direct", into).get();  // warm: opens the IPC handle
-  const double direct_s = best_seconds(kReps, [&] { s.get_into("device_direct", into).get(); });
+  const double direct = best_gbps(big, kReps, [&] { s.get_into("device_direct", into).get(); });
   g.copy(host.data(), dev, big);
   if (host[0] != std::byte{3}) throw std::runtime_error("direct device get returned wrong bytes");
   (void)holder.call_one(&DeviceHolder::close).get();
@@ -114,20 +96,20 @@ void run_store_device(const ProcMesh& procs, const store::Store& s) {
   (void)holder.call_one(&DeviceHolder::publish, s, std::string("model"), model).get();
   const std::span<std::byte> model_into(static_cast<std::byte*>(weights), model);
   s.get_into("model", model_into).get();
-  const double sync_s = best_seconds(3, [&] { s.get_into("model", model_into).get(); });
+  const double sync = best_gbps(model, 3, [&] { s.get_into("model", model_into).get(); });
   (void)holder.call_one(&DeviceHolder::close).get();
   g.free(weights);
 
-  print_figure("gpu_h2d_256mib", gbps(big, h2d_s), "GB/s");
-  print_figure("store_get_device_256mib", gbps(big, get_s), "GB/s");
-  print_figure("store_get_device_ratio_h2d", h2d_s / get_s, "x");
-  print_figure("gpu_d2h_256mib", gbps(big, d2h_s), "GB/s");
-  print_figure("store_put_device_256mib", gbps(big, put_s), "GB/s");
-  print_figure("store_put_device_ratio_d2h", d2h_s / put_s, "x");
-  print_figure("gpu_copy_256mib", gbps(big, d2d_s), "GB/s");
-  print_figure("store_direct_device_get_256mib", gbps(big, direct_s), "GB/s");
-  print_figure("store_direct_device_ratio_copy", d2d_s / direct_s, "x");
-  print_figure("store_weight_sync_0_6b_bf16", sync_s * 1e3, "ms");
+  print_figure("gpu_h2d_256mib", h2d, "GB/s");
+  print_figure("store_get_device_256mib", get, "GB/s");
+  print_figure("store_get_device_ratio_h2d", get / h2d, "x");
+  print_figure("gpu_d2h_256mib", d2h, "GB/s");
+  print_figure("store_put_device_256mib", put, "GB/s");
+  print_figure("store_put_device_ratio_d2h", put / d2h, "x");
+  print_figure("gpu_copy_256mib", d2d, "GB/s");
+  print_figure("store_direct_device_get_256mib", direct, "GB/s");
+  print_figure("store_direct_device_ratio_copy", direct / d2d, "x");
+  print_figure("store_weight_sync_0_6b_bf16", static_cast<double>(model) / sync / 1e6, "ms");
 }
 
 }  // namespace baton::bench
