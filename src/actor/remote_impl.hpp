@@ -70,9 +70,10 @@ class RemoteRouter final : public Router {
   void link_closed(const std::string& peer, const std::shared_ptr<net::Link>& link,
                    const std::string& reason);
   /// What link_closed leaves to the proc's background thread: the calls that waited on `peer`
-  /// fail, with its death if it died (waiting a little for its exit report).
+  /// fail, with its death if it died (waiting a little, from `since`, when the link closed, for
+  /// its exit report).
   void fail_pending(ProcState& local, const std::string& peer, const std::string& reason,
-                    const std::vector<std::uint64_t>& pending);
+                    const std::vector<std::uint64_t>& pending, LostSince since);
   /// A reply arrived from `peer` on `port`: the call no longer waits on that link.
   void reply_arrived(const std::string& peer, std::uint64_t port);
   /// A new link to `peer`. A link the peer dialled first stays the route (one sending link per
@@ -85,7 +86,7 @@ class RemoteRouter final : public Router {
   void mark_failed(const std::string& proc, const std::string& report);
   /// Whether `link` is still the route to `peer` (its on_closed has not run yet).
   bool routes_to(const std::string& peer, const std::shared_ptr<net::Link>& link);
-  std::optional<std::string> probe(const std::string& peer);
+  std::optional<std::string> probe(const std::string& peer, LostSince since);
 
   // Links to procs in other processes, by peer name.
   std::mutex routes_mu;
@@ -98,12 +99,18 @@ class RemoteRouter final : public Router {
   std::unordered_map<std::string, std::string> addresses;
   std::weak_ptr<ProcState> home_proc;
   std::mutex dialing;  // one lazy connect at a time, so a peer gets one outgoing link
-  /// Why the last link to each of the kFailuresKept peers last lost closed, until it links
-  /// again (under routes_mu): a call sent after the close fails with it.
-  std::unordered_map<std::string, std::string> closed_why;
+  /// Why and when the last link to each of the kFailuresKept peers last lost closed, until it
+  /// links again (under routes_mu): a call sent after the close fails with why.
+  struct Closed {
+    std::string why;
+    LostSince at;
+  };
+  std::unordered_map<std::string, Closed> closed_why;
   std::deque<std::string> closed_order;
   /// The reason the link to `peer` closed, if it closed and did not link again.
   std::optional<std::string> closed_reason(const std::string& peer);
+  /// When it closed, likewise.
+  std::optional<LostSince> closed_at(const std::string& peer);
   /// For tests: runs on the dialling thread between a link's start and its route's, where a
   /// dial refused at once may already have closed the link (under routes_mu).
   std::function<void(const std::shared_ptr<net::Link>&)> dial_hook_for_test;
@@ -115,7 +122,7 @@ class RemoteRouter final : public Router {
   std::mutex failures_mu;
   std::unordered_map<std::string, std::string> failures;
   std::deque<std::string> failure_order;
-  std::function<std::optional<std::string>(const std::string&)> exit_probe;
+  ExitProbe exit_probe;
 
   std::atomic<CastHandler> cast_handler{nullptr};
 };

@@ -1,6 +1,8 @@
 // The node's router: links to procs in other processes by peer, where those procs listen, which
 // of them died; dialling on first use (the links themselves are made in dial.cpp).
 
+#include <algorithm>
+
 #include "actor/directory.hpp"
 #include "actor/failures.hpp"
 #include "actor/node.hpp"
@@ -68,6 +70,7 @@ void RemoteRouter::link_closed(const std::string& peer, const std::shared_ptr<ne
                                const std::string& reason) {
   std::vector<std::uint64_t> pending;
   std::shared_ptr<ProcState> local;
+  const LostSince since = std::chrono::steady_clock::now();
   {
     std::lock_guard lock(routes_mu);
     auto it = routes.find(peer);
@@ -76,7 +79,9 @@ void RemoteRouter::link_closed(const std::string& peer, const std::shared_ptr<ne
     local = it->second.local.lock();
     if (local) local->retire_traffic(link_kind(link->transport()), net::counters_of(*link));
     routes.erase(it);
-    if (closed_why.insert_or_assign(peer, reason).second) closed_order.push_back(peer);
+    if (closed_why.insert_or_assign(peer, Closed{reason, since}).second) {
+      closed_order.push_back(peer);
+    }
     if (closed_order.size() > kFailuresKept) {
       closed_why.erase(closed_order.front());
       closed_order.pop_front();
@@ -88,15 +93,15 @@ void RemoteRouter::link_closed(const std::string& peer, const std::shared_ptr<ne
   // report may take a moment to come (up to RuntimeOptions::exit_wait, for a peer that went
   // silent but lives): it is waited for on the proc's background thread, not on the I/O thread
   // that closed the link, whose other links would go silent meanwhile.
-  local->post_background([this, local, peer, reason, pending = std::move(pending)] {
-    fail_pending(*local, peer, reason, pending);
+  local->post_background([this, local, peer, reason, pending = std::move(pending), since] {
+    fail_pending(*local, peer, reason, pending, since);
   });
 }
 
 void RemoteRouter::fail_pending(ProcState& local, const std::string& peer,
                                 const std::string& reason,
-                                const std::vector<std::uint64_t>& pending) {
-  std::optional<std::string> died = probe(peer);
+                                const std::vector<std::uint64_t>& pending, LostSince since) {
+  std::optional<std::string> died = probe(peer, since);
   if (died) mark_failed(peer, *died);
   for (std::uint64_t port : pending) {
     PortSinkPtr sink;
@@ -119,7 +124,14 @@ std::optional<std::string> RemoteRouter::closed_reason(const std::string& peer) 
   std::lock_guard lock(routes_mu);
   auto it = closed_why.find(peer);
   if (it == closed_why.end()) return std::nullopt;
-  return it->second;
+  return it->second.why;
+}
+
+std::optional<LostSince> RemoteRouter::closed_at(const std::string& peer) {
+  std::lock_guard lock(routes_mu);
+  auto it = closed_why.find(peer);
+  if (it == closed_why.end()) return std::nullopt;
+  return it->second.at;
 }
 
 bool RemoteRouter::routes_to(const std::string& peer, const std::shared_ptr<net::Link>& link) {
@@ -128,14 +140,14 @@ bool RemoteRouter::routes_to(const std::string& peer, const std::shared_ptr<net:
   return it != routes.end() && it->second.link == link;
 }
 
-std::optional<std::string> RemoteRouter::probe(const std::string& peer) {
-  std::function<std::optional<std::string>(const std::string&)> p;
+std::optional<std::string> RemoteRouter::probe(const std::string& peer, LostSince since) {
+  ExitProbe p;
   {
     std::lock_guard lock(failures_mu);
     p = exit_probe;
   }
   if (!p) return std::nullopt;
-  return p(peer);
+  return p(peer, since);
 }
 
 std::optional<std::string> RemoteRouter::failure_of(const std::string& proc) {
@@ -362,7 +374,7 @@ Proc& serving_proc(std::string_view who) {
   return *home->owner;
 }
 
-void set_exit_probe(std::function<std::optional<std::string>(const std::string&)> probe) {
+void set_exit_probe(ExitProbe probe) {
   auto node = node_here();
   if (!node) return;
   auto& r = router_of(*node);
@@ -375,11 +387,14 @@ std::optional<std::string> proc_failure(const ProcId& id) {
   return r != nullptr ? r->failure_of(id.name) : std::nullopt;
 }
 
-std::optional<std::string> await_proc_failure(const ProcId& id) {
+std::optional<std::string> await_proc_failure(const ProcId& id, LostSince since) {
   RemoteRouter* r = router_here();
   if (r == nullptr) return std::nullopt;
   if (auto known = r->failure_of(id.name)) return known;
-  auto died = r->probe(id.name);
+  // Its link's closing was when it was first seen lost: a wait for its exit report already
+  // taken since then (the calls that waited on the link) is not taken again.
+  if (const auto closed = r->closed_at(id.name)) since = std::min(since, *closed);
+  auto died = r->probe(id.name, since);
   if (died) r->mark_failed(id.name, *died);
   return died;
 }

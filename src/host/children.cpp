@@ -286,7 +286,8 @@ void Runtime::State::report_exit(const std::string& name, const Child& c,
   }
 }
 
-std::optional<std::string> Runtime::exit_report(const std::string& proc_name) {
+std::optional<std::string> Runtime::exit_report(const std::string& proc_name,
+                                                std::chrono::steady_clock::time_point since) {
   std::unique_lock lock(state_->children_mu);
   auto it = state_->children.find(proc_name);
   if (it == state_->children.end()) return std::nullopt;
@@ -296,7 +297,9 @@ std::optional<std::string> Runtime::exit_report(const std::string& proc_name) {
     // (an I/O thread, as a link closes) serves itself. Waiting here would only stall it.
     return stopping->load() ? std::nullopt : it->second.report;
   }
-  state_->children_cv.wait_for(lock, state_->exit_wait, [&] {
+  // From when it was seen lost, not from now: procs lost together (a host's, frozen) are waited
+  // for together, in one exit_wait, though their links' closings are handled one by one.
+  state_->children_cv.wait_until(lock, since + state_->exit_wait, [&] {
     return stopping->load() || state_->children.at(proc_name).report.has_value();
   });
   if (stopping->load()) return std::nullopt;

@@ -27,6 +27,10 @@ using namespace std::chrono_literals;
 // Every proc's links: a heartbeat every 100 ms, and a peer silent for 1.5 s is dead.
 constexpr auto kHeartbeat = 100ms;
 constexpr auto kDeadAfter = 1500ms;
+// How long the controller waits for the exit report of a worker whose link closed: long enough
+// that waits taken one after another would show, as a later call outliving kOneWaitAtMost.
+constexpr auto kExitWait = 6s;
+constexpr auto kOneWaitAtMost = 3s;
 
 class Member : public Actor {
  public:
@@ -117,6 +121,47 @@ TEST(LongWork, AWorkerThatGoesSilentTakesNoOtherWithIt) {
   procs.stop().get();
 }
 
+TEST(LongWork, WorkersThatGoSilentTogetherAreGivenUpOnTogether) {
+  // Three workers stop at once (a host frozen, say): their links close together, and the
+  // controller waits for their exit reports together, one exit_wait in all, rather than one
+  // after another, so the last of their calls does not outlive the first by two waits.
+  auto procs = this_host().spawn_procs({{"gpus", 4}});
+  auto members = procs.spawn<Member>("members");
+  std::vector<int> pids;
+  for (int r = 0; r < 3; ++r) {
+    pids.push_back(members.slice("gpus", r).call_one(&Member::pid).get(30s));
+  }
+  for (const int pid : pids) ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+  for (const int pid : pids) {
+    siginfo_t info{};
+    ASSERT_EQ(::waitid(P_PID, static_cast<id_t>(pid), &info, WSTOPPED | WNOWAIT), 0);
+  }
+  std::vector<Future<int>> calls;
+  for (int r = 0; r < 3; ++r) calls.push_back(members.slice("gpus", r).call_one(&Member::rank));
+  auto cast = members.slice("gpus", 0, 3).call(&Member::rank);
+  // The first to fail waits out the exit_wait; the others fail with it, not a wait later each.
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    try {
+      (void)std::move(calls[i]).get(i == 0 ? 60s : kOneWaitAtMost);
+      ADD_FAILURE() << "a call to stopped worker " << i << " returned";
+    } catch (const std::exception& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("no frame from the peer")) << "call " << i;
+    }
+  }
+  // The cast's three lost members are attributed (is each proc known to have died?) in one
+  // wait too, counted from when they came back lost.
+  try {
+    (void)std::move(cast).get(kOneWaitAtMost);
+    ADD_FAILURE() << "a cast to three stopped workers returned";
+  } catch (const std::exception& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("lost")) << e.what();
+  }
+  // The fourth worker heard from the controller all along.
+  EXPECT_EQ(members.slice("gpus", 3).call_one(&Member::rank).get(30s), 3);
+  for (const int pid : pids) ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  procs.stop().get();
+}
+
 }  // namespace
 }  // namespace baton
 
@@ -124,6 +169,7 @@ int main(int argc, char** argv) {
   baton::RuntimeOptions options;
   options.link.heartbeat = baton::kHeartbeat;
   options.link.dead_after = baton::kDeadAfter;
+  options.exit_wait = baton::kExitWait;
   options.supervise = [](const baton::MeshFailure& f) {
     std::lock_guard lock(baton::failures().mu);
     baton::failures().seen.push_back(f.to_string());

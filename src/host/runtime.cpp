@@ -161,14 +161,14 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
   state_->start_stall_watch();
   state_->address =
       state_->proc->serve(Address::parse("unix://" + (state_->dir / (name + ".sock")).string()));
-  detail::set_exit_probe([this](const std::string& peer) {
+  detail::set_exit_probe([this](const std::string& peer, detail::LostSince since) {
     std::function<void(const std::string&)> lost;
     {
       std::lock_guard lock(state_->mu);
       lost = state_->peer_lost;
     }
     if (lost) lost(peer);
-    return exit_report(peer);
+    return exit_report(peer, since);
   });
   detail::set_shutdown_hook([this] { state_->stop_groups(); });
   state_->signals = std::make_unique<StopSignals>(

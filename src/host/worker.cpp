@@ -88,7 +88,9 @@ void Runtime::run_worker() {
       state_->address =
           proc.serve(Address::parse("unix://" + std::string(dir) + "/" + name + ".sock"));
     }
-    detail::set_exit_probe([this](const std::string& peer) { return exit_report(peer); });
+    detail::set_exit_probe([this](const std::string& peer, detail::LostSince since) {
+      return exit_report(peer, since);
+    });
     if (const char* trace = std::getenv("BATON_TRACE"); trace != nullptr && *trace != '\0') {
       state_->trace_file = trace;
     }

@@ -484,8 +484,9 @@ void cast(CastRequest request) {
       }
       // Waiting for an exit may take a moment: not on the I/O thread that brought the result,
       // but on the root proc's one background thread.
-      auto work = [done, base, view, items = std::move(items), lost = std::move(lost)]() mutable {
-        attribute_lost(*base, view->slice(), items, lost);
+      auto work = [done, base, view, items = std::move(items), lost = std::move(lost),
+                   since = std::chrono::steady_clock::now()]() mutable {
+        attribute_lost(*base, view->slice(), items, lost, since);
         done(std::move(items));
       };
       if (auto proc = root.lock()) {

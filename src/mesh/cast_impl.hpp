@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "actor/failures.hpp"
 #include "actor/proc_state.hpp"
 #include "actor/replies.hpp"
 #include "baton/mesh/cast.hpp"
@@ -102,9 +103,11 @@ std::vector<CastItem> failures(const ViewIndex& view, const CastChild& child,
                                const std::string& why, std::optional<std::string> died = {});
 
 /// Turns items lost with a forwarder's link into the SupervisionError of their member's proc,
-/// where that proc is known (or seen, waiting a little) to have died.
+/// where that proc is known (or seen, waiting a little from `since`, when the items came back
+/// lost) to have died.
 void attribute_lost(const std::vector<CastMember>& base, const Slice& view,
-                    std::vector<CastItem>& items, const std::vector<std::size_t>& lost);
+                    std::vector<CastItem>& items, const std::vector<std::size_t>& lost,
+                    LostSince since);
 
 /// Folds reduce-mode items: the lowest-ranked failure wins, else the values in rank order.
 std::vector<CastItem> fold(std::uint64_t reducer, const std::string& state,

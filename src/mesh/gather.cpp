@@ -55,12 +55,13 @@ std::vector<CastItem> failures(const ViewIndex& view, const CastChild& child,
 }
 
 void attribute_lost(const std::vector<CastMember>& base, const Slice& view,
-                    std::vector<CastItem>& items, const std::vector<std::size_t>& lost) {
+                    std::vector<CastItem>& items, const std::vector<std::size_t>& lost,
+                    LostSince since) {
   for (std::size_t i : lost) {
     if (items[i].rank >= view.len()) continue;
     const std::size_t loc = view.location_of_rank(items[i].rank);
     if (loc >= base.size()) continue;
-    if (auto died = await_proc_failure(base[loc].actor.proc)) {
+    if (auto died = await_proc_failure(base[loc].actor.proc, since)) {
       items[i].reply = failure_reply(std::make_exception_ptr(SupervisionError(*died)));
     }
   }

@@ -43,9 +43,10 @@ class StreamPort final : public PortSink {
       return true;
     }
     // Waiting for an exit may take a moment: not on the I/O thread that brought the item.
-    auto work = [q = q_, base = base_, view = view_, item = std::move(item)]() mutable {
+    auto work = [q = q_, base = base_, view = view_, item = std::move(item),
+                 since = std::chrono::steady_clock::now()]() mutable {
       std::vector<CastItem> items{std::move(item)};
-      cast_impl::attribute_lost(*base, view, items, {0});
+      cast_impl::attribute_lost(*base, view, items, {0}, since);
       q->push(std::move(items[0]));
     };
     if (auto proc = proc_.lock()) {

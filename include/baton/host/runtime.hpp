@@ -56,7 +56,8 @@ struct RuntimeOptions {
   /// When a worker's link closes, how long to wait for its process to be seen exiting: calls
   /// waiting on it then fail with a SupervisionError saying how it died. A worker still running
   /// after this fails them as a lost link (UndeliverableError). A process that exits is seen at
-  /// once (its pidfd), so this bounds only the case of a link lost while its process lives.
+  /// once (its pidfd), so this bounds only the case of a link lost while its process lives. It
+  /// counts from the link's closing: workers whose links close together are waited for together.
   std::chrono::milliseconds exit_wait{2000};
   /// Links between the job's procs (the controller's and every worker's): heartbeats, repair,
   /// how much a link holds for sending before its senders wait (backpressure), and TLS for
@@ -103,8 +104,10 @@ class Runtime {
  private:
   struct State;
   [[noreturn]] void run_worker();
-  /// What became of a worker whose link closed, if it was ours and it exited.
-  std::optional<std::string> exit_report(const std::string& proc_name);
+  /// What became of a worker seen lost at `since` (its link closed), if it was ours and it
+  /// exited: waits until `since` + RuntimeOptions::exit_wait for it to be seen exiting.
+  std::optional<std::string> exit_report(const std::string& proc_name,
+                                         std::chrono::steady_clock::time_point since);
   void child_exited(int pid, const std::string& what);
   void unhandled(const MeshFailure& event);
   /// SIGINT or SIGTERM: stops every proc mesh as stop() does, then exits with 128 + sig.
