@@ -128,6 +128,7 @@ TEST(LongWork, WorkersThatGoSilentTogetherAreGivenUpOnTogether) {
   auto procs = this_host().spawn_procs({{"gpus", 4}});
   auto members = procs.spawn<Member>("members");
   std::vector<int> pids;
+  pids.reserve(3);
   for (int r = 0; r < 3; ++r) {
     pids.push_back(members.slice("gpus", r).call_one(&Member::pid).get(30s));
   }
@@ -137,6 +138,7 @@ TEST(LongWork, WorkersThatGoSilentTogetherAreGivenUpOnTogether) {
     ASSERT_EQ(::waitid(P_PID, static_cast<id_t>(pid), &info, WSTOPPED | WNOWAIT), 0);
   }
   std::vector<Future<int>> calls;
+  calls.reserve(3);
   for (int r = 0; r < 3; ++r) calls.push_back(members.slice("gpus", r).call_one(&Member::rank));
   auto cast = members.slice("gpus", 0, 3).call(&Member::rank);
   // The first to fail waits out the exit_wait; the others fail with it, not a wait later each.
