@@ -15,6 +15,7 @@
 
 #include "net/asio.hpp"  // before any other Asio header: see there
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -95,9 +96,10 @@ constexpr std::string_view kHello = "hello";  // body: session, next seq expecte
 constexpr std::string_view kAck = "ack";      // body: next seq expected from the peer
 constexpr std::string_view kBye = "bye";      // the peer closes the link on purpose
 constexpr std::string_view kReason = "baton.link.reason";  // a bye's header: why
-// Shared memory (link_shm.cpp): the dialler offers a memfd (the fd follows the frame, with
-// one byte, as SCM_RIGHTS) and writes to its ring from then on; the listener answers, as the
-// last frame on the socket, that it reads and writes the rings from then on.
+// Shared memory (link_shm.cpp): the dialler offers a memfd and two eventfds for wake-ups (the
+// fds follow the frame, with one byte, as SCM_RIGHTS) and writes to its ring from then on; the
+// listener answers, as the last frame on the socket, that it reads and writes the rings from then
+// on.
 constexpr std::string_view kShmOffer = "shm";
 constexpr std::string_view kShmTaken = "shm-taken";
 
@@ -254,12 +256,17 @@ class StreamLink final : public Link {
   // --- shared memory (link_shm.cpp) -----------------------------------------------------------
   struct Shm {
     shm::Region region;
-    shm::RingEnd in;               // the peer's frames (strand)
-    shm::RingEnd out;              // ours (the writer: strand, or a sender under mu_)
-    bool reading = false;          // frames come from `in` (set under mu_ on the strand)
-    bool writing = false;          // frames go to `out` (set under mu_ on the strand)
-    bool peer_gone = false;        // the socket ended: the peer closed or died (strand)
-    bool owe_doorbell = false;     // a wake-up waits for `writing` (strand)
+    shm::RingEnd in;            // the peer's frames (strand)
+    shm::RingEnd out;           // ours (the writer: strand, or a sender under mu_)
+    bool reading = false;       // frames come from `in` (set under mu_ on the strand)
+    bool writing = false;       // frames go to `out` (set under mu_ on the strand)
+    bool peer_gone = false;     // the socket ended: the peer closed or died (strand)
+    bool owe_doorbell = false;  // a wake-up waits for `writing` (strand)
+    // Wake-ups: the peer writes `bell_in` to wake this side, this side writes `bell_out` (two
+    // eventfds the dialler made and sent with the memfd).
+    asio::posix::stream_descriptor bell_in;
+    int bell_out = -1;
+    std::array<std::uint64_t, 2> bell_read{};  // a read of bell_in takes its count (8 bytes)
     std::size_t switch_after = 0;  // control frames to write on the socket before `writing`
     // A read or write in progress. One that must wait for the peer puts its handler (which
     // holds the link) in a slot that a timer's wait owns, a wait that only a cancel ends: an
@@ -297,7 +304,7 @@ class StreamLink final : public Link {
     std::optional<std::size_t> slab_part;   // a part waits for its memfd (strand)
     std::uint64_t slab_epoch = 0;
     explicit Shm(const asio::strand<asio::io_context::executor_type>& strand)
-        : read_op(strand), write_op(strand) {}
+        : bell_in(strand), read_op(strand), write_op(strand) {}
     /// Maps the two rings of `region`: the dialler writes the first, the listener the second.
     void attach_rings(bool dialler);
     Shm(const Shm&) = delete;
@@ -308,6 +315,7 @@ class StreamLink final : public Link {
   void take_shm(std::uint64_t epoch);
   void shm_taken(std::uint64_t epoch);
   void watch_shm(std::uint64_t epoch);
+  void watch_bell(std::uint64_t epoch);
   void watch_spins();
   void on_socket(std::uint64_t epoch, const asio::error_code& ec);
   void shm_read(asio::mutable_buffer buffer, IoHandler handler);

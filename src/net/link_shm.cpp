@@ -1,17 +1,17 @@
 // Shared memory under a link between procs of one host: the frames that would go through the
 // unix socket go through two rings in a memfd (shm_ring.hpp) instead, with the same framing,
-// sequence numbers, limits and backpressure; the socket stays, to wake a side that sleeps (one
-// byte, a doorbell) and to tell when the peer's process ends (its end of stream).
+// sequence numbers, limits and backpressure. A side that sleeps is woken through an eventfd (a
+// doorbell: one per direction); the socket stays, to carry slabs' memfds and to tell when the
+// peer's process ends (its end of stream).
 //
 // The switch, at a frame boundary in each direction:
-//   dialler:  hello, offer, then one byte carrying the memfd (SCM_RIGHTS), all on the socket
-//             as the first things written; every later frame goes to its ring.
-//   listener: reads the offer, then the byte and the fd; maps the region and reads the
+//   dialler:  hello, offer, then one byte carrying the memfd and the two eventfds (SCM_RIGHTS),
+//             all on the socket as the first things written; every later frame goes to its ring.
+//   listener: reads the offer, then the byte and the fds; maps the region and reads the
 //             dialler's ring from then on; writes "taken" as its last frame on the socket, and
 //             its frames to its ring after it.
 //   dialler:  reads the socket until "taken", and its ring after it.
-// Doorbells go on the socket only once both directions are past the switch, so they never land
-// in the middle of a frame.
+// The listener rings only once its writes are past the switch.
 
 #include <sys/socket.h>
 #include <unistd.h>
@@ -42,6 +42,7 @@ constexpr int kDeferSkips = 8;
 
 StreamLink::Shm::~Shm() {
   for (const int fd : fds) ::close(fd);
+  if (bell_out >= 0) ::close(bell_out);
 }
 
 void StreamLink::Shm::attach_rings(bool dialler) {
@@ -139,6 +140,16 @@ bool StreamLink::offer_shm() {
   s->attach_rings(true);
   s->writing = true;
   std::string error;
+  const int dialler_bell = shm::make_bell(error);
+  if (dialler_bell >= 0) {
+    s->bell_in.assign(dialler_bell);
+    s->bell_out = shm::make_bell(error);
+  }
+  if (!error.empty()) {
+    log_line(options_, detail::LogLevel::debug,
+             "link " + description_ + ": no shared memory (" + error + "); using the socket");
+    return false;
+  }
   {
     std::lock_guard lock(mu_);
     // The hello set_dialler queued, and the offer, written now as one.
@@ -148,7 +159,9 @@ bool StreamLink::offer_shm() {
     const int fd = socket_.native_handle();
     const int timeout_ms = static_cast<int>(options_.dead_after.count());
     error = shm::send_all(fd, bytes, timeout_ms);
-    if (error.empty()) error = shm::send_fd(fd, s->region.fd, timeout_ms);
+    if (error.empty()) {
+      error = shm::send_fds(fd, {s->region.fd, dialler_bell, s->bell_out}, timeout_ms);
+    }
     if (error.empty()) {
       s->region.close_fd();  // the peer has its own now; the mapping keeps the memory
       shm_ = std::move(s);
@@ -165,8 +178,8 @@ bool StreamLink::offer_shm() {
 void StreamLink::take_shm(std::uint64_t epoch) {
   if (redial_ || shm_ || !unix_) return fail("an unexpected shared-memory offer");
   std::string error;
-  const int fd = shm::receive_fd(socket_.native_handle(), error);
-  if (fd < 0 && error.empty()) {
+  const shm::Offered offered = shm::receive_offer(socket_.native_handle(), error);
+  if (offered.region < 0 && error.empty()) {
     socket_.async_wait(Protocol::socket::wait_read,
                        asio::bind_executor(strand_, [self = shared(), epoch](asio::error_code ec) {
                          if (epoch != self->epoch_ || self->closed()) return;
@@ -175,9 +188,11 @@ void StreamLink::take_shm(std::uint64_t epoch) {
                        }));
     return;
   }
-  if (fd < 0) return fail(error);
+  if (offered.region < 0) return fail(error);
   auto s = std::make_unique<Shm>(strand_);
-  error = shm::Region::map(fd, s->region);
+  s->bell_in.assign(offered.listener_bell);
+  s->bell_out = offered.dialler_bell;
+  error = shm::Region::map(offered.region, s->region);
   if (!error.empty()) return fail("cannot use the shared memory the peer offered: " + error);
   s->attach_rings(false);
   s->reading = true;
@@ -190,6 +205,7 @@ void StreamLink::take_shm(std::uint64_t epoch) {
   }
   watch_spins();
   watch_shm(epoch);
+  watch_bell(epoch);
   read_prefix(epoch);
 }
 
@@ -202,6 +218,7 @@ void StreamLink::shm_taken(std::uint64_t epoch) {
   }
   watch_spins();
   watch_shm(epoch);
+  watch_bell(epoch);
   read_prefix(epoch);
 }
 
@@ -231,7 +248,23 @@ void StreamLink::watch_spins() {
   s.spinners->add(s.spin);
 }
 
-/// Waits for the socket: a doorbell (drained), or its end (the peer is gone).
+/// Waits for the peer's wake-up: a read of the eventfd takes its count, and the next read waits
+/// with no system call (Asio marks the descriptor drained), where a wait on the socket cost a
+/// byte sent, a byte read and a re-arm of epoll per wake-up.
+void StreamLink::watch_bell(std::uint64_t epoch) {
+  shm_->bell_in.async_read_some(
+      asio::buffer(shm_->bell_read),
+      asio::bind_executor(strand_, [self = shared(), epoch](asio::error_code ec, std::size_t) {
+        if (epoch != self->epoch_ || self->closed()) return;
+        if (ec) return self->ring_broke("its wake-ups stopped: " + ec.message());
+        self->serve_read();
+        if (self->closed()) return;
+        self->serve_write();
+        if (!self->closed()) self->watch_bell(epoch);
+      }));
+}
+
+/// Waits for the socket: slabs' memfds, or its end (the peer is gone).
 void StreamLink::watch_shm(std::uint64_t epoch) {
   socket_.async_wait(Protocol::socket::wait_read,
                      asio::bind_executor(strand_, [self = shared(), epoch](asio::error_code ec) {
@@ -240,7 +273,7 @@ void StreamLink::watch_shm(std::uint64_t epoch) {
                      }));
 }
 
-/// The socket woke the watcher (strand): doorbells, slabs' memfds, or the peer's end.
+/// The socket woke the watcher (strand): slabs' memfds, or the peer's end.
 void StreamLink::on_socket(std::uint64_t epoch, const asio::error_code& ec) {
   Shm& s = *shm_;
   if (ec) {
@@ -269,9 +302,8 @@ void StreamLink::doorbell() {
     shm_->owe_doorbell = true;  // the socket still carries our frames
     return;
   }
-  const char byte = 'd';
-  // A full socket already holds a doorbell the peer has yet to drain.
-  (void)::send(socket_.native_handle(), &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+  const std::uint64_t one = 1;
+  (void)::write(shm_->bell_out, &one, sizeof one);  // a count that only grows: never full
 }
 
 void StreamLink::ring_broke(const std::string& why) {

@@ -4,9 +4,8 @@
 // parts, backpressure, a close) runs in link.test.cpp, over every transport.
 
 #include <fcntl.h>
-#include <linux/sockios.h>
+#include <poll.h>
 #include <signal.h>
-#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -65,8 +64,22 @@ struct RawShmClient {
     control_to_listener = l.control[0];
     out = shm::RingEnd(l.control[0], l.data[0], region.capacity);
     raw.write(control("hello", 7) + control("shm", 1));
-    const std::string error = shm::send_fd(raw.fd(), region.fd, 1000);
+    std::string error;
+    own_bell = shm::make_bell(error);
+    listener_bell = shm::make_bell(error);
+    if (error.empty()) error = shm::send_fds(raw.fd(), {region.fd, own_bell, listener_bell}, 1000);
     if (!error.empty()) throw std::runtime_error(error);
+  }
+  ~RawShmClient() {
+    ::close(own_bell);
+    ::close(listener_bell);
+  }
+  RawShmClient(const RawShmClient&) = delete;
+  RawShmClient& operator=(const RawShmClient&) = delete;
+  /// Whether the listener has taken every wake-up rung so far.
+  bool wake_ups_taken() const {
+    pollfd p{listener_bell, POLLIN, 0};
+    return ::poll(&p, 1, 0) == 0;
   }
   void write(const std::string& bytes) {
     std::size_t done = 0;
@@ -77,12 +90,17 @@ struct RawShmClient {
     }
     ring();
   }
-  void ring() { raw.write("d"); }
+  void ring() {
+    const std::uint64_t one = 1;
+    if (::write(listener_bell, &one, sizeof one) != sizeof one) throw std::runtime_error("ring");
+  }
 
   RawClient raw;
   shm::Region region;
   shm::RingControl* control_to_listener = nullptr;
   shm::RingEnd out;
+  int own_bell = -1;       // the listener rings it
+  int listener_bell = -1;  // this client rings it
 };
 
 /// Each hostile test runs with the event loop sleeping between frames, and with it spinning on
@@ -198,7 +216,7 @@ TEST_P(ShmHostile, AnOfferWithoutItsMemfdIsRefused) {
   RawClient raw(path);
   Inbox& victim = accepted(1);
   raw.write(control("hello", 9) + control("shm", 1) + "m");  // the byte, but no descriptor
-  EXPECT_THAT(victim.wait_closed(), HasSubstr("sent no single memfd"));
+  EXPECT_THAT(victim.wait_closed(), HasSubstr("did not send its memfd and two eventfds"));
   expect_healthy(1);
 }
 
@@ -215,9 +233,30 @@ TEST_P(ShmHostile, AnOfferOfAMemfdThatCouldShrinkIsRefused) {
   ASSERT_EQ(::pwrite(fd, sealed.base, sizeof(shm::RegionHeader), 0),
             static_cast<ssize_t>(sizeof(shm::RegionHeader)));
   raw.write(control("hello", 9) + control("shm", 1));
-  ASSERT_EQ(shm::send_fd(raw.fd(), fd, 1000), "");
-  ::close(fd);
+  std::string error;
+  const int bells[2] = {shm::make_bell(error), shm::make_bell(error)};
+  ASSERT_EQ(error, "");
+  ASSERT_EQ(shm::send_fds(raw.fd(), {fd, bells[0], bells[1]}, 1000), "");
+  for (const int f : {fd, bells[0], bells[1]}) ::close(f);
   EXPECT_THAT(victim.wait_closed(), HasSubstr("not sealed"));
+  expect_healthy(1);
+}
+
+TEST_P(ShmHostile, AnOfferWhoseWakeUpsAreNotEventfdsIsRefused) {
+  expect_healthy(0);
+  RawClient raw(path);
+  Inbox& victim = accepted(1);
+  // A pipe where an eventfd belongs: writing the peer's wake-ups into it would block once full.
+  shm::Region region = shm::Region::create(4096);
+  int pipe_fds[2] = {-1, -1};
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  std::string error;
+  const int bell = shm::make_bell(error);
+  ASSERT_EQ(error, "");
+  raw.write(control("hello", 9) + control("shm", 1));
+  ASSERT_EQ(shm::send_fds(raw.fd(), {region.fd, pipe_fds[1], bell}, 1000), "");
+  for (const int f : {pipe_fds[0], pipe_fds[1], bell}) ::close(f);
+  EXPECT_THAT(victim.wait_closed(), HasSubstr("not eventfds"));
   expect_healthy(1);
 }
 
@@ -227,13 +266,11 @@ TEST_P(ShmHostile, AFrameWhoseWakeUpWasLostIsReadAtTheNextHeartbeatsNotLeftToKil
   Inbox& victim = accepted(1);
   raw.write(frame(0, 10));  // written, and rung
   ASSERT_TRUE(victim.wait_envelopes(1));
-  // Once the listener has taken the doorbell off the socket and its read sleeps, the next frame
-  // goes into the ring with no doorbell: nothing but the heartbeat's look can find it.
+  // Once the listener has taken the wake-up and its read sleeps, the next frame goes into the
+  // ring with no wake-up: nothing but the heartbeat's look can find it.
   const auto until = std::chrono::steady_clock::now() + kDeadline;
   auto settled = [&] {
-    int unread = 0;
-    return ::ioctl(raw.raw.fd(), SIOCOUTQ, &unread) == 0 && unread == 0 &&
-           raw.control_to_listener->reader_sleeps.load() == 1;
+    return raw.wake_ups_taken() && raw.control_to_listener->reader_sleeps.load() == 1;
   };
   while (!settled()) {
     ASSERT_LT(std::chrono::steady_clock::now(), until) << "the listener's read never slept";

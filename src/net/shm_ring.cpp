@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -10,6 +11,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <string>
+#include <string_view>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -267,24 +270,40 @@ void collect_fds(msghdr& msg, std::vector<int>& fds) {
 
 }  // namespace
 
-std::string send_fd(int sock, int fd, int timeout_ms, char tag) {
+std::string send_fds(int sock, const std::vector<int>& fds, int timeout_ms, char tag) {
+  constexpr std::size_t kMost = 4;
+  if (fds.empty() || fds.size() > kMost)
+    return "cannot send " + std::to_string(fds.size()) + " fds";
   char byte = tag;
   iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMost)] = {};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
   msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
+  msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
   cmsghdr* c = CMSG_FIRSTHDR(&msg);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+  std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
   for (;;) {
     if (::sendmsg(sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) == 1) return {};
     if (!wait_for_room(sock, timeout_ms)) return errno_text("sending a memfd");
   }
+}
+
+int make_bell(std::string& error) {
+  const int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (fd < 0) error = errno_text("making an eventfd");
+  return fd;
+}
+
+bool is_eventfd(int fd) {
+  char target[64] = {};
+  const std::string link = "/proc/self/fd/" + std::to_string(fd);
+  const ssize_t n = ::readlink(link.c_str(), target, sizeof(target) - 1);
+  return n > 0 && std::string_view(target, static_cast<std::size_t>(n)) == "anon_inode:[eventfd]";
 }
 
 std::string send_all(int sock, std::string_view bytes, int timeout_ms) {
@@ -299,7 +318,7 @@ std::string send_all(int sock, std::string_view bytes, int timeout_ms) {
   return {};
 }
 
-int receive_fd(int sock, std::string& error) {
+Offered receive_offer(int sock, std::string& error) {
   char byte = 0;
   iovec iov{&byte, 1};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)] = {};
@@ -313,22 +332,28 @@ int receive_fd(int sock, std::string& error) {
     n = ::recvmsg(sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
   } while (n < 0 && errno == EINTR);
   if (n < 0) {
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return -1;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return {};
     error = errno_text("receiving the memfd");
-    return -1;
+    return {};
   }
   if (n == 0) {
     error = "the peer closed the connection before it sent the memfd it offered";
-    return -1;
+    return {};
   }
   std::vector<int> fds;
   collect_fds(msg, fds);
-  if (byte != 'm' || fds.size() != 1 || (msg.msg_flags & MSG_CTRUNC) != 0) {
-    for (const int fd : fds) ::close(fd);
-    error = "the peer offered a shared-memory link but sent no single memfd after it";
-    return -1;
+  if (byte != 'm' || fds.size() != 3 || (msg.msg_flags & MSG_CTRUNC) != 0) {
+    error =
+        "the peer offered a shared-memory link but did not send its memfd and two eventfds "
+        "after it";
+  } else if (!is_eventfd(fds[1]) || !is_eventfd(fds[2])) {
+    error = "the peer offered a shared-memory link with wake-up descriptors that are not eventfds";
   }
-  return fds.front();
+  if (!error.empty()) {
+    for (const int fd : fds) ::close(fd);
+    return {};
+  }
+  return Offered{fds[0], fds[1], fds[2]};
 }
 
 Drained drain(int sock, std::deque<int>& fds) {

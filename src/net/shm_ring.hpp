@@ -20,6 +20,7 @@
 #include <deque>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace baton::net::shm {
 
@@ -129,20 +130,34 @@ struct Region {
 /// Sends all of `bytes` over `sock`, waiting up to `timeout_ms` at a time for room; "" or the
 /// error.
 std::string send_all(int sock, std::string_view bytes, int timeout_ms);
-/// Sends `fd` with one byte (`tag`) over the unix socket `sock` (SCM_RIGHTS), waiting up to
+/// Sends `fds` with one byte (`tag`) over the unix socket `sock` (SCM_RIGHTS), waiting up to
 /// `timeout_ms` for room; "" or the error.
-std::string send_fd(int sock, int fd, int timeout_ms, char tag = 'm');
+std::string send_fds(int sock, const std::vector<int>& fds, int timeout_ms, char tag = 'm');
+inline std::string send_fd(int sock, int fd, int timeout_ms, char tag = 'm') {
+  return send_fds(sock, {fd}, timeout_ms, tag);
+}
+/// A new eventfd for a link's wake-ups (non-blocking, close-on-exec): -1 and `error` if none.
+int make_bell(std::string& error);
+/// Whether `fd` is an eventfd: a peer's descriptor is checked before it is written to.
+bool is_eventfd(int fd);
 
-/// Reads what waits on a shared-memory link's socket now: doorbells (dropped) and descriptors
-/// (appended to `fds`, in the order sent). `eof`: the peer's end closed (or reset). It may
-/// leave bytes that came after its last read: call it again when the socket is readable.
+/// Reads what waits on a shared-memory link's socket now: descriptors (appended to `fds`, in
+/// the order sent; the bytes that carry them are dropped). `eof`: the peer's end closed (or reset).
+/// It may leave bytes that came after its last read: call it again when the socket is readable.
 struct Drained {
   bool eof = false;
   std::string error;  // a message that could not be taken whole (too many descriptors)
 };
 Drained drain(int sock, std::deque<int>& fds);
-/// Receives the byte and the descriptor send_fd() sent, if they are there now: the fd, -1 if
-/// nothing has arrived yet (`error` empty), or -1 with `error` set.
-int receive_fd(int sock, std::string& error);
+/// What the dialler of a shared-memory link sends after its offer: the region's memfd, then the
+/// eventfd that wakes the dialler (the listener writes it) and the one that wakes the listener.
+struct Offered {
+  int region = -1;
+  int dialler_bell = -1;
+  int listener_bell = -1;
+};
+/// Receives the byte and the three descriptors of an offer, if they are there now. Nothing
+/// (every fd -1) if they have not arrived yet (`error` empty); on `error`, nothing is kept.
+Offered receive_offer(int sock, std::string& error);
 
 }  // namespace baton::net::shm

@@ -3,7 +3,7 @@
 // Internal: spinning on shared-memory rings instead of sleeping, where that is free.
 //
 // A same-host link's reader that finds its ring empty says it sleeps, and its peer then rings a
-// doorbell (a byte on the socket) to wake it: a system call for the writer, a wake-up across
+// doorbell (its eventfd) to wake it: a system call for the writer, a wake-up across
 // cores for the reader, tens of microseconds on a small machine. Where a reply or the next
 // request is due within a few microseconds, a thread that would otherwise block (an I/O thread's
 // loop, or a caller leading the loop while it waits for its reply) watches the rings instead,
