@@ -1,7 +1,10 @@
 // `baton-bench cast`: one call on a whole mesh of N worker procs (the cast tree down, replies
 // gathered on the way up) against N direct calls issued together and then awaited, in the same
-// run; and `baton-bench spawn`: spawn_procs with 16 procs to an actor mesh answering a call,
-// against starting 16 copies of this executable that exit at once.
+// run; then the same call streamed (each reply read as it comes) against the direct calls, in
+// rounds of their own (a stream's members also tell their parent when they are done, and those
+// messages, still coming as the stream's last item is read, would land in the next round); and
+// `baton-bench spawn`: spawn_procs with 16 procs to an actor mesh answering a call, against
+// starting 16 copies of this executable that exit at once.
 
 #include <signal.h>
 #include <spawn.h>
@@ -58,11 +61,38 @@ int run_cast() {
         unicast_ms.push_back(u);
       }
     }
+    std::vector<double> stream_ms;
+    std::vector<double> stream_unicast_ms;
+    for (int i = 0; i < rounds + rounds / 10; ++i) {
+      auto t0 = Clock::now();
+      auto stream = mesh.stream(&CastMember::ping, i);
+      std::size_t items = 0;
+      while (auto item = stream.next()) {
+        if (item->second != i + 1) throw std::runtime_error("bad streamed reply");
+        ++items;
+      }
+      const double s = ms_since(t0);
+      if (items != n) throw std::runtime_error("a stream ended short");
+      t0 = Clock::now();
+      std::vector<Future<int>> each;
+      each.reserve(n);
+      for (std::size_t r = 0; r < n; ++r) each.push_back(mesh.at(r).call(&CastMember::ping, i));
+      for (auto& f : each) {
+        if (std::move(f).get() != i + 1) throw std::runtime_error("bad unicast reply");
+      }
+      const double u = ms_since(t0);
+      if (i >= rounds / 10) {
+        stream_ms.push_back(s);
+        stream_unicast_ms.push_back(u);
+      }
+    }
     const double cast = median(cast_ms);
     const double unicast = median(unicast_ms);
     print_figure("cast_gather_p50_n" + std::to_string(n), cast, "ms");
     print_figure("unicast_gather_p50_n" + std::to_string(n), unicast, "ms");
     print_figure("cast_ratio_n" + std::to_string(n), cast / unicast, "x");
+    print_figure("stream_ratio_n" + std::to_string(n),
+                 median(stream_ms) / median(stream_unicast_ms), "x");
     print_figure("cast_gather_per_member_us_n" + std::to_string(n),
                  cast * 1e3 / static_cast<double>(n), "us");
     procs.stop().get();

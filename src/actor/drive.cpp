@@ -8,9 +8,11 @@
 
 namespace baton::detail {
 
-bool drive_until_ready(StateBase& s, const std::chrono::steady_clock::time_point* deadline) {
+bool drive_while_waiting(const std::shared_ptr<void>& route, const std::function<bool()>& done,
+                         const std::function<void(std::function<void()>)>& when_done,
+                         const std::chrono::steady_clock::time_point* deadline) {
   if (current_cell() != nullptr || net::on_io_thread()) return false;
-  auto proc = std::static_pointer_cast<ProcState>(s.reply_route());
+  auto proc = std::static_pointer_cast<ProcState>(route);
   if (!proc) {
     const auto node = Node::current();
     Router* router = node ? node->router() : nullptr;
@@ -23,8 +25,12 @@ bool drive_until_ready(StateBase& s, const std::chrono::steady_clock::time_point
     io = proc->io.get();
   }
   if (io == nullptr) return false;
-  return net::drive_until(
-      *io, [&s] { return s.ready(); },
+  return net::drive_until(*io, done, when_done, deadline);
+}
+
+bool drive_until_ready(StateBase& s, const std::chrono::steady_clock::time_point* deadline) {
+  return drive_while_waiting(
+      s.reply_route(), [&s] { return s.ready(); },
       [&s](std::function<void()> wake) { s.on_ready(std::move(wake)); }, deadline);
 }
 

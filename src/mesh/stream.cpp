@@ -1,5 +1,7 @@
 // Streamed replies, queued for the caller as they arrive; and the host layer's shutdown hook.
 
+#include <utility>
+
 #include "actor/directory.hpp"
 #include "actor/node.hpp"
 #include "actor/replies.hpp"
@@ -8,23 +10,31 @@
 namespace baton::detail {
 
 void StreamQueue::push(CastItem item) {
+  std::function<void()> wake;
   {
     std::lock_guard lock(mu_);
     q_.push_back(std::move(item));
+    wake = std::exchange(wake_, nullptr);
   }
   cv_.notify_one();
+  if (wake) wake();
 }
 
 std::optional<CastItem> StreamQueue::pop(
     std::optional<std::chrono::steady_clock::time_point> deadline) {
   std::unique_lock lock(mu_);
-  const auto have = [&] { return head_ < q_.size(); };
-  if (!deadline) {
-    cv_.wait(lock, have);
-  } else if (!cv_.wait_until(lock, *deadline, have)) {
+  const std::shared_ptr<void> route = route_.lock();
+  if (!wait_for_value(
+          lock, cv_, wake_, route, [&] { return head_ < q_.size(); },
+          deadline ? &*deadline : nullptr)) {
     return std::nullopt;
   }
   return std::move(q_[head_++]);
+}
+
+void StreamQueue::set_route(std::weak_ptr<void> route) {
+  std::lock_guard lock(mu_);
+  route_ = std::move(route);
 }
 
 namespace {
@@ -70,6 +80,7 @@ PortId open_stream_port(std::shared_ptr<const std::vector<CastMember>> base, con
                         std::shared_ptr<StreamQueue> q) {
   auto local = cast_impl::root_proc(*base);
   if (!local) throw UsageError("stream(): no proc in this process to receive the replies");
+  q->set_route(local);
   auto port = std::make_shared<StreamPort>(std::move(q), std::move(base), view, local);
   std::lock_guard lock(local->mu);
   const std::uint64_t n = local->next_port++;

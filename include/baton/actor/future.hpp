@@ -73,6 +73,12 @@ class StateBase;
 /// reply where it comes in, with no hand-off from the I/O thread. Returns false, having waited
 /// for nothing, where it cannot (another thread runs that loop so); the wait then sleeps.
 bool drive_until_ready(StateBase& s, const std::chrono::steady_clock::time_point* deadline);
+/// The same for any wait outside actors (a port's or a stream's next value): runs the event loop
+/// of `route` (a proc's state; null: the proc that links this process) until `done()` or
+/// `deadline`. `when_done(wake)` must make `wake` run once `done()` turns true on another thread.
+bool drive_while_waiting(const std::shared_ptr<void>& route, const std::function<bool()>& done,
+                         const std::function<void(std::function<void()>)>& when_done,
+                         const std::chrono::steady_clock::time_point* deadline);
 
 /// Shared state of a future, type-erased so replies can complete it from bytes.
 class StateBase {

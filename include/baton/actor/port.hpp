@@ -56,28 +56,85 @@ class OnceSink final : public PortSink {
   std::shared_ptr<StateBase> state_;
 };
 
+/// How a thread outside actors waits for a queue's next value (`has()`, read under `lock`'s
+/// mutex) until `deadline` (null: none): it runs the event loop that values come in on, that of
+/// `route` (drive_while_waiting), as a get() does, leaving in `wake` what ends that when a value
+/// comes on another thread (the queue calls it, unlocked, after queueing); then, where it cannot
+/// run that loop, it sleeps on `cv`. A loop's own thread stays parked for a while after a get(),
+/// so a waiter that only slept would wait for it. Returns with `lock` held: whether `has()`.
+template <class Has>
+bool wait_for_value(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
+                    std::function<void()>& wake, const std::shared_ptr<void>& route, Has has,
+                    const std::chrono::steady_clock::time_point* deadline) {
+  if (!has()) {
+    std::mutex& mu = *lock.mutex();
+    lock.unlock();
+    drive_while_waiting(
+        route,
+        [&] {
+          std::lock_guard l(mu);
+          return has();
+        },
+        [&](std::function<void()> w) {
+          std::unique_lock l(mu);
+          if (!has()) {
+            wake = std::move(w);
+            return;
+          }
+          l.unlock();
+          w();
+        },
+        deadline);
+    lock.lock();
+    wake = nullptr;
+  }
+  if (deadline == nullptr) {
+    cv.wait(lock, has);
+    return true;
+  }
+  return cv.wait_until(lock, *deadline, has);
+}
+
 template <class T>
 class QueueSink final : public PortSink {
  public:
   bool deliver(const Body& body) override {
     T v = decode<T>(body);
+    std::function<void()> wake;
     {
       std::lock_guard lock(mu_);
       q_.push_back(std::move(v));
+      wake = std::exchange(wake_, nullptr);
     }
     cv_.notify_one();
+    if (wake) wake();
     return true;
   }
-  template <class Pred>
-  std::optional<T> pop(std::unique_lock<std::mutex>& lock, Pred wait) {
-    if (!wait(lock)) return std::nullopt;
+  /// The next value, waiting until `deadline` (null: none) for it (see wait_for_value).
+  std::optional<T> pop(const std::chrono::steady_clock::time_point* deadline) {
+    std::unique_lock lock(mu_);
+    if (!wait_for_value(
+            lock, cv_, wake_, nullptr, [this] { return !q_.empty(); }, deadline)) {
+      return std::nullopt;
+    }
     T v = std::move(q_.front());
     q_.pop_front();
     return v;
   }
+  /// The next value if one is queued.
+  std::optional<T> try_pop() {
+    std::lock_guard lock(mu_);
+    if (q_.empty()) return std::nullopt;
+    T v = std::move(q_.front());
+    q_.pop_front();
+    return v;
+  }
+
+ private:
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<T> q_;
+  std::function<void()> wake_;  // a waiter running the event loop (wait_for_value)
 };
 
 }  // namespace detail
@@ -154,28 +211,19 @@ template <class T>
 class PortReceiver {
  public:
   /// Blocks until a value arrives.
-  T recv() {
-    std::unique_lock lock(sink_->mu_);
-    return *sink_->pop(lock, [&](auto& l) {
-      sink_->cv_.wait(l, [&] { return !sink_->q_.empty(); });
-      return true;
-    });
-  }
+  T recv() { return *sink_->pop(nullptr); }
   /// Waits at most `timeout`; throws TimeoutError if nothing arrived.
   template <class Rep, class Period>
   T recv(std::chrono::duration<Rep, Period> timeout) {
-    std::unique_lock lock(sink_->mu_);
-    auto v = sink_->pop(lock, [&](auto& l) {
-      return sink_->cv_.wait_for(l, timeout, [&] { return !sink_->q_.empty(); });
-    });
+    if (timeout > std::chrono::hours(24 * 365 * 100)) return recv();  // no deadline in reach
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
+    auto v = sink_->pop(&deadline);
     if (!v) throw TimeoutError("no value arrived on the port within the timeout");
     return std::move(*v);
   }
   /// A value if one is queued.
-  std::optional<T> try_recv() {
-    std::unique_lock lock(sink_->mu_);
-    return sink_->pop(lock, [&](auto&) { return !sink_->q_.empty(); });
-  }
+  std::optional<T> try_recv() { return sink_->try_pop(); }
 
  private:
   explicit PortReceiver(std::shared_ptr<detail::QueueSink<T>> sink) : sink_(std::move(sink)) {}

@@ -253,14 +253,19 @@ struct ReducerRegistration {
 class StreamQueue {
  public:
   void push(CastItem item);
-  /// The next item; waits for it until `deadline` (nullopt once it passed).
+  /// The next item; waits for it until `deadline` (nullopt once it passed), outside actors
+  /// running the event loop the items come in on (wait_for_value).
   std::optional<CastItem> pop(std::optional<std::chrono::steady_clock::time_point> deadline);
+  /// The proc whose links bring the items (its state).
+  void set_route(std::weak_ptr<void> route);
 
  private:
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<CastItem> q_;
   std::size_t head_ = 0;
+  std::weak_ptr<void> route_;
+  std::function<void()> wake_;  // a waiter running the event loop
 };
 /// Opens a port for a stream to the members of `base` at `view` on the proc that sends the
 /// cast; what arrives there goes to `q`. An item saying that its member was lost with a link
