@@ -14,7 +14,7 @@ void StreamQueue::push(CastItem item) {
   {
     std::lock_guard lock(mu_);
     q_.push_back(std::move(item));
-    wake = std::exchange(wake_, nullptr);
+    wake = wake_;  // it stays until its waiter is done
   }
   cv_.notify_one();
   if (wake) wake();

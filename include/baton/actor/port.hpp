@@ -59,7 +59,8 @@ class OnceSink final : public PortSink {
 /// How a thread outside actors waits for a queue's next value (`has()`, read under `lock`'s
 /// mutex) until `deadline` (null: none): it runs the event loop that values come in on, that of
 /// `route` (drive_while_waiting), as a get() does, leaving in `wake` what ends that when a value
-/// comes on another thread (the queue calls it, unlocked, after queueing); then, where it cannot
+/// comes on another thread (the queue calls a copy, unlocked, after each value it queues: a value
+/// another waiter took leaves this one running the loop, to be woken again); then, where it cannot
 /// run that loop, it sleeps on `cv`. A loop's own thread stays parked for a while after a get(),
 /// so a waiter that only slept would wait for it. Returns with `lock` held: whether `has()`.
 template <class Has>
@@ -68,6 +69,7 @@ bool wait_for_value(std::unique_lock<std::mutex>& lock, std::condition_variable&
                     const std::chrono::steady_clock::time_point* deadline) {
   if (!has()) {
     std::mutex& mu = *lock.mutex();
+    bool left_wake = false;  // only the thread that runs the loop leaves one (one at a time)
     lock.unlock();
     drive_while_waiting(
         route,
@@ -79,6 +81,7 @@ bool wait_for_value(std::unique_lock<std::mutex>& lock, std::condition_variable&
           std::unique_lock l(mu);
           if (!has()) {
             wake = std::move(w);
+            left_wake = true;
             return;
           }
           l.unlock();
@@ -86,7 +89,7 @@ bool wait_for_value(std::unique_lock<std::mutex>& lock, std::condition_variable&
         },
         deadline);
     lock.lock();
-    wake = nullptr;
+    if (left_wake) wake = nullptr;  // not another waiter's, which may run the loop now
   }
   if (deadline == nullptr) {
     cv.wait(lock, has);
@@ -104,7 +107,7 @@ class QueueSink final : public PortSink {
     {
       std::lock_guard lock(mu_);
       q_.push_back(std::move(v));
-      wake = std::exchange(wake_, nullptr);
+      wake = wake_;  // it stays until its waiter is done: another waiter may take this value
     }
     cv_.notify_one();
     if (wake) wake();
