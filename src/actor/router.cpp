@@ -270,7 +270,10 @@ bool RemoteRouter::route_call(const ActorId& target, const EndpointInfo& endpoin
       // The link closed a moment ago, and its handler is about to say why: a reply port still
       // pending on its route is failed there with that reason (a refused secret, say).
       if (reply_to && routes_to(target.proc.name, link)) return true;
-      why = "the link to proc " + target.proc.name + " is closed; " + target.to_string() +
+      // Or it said so already: its route went with the reason, which the call fails with.
+      const auto closed = closed_reason(target.proc.name);
+      why = "the link to proc " + target.proc.name +
+            (closed ? " closed (" + *closed + "); " : " is closed; ") + target.to_string() +
             " cannot be reached";
     }
   } catch (const net::LinkFullError& e) {
