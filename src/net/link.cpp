@@ -440,7 +440,7 @@ void StreamLink::shutdown(const std::string& reason, LinkEnd end, bool tell_peer
   {
     std::lock_guard lock(mu_);
     ++epoch_;
-    if (shm_) shm_->bell_in.close(ignored);  // its wait ends, and with it its hold on the link
+    if (shm_) shm_->close_bells();  // now, not when the last handler that holds the link goes
     if (bye_rest) {
       socket_.cancel(ignored);  // the link's own reads and waits end, as a close ends them
       std::make_shared<Lingering>(ctx_, std::move(socket_), std::move(*bye_rest))

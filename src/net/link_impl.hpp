@@ -263,9 +263,12 @@ class StreamLink final : public Link {
     bool peer_gone = false;     // the socket ended: the peer closed or died (strand)
     bool owe_doorbell = false;  // a wake-up waits for `writing` (strand)
     // Wake-ups: the peer writes `bell_in` to wake this side, this side writes `bell_out` (two
-    // eventfds the dialler made and sent with the memfd).
+    // eventfds the dialler made and sent with the memfd). The link's close closes both at once,
+    // not when the last handler that holds the link lets go: `bell_mu` keeps a wake-up's write
+    // from meeting that close (a wake-up is rare beside the frames, so the lock costs nothing).
     asio::posix::stream_descriptor bell_in;
-    int bell_out = -1;
+    std::mutex bell_mu;
+    int bell_out = -1;                         // (bell_mu)
     std::array<std::uint64_t, 2> bell_read{};  // a read of bell_in takes its count (8 bytes)
     std::size_t switch_after = 0;  // control frames to write on the socket before `writing`
     // A read or write in progress. One that must wait for the peer puts its handler (which
@@ -307,6 +310,8 @@ class StreamLink final : public Link {
         : bell_in(strand), read_op(strand), write_op(strand) {}
     /// Maps the two rings of `region`: the dialler writes the first, the listener the second.
     void attach_rings(bool dialler);
+    /// Closes both wake-up descriptors (the link closes).
+    void close_bells();
     Shm(const Shm&) = delete;
     Shm& operator=(const Shm&) = delete;
     ~Shm();

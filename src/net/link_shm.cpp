@@ -42,7 +42,7 @@ constexpr int kDeferSkips = 8;
 
 StreamLink::Shm::~Shm() {
   for (const int fd : fds) ::close(fd);
-  if (bell_out >= 0) ::close(bell_out);
+  close_bells();
 }
 
 void StreamLink::Shm::attach_rings(bool dialler) {
@@ -303,7 +303,17 @@ void StreamLink::doorbell() {
     return;
   }
   const std::uint64_t one = 1;
-  (void)::write(shm_->bell_out, &one, sizeof one);  // a count that only grows: never full
+  const std::lock_guard lock(shm_->bell_mu);
+  if (shm_->bell_out >= 0) {
+    (void)::write(shm_->bell_out, &one, sizeof one);  // a count that only grows: never full
+  }
+}
+
+void StreamLink::Shm::close_bells() {
+  asio::error_code ignored;
+  bell_in.close(ignored);  // its wait ends, and with it its hold on the link
+  const std::lock_guard lock(bell_mu);
+  if (bell_out >= 0) ::close(std::exchange(bell_out, -1));
 }
 
 void StreamLink::ring_broke(const std::string& why) {
