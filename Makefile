@@ -73,9 +73,9 @@ test-tsan:
 # The runtime's core tests (actors, links, meshes, processes, supervision) under both
 # sanitizers, in CI's time: only their targets are built.
 CORE_TESTS := test_actor_proc test_actor_remote test_actor_threadpool test_net_link test_net_auth \
-  test_net_link_shm test_net_io_thread test_host_mesh \
+  test_net_link_shm test_net_wake_ups test_net_io_thread test_host_mesh \
   test_host_runtime test_host_supervision test_host_lifecycle test_rdma_lifecycle test_net_work_queue
-CORE_REGEX := ^(actor\.proc|actor\.remote|actor\.threadpool|net\.link|net\.link_shm|net\.io_thread|net\.auth|net\.work_queue|host\.mesh|host\.runtime|host\.supervision|host\.lifecycle|rdma\.lifecycle)$$
+CORE_REGEX := ^(actor\.proc|actor\.remote|actor\.threadpool|net\.link|net\.link_shm|net\.wake_ups|net\.io_thread|net\.auth|net\.work_queue|host\.mesh|host\.runtime|host\.supervision|host\.lifecycle|rdma\.lifecycle)$$
 test-sanitizers-core:
 	cmake -S . -B build-asan -G Ninja -DBATON_SANITIZE=address,undefined -DBATON_BENCH=OFF \
 	  -DBATON_EXAMPLES=OFF -DBATON_HEADER_CHECK=OFF $(SAN_FLAGS) $(LAUNCHER) $(CMAKE_ARGS)

@@ -2,13 +2,15 @@
 // gathered on the way up) against N direct calls issued together and then awaited, in the same
 // run; then the same call streamed (each reply read as it comes) against the direct calls, in
 // rounds of their own (a stream's members also tell their parent when they are done, and those
-// messages, still coming as the stream's last item is read, would land in the next round); and
+// messages, still coming as the stream's last item is read, would land in the next round), with
+// the calling thread's CPU time for each way (what the cast's bookkeeping costs the caller); and
 // `baton-bench spawn`: spawn_procs with 16 procs to an actor mesh answering a call, against
 // starting 16 copies of this executable that exit at once.
 
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -27,6 +29,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+/// The calling thread's CPU time so far, in microseconds.
+double thread_cpu_us() {
+  timespec t{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_nsec) / 1e3;
+}
+
 class CastMember : public Actor {
  public:
   int ping(int x) { return x + 1; }
@@ -36,33 +45,58 @@ class CastMember : public Actor {
 }  // namespace
 
 int run_cast() {
-  for (std::size_t n : {4u, 16u, 64u}) {
+  // BATON_BENCH_CAST_SIZES=4,16 measures only those sizes (4, 16 and 64 by default).
+  std::vector<std::size_t> sizes{4, 16, 64};
+  if (const char* only = std::getenv("BATON_BENCH_CAST_SIZES")) {
+    sizes.clear();
+    for (const char* at = only; *at != '\0';) {
+      char* end = nullptr;
+      const unsigned long n = std::strtoul(at, &end, 10);
+      if (end == at || n == 0) {
+        throw std::runtime_error("BATON_BENCH_CAST_SIZES: not a list of sizes: " +
+                                 std::string(only));
+      }
+      sizes.push_back(n);
+      at = *end == ',' ? end + 1 : end;
+    }
+  }
+  for (const std::size_t n : sizes) {
     auto procs = this_host().spawn_procs({{"procs", n}});
     auto mesh = procs.spawn<CastMember>("pinger");
-    const int rounds = n >= 64 ? 100 : 200;
+    // Enough rounds for a median steady to a percent or two: a round takes 0.1 ms at 4 members.
+    const int rounds = n >= 64 ? 300 : 1000;
+    double last_unicast_cpu = 0;
     // N direct calls issued together and then awaited: their time, in ms.
     const auto unicasts = [&](int i) {
       const auto t0 = Clock::now();
+      const double c0 = thread_cpu_us();
       std::vector<Future<int>> each;
       each.reserve(n);
       for (std::size_t r = 0; r < n; ++r) each.push_back(mesh.at(r).call(&CastMember::ping, i));
       for (auto& f : each) {
         if (std::move(f).get() != i + 1) throw std::runtime_error("bad unicast reply");
       }
+      last_unicast_cpu = thread_cpu_us() - c0;
       return ms_since(t0);
     };
     std::vector<double> cast_ms;
     std::vector<double> unicast_ms;
+    std::vector<double> cast_cpu;  // the calling thread's CPU time, us
+    std::vector<double> unicast_cpu;
     for (int i = 0; i < rounds + rounds / 10; ++i) {
       // Interleaved, so both see the same machine state.
       const auto t0 = Clock::now();
+      const double c0 = thread_cpu_us();
       ValueMesh<int> all = mesh.call(&CastMember::ping, i).get();
       const double c = ms_since(t0);
+      const double c_cpu = thread_cpu_us() - c0;
       if (all.size() != n || all[n - 1] != i + 1) throw std::runtime_error("bad cast reply");
       const double u = unicasts(i);
       if (i >= rounds / 10) {
         cast_ms.push_back(c);
         unicast_ms.push_back(u);
+        cast_cpu.push_back(c_cpu);
+        unicast_cpu.push_back(last_unicast_cpu);
       }
     }
     std::vector<double> stream_ms;
@@ -88,6 +122,8 @@ int run_cast() {
     print_figure("cast_gather_p50_n" + std::to_string(n), cast, "ms");
     print_figure("unicast_gather_p50_n" + std::to_string(n), unicast, "ms");
     print_figure("cast_ratio_n" + std::to_string(n), cast / unicast, "x");
+    print_figure("cast_caller_cpu_us_n" + std::to_string(n), median(cast_cpu), "us");
+    print_figure("unicast_caller_cpu_us_n" + std::to_string(n), median(unicast_cpu), "us");
     print_figure("stream_ratio_n" + std::to_string(n),
                  median(stream_ms) / median(stream_unicast_ms), "x");
     print_figure("cast_gather_per_member_us_n" + std::to_string(n),

@@ -120,6 +120,15 @@ void RemoteRouter::fail_pending(ProcState& local, const std::string& peer,
   }
 }
 
+namespace {
+/// Why a call to `target` cannot go: its link closed, for `closed` when that is known.
+std::string unreachable(const ActorId& target, const std::optional<std::string>& closed) {
+  return "the link to proc " + target.proc.name +
+         (closed ? " closed (" + *closed + "); " : " is closed; ") + target.to_string() +
+         " cannot be reached";
+}
+}  // namespace
+
 std::optional<std::string> RemoteRouter::closed_reason(const std::string& peer) {
   std::lock_guard lock(routes_mu);
   auto it = closed_why.find(peer);
@@ -247,8 +256,7 @@ bool RemoteRouter::route_call(const ActorId& target, const EndpointInfo& endpoin
     if (!closed) return false;
     // Its link closed a moment ago (a refused dial, say): the call fails with why.
     fail_call(reply, sender, target, UndeliverableError::Reason::link_lost,
-              "the link to proc " + target.proc.name + " closed (" + *closed + "); " +
-                  target.to_string() + " cannot be reached");
+              unreachable(target, closed));
     return true;
   }
   std::optional<PortId> reply_to;
@@ -271,10 +279,7 @@ bool RemoteRouter::route_call(const ActorId& target, const EndpointInfo& endpoin
       // pending on its route is failed there with that reason (a refused secret, say).
       if (reply_to && routes_to(target.proc.name, link)) return true;
       // Or it said so already: its route went with the reason, which the call fails with.
-      const auto closed = closed_reason(target.proc.name);
-      why = "the link to proc " + target.proc.name +
-            (closed ? " closed (" + *closed + "); " : " is closed; ") + target.to_string() +
-            " cannot be reached";
+      why = unreachable(target, closed_reason(target.proc.name));
     }
   } catch (const net::LinkFullError& e) {
     why = std::string(e.what()) + "; the message to " + target.to_string() + " was not sent";

@@ -19,6 +19,7 @@
 #include "baton/actor/errors.hpp"
 #include "mesh/cast_impl.hpp"
 #include "mesh/stall.hpp"
+#include "net/wake_ups.hpp"
 
 namespace baton::detail {
 
@@ -499,6 +500,8 @@ void cast(CastRequest request) {
   const MemberAt at = [&base](std::size_t loc) -> const CastMember& { return base.at(loc); };
   const Children children =
       request.children ? request.children : root_children(base, request.host_fanout);
+  // Members asleep on this core are woken once all are sent to, those on other cores at once.
+  const net::HeldWakeUps held;
   fan_out(local, sender, hop, view, request.args, nullptr, children, at, std::move(done), nullptr);
 }
 

@@ -196,7 +196,9 @@ bool StreamLink::send(Envelope env) {
   std::unique_lock lock(mu_);
   if (closed_) return false;
   if (out_bytes_ > options_.max_queued_bytes && !t_io_thread) {
-    // Backpressure: wait for the peer to take what is queued.
+    // Backpressure: wait for the peer to take what is queued (which a peer whose wake-up this
+    // thread holds back does not do).
+    ring_held_wake_ups();
     if (!room_.wait_for(lock, options_.send_timeout,
                         [&] { return closed_ || out_bytes_ <= options_.max_queued_bytes / 2; })) {
       throw LinkFullError("link " + description_ + " has held " + std::to_string(out_bytes_) +

@@ -37,6 +37,7 @@
 #include "net/shm_ring.hpp"
 #include "net/spin.hpp"
 #include "net/tls_session.hpp"
+#include "net/wake_ups.hpp"
 #include "net/watchdog.hpp"
 
 namespace baton::net {
@@ -331,6 +332,10 @@ class StreamLink final : public Link {
   void finish(Shm::Op& op, asio::error_code ec, std::size_t n);
   void park(Shm::Op& op);
   void doorbell();
+  /// Wakes the peer now (any thread: bell_mu).
+  void ring_bell();
+  friend class baton::net::HeldWakeUps;
+  friend void ring_held_wake_ups();
   void ring_broke(const std::string& why);
   void writes_switched_locked();
   std::size_t shm_write_now(const Frame& frame);

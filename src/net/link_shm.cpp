@@ -13,6 +13,7 @@
 //   dialler:  reads the socket until "taken", and its ring after it.
 // The listener rings only once its writes are past the switch.
 
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -302,6 +303,10 @@ void StreamLink::doorbell() {
     shm_->owe_doorbell = true;  // the socket still carries our frames
     return;
   }
+  ring_bell();
+}
+
+void StreamLink::ring_bell() {
   const std::uint64_t one = 1;
   const std::lock_guard lock(shm_->bell_mu);
   if (shm_->bell_out >= 0) {
@@ -452,7 +457,7 @@ void StreamLink::serve_write() {
       ++s.write_index;
       s.write_offset = 0;
     }
-    if (wrote && s.out.reader_wants_waking()) doorbell();
+    if (wrote && s.out.reader_wants_waking() != 0) doorbell();
     if (s.write_index == s.write_buffers.size()) return finish(s.write_op, {}, s.write_total);
     if (!s.out.corrupt().empty()) return ring_broke(s.out.corrupt());
     if (s.peer_gone) return finish(s.write_op, asio::error::broken_pipe, s.write_total);
@@ -471,9 +476,35 @@ std::size_t StreamLink::shm_write_now(const Frame& frame) {
       if (n < p.size()) break;
     }
   }
-  if (total > 0 && s.out.reader_wants_waking()) doorbell();
+  if (total > 0) {
+    if (const std::uint32_t slept_on = s.out.reader_wants_waking()) {
+      // Asleep on this thread's core, the peer runs only once this thread stops: while a cast
+      // is sent, its wake-up waits for the end of it (wake_ups.hpp).
+      if (held_wake_ups != nullptr &&
+          slept_on - 1 == static_cast<std::uint32_t>(::sched_getcpu())) {
+        held_wake_ups->push_back(shared());
+      } else {
+        doorbell();
+      }
+    }
+  }
   return total;
 }
 
+thread_local std::vector<std::shared_ptr<StreamLink>>* held_wake_ups = nullptr;
+
+void ring_held_wake_ups() {
+  if (held_wake_ups == nullptr) return;
+  for (const auto& link : std::exchange(*held_wake_ups, {})) link->ring_bell();
+}
+
 }  // namespace internal
+
+HeldWakeUps::HeldWakeUps() : outer_(std::exchange(internal::held_wake_ups, &held_)) {}
+
+HeldWakeUps::~HeldWakeUps() {
+  internal::held_wake_ups = outer_;
+  for (const auto& link : held_) link->ring_bell();
+}
+
 }  // namespace baton::net

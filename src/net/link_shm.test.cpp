@@ -27,6 +27,7 @@
 #include "baton/net/link.hpp"
 #include "net/inbox.test.hpp"
 #include "net/io_thread.hpp"
+#include "net/raw_shm.test.hpp"
 #include "net/shm_ring.hpp"
 #include "wire/slab.hpp"
 #include "wire/slab.test.hpp"
@@ -34,74 +35,19 @@
 namespace baton::net {
 namespace {
 
+using testing::control;
 using ::testing::HasSubstr;
 using testing::Inbox;
 using testing::kDeadline;
 using testing::make;
 using testing::RawClient;
-
-std::string control(const std::string& kind, std::uint64_t a, std::uint64_t b = 0) {
-  Envelope env;
-  env.sender = ActorId{ProcId{"link"}, "link", 0};
-  env.dest = PortId{env.sender, 0};
-  env.headers.emplace_back("baton.link", kind);
-  env.body = encode(a, b);
-  return encode_frame(env).flatten();
-}
+using testing::RawShmClient;
 
 std::string frame(std::uint64_t seq, std::size_t part) {
   Envelope env = make(seq, part);
   env.seq = seq;
   return encode_frame(env).flatten();
 }
-
-/// A dialler written by hand: it offers shared memory as a real one does, then writes into its
-/// ring (the one the listener reads) whatever the test says.
-struct RawShmClient {
-  explicit RawShmClient(const std::string& path)
-      : raw(path), region(shm::Region::create(std::size_t{64} << 10)) {
-    const shm::RegionLayout l = shm::layout(region.base, region.capacity);
-    control_to_listener = l.control[0];
-    out = shm::RingEnd(l.control[0], l.data[0], region.capacity);
-    raw.write(control("hello", 7) + control("shm", 1));
-    std::string error;
-    own_bell = shm::make_bell(error);
-    listener_bell = shm::make_bell(error);
-    if (error.empty()) error = shm::send_fds(raw.fd(), {region.fd, own_bell, listener_bell}, 1000);
-    if (!error.empty()) throw std::runtime_error(error);
-  }
-  ~RawShmClient() {
-    ::close(own_bell);
-    ::close(listener_bell);
-  }
-  RawShmClient(const RawShmClient&) = delete;
-  RawShmClient& operator=(const RawShmClient&) = delete;
-  /// Whether the listener has taken every wake-up rung so far.
-  bool wake_ups_taken() const {
-    pollfd p{listener_bell, POLLIN, 0};
-    return ::poll(&p, 1, 0) == 0;
-  }
-  void write(const std::string& bytes) {
-    std::size_t done = 0;
-    while (done < bytes.size()) {
-      const std::size_t n = out.write(bytes.data() + done, bytes.size() - done);
-      if (n == 0) throw std::runtime_error("the ring stayed full");
-      done += n;
-    }
-    ring();
-  }
-  void ring() {
-    const std::uint64_t one = 1;
-    if (::write(listener_bell, &one, sizeof one) != sizeof one) throw std::runtime_error("ring");
-  }
-
-  RawClient raw;
-  shm::Region region;
-  shm::RingControl* control_to_listener = nullptr;
-  shm::RingEnd out;
-  int own_bell = -1;       // the listener rings it
-  int listener_bell = -1;  // this client rings it
-};
 
 /// Each hostile test runs with the event loop sleeping between frames, and with it spinning on
 /// busy rings whatever the machine's load (spin.hpp).
@@ -270,7 +216,7 @@ TEST_P(ShmHostile, AFrameWhoseWakeUpWasLostIsReadAtTheNextHeartbeatsNotLeftToKil
   // ring with no wake-up: nothing but the heartbeat's look can find it.
   const auto until = std::chrono::steady_clock::now() + kDeadline;
   auto settled = [&] {
-    return raw.wake_ups_taken() && raw.control_to_listener->reader_sleeps.load() == 1;
+    return raw.wake_ups_taken() && raw.control_to_listener->reader_sleeps.load() != 0;
   };
   while (!settled()) {
     ASSERT_LT(std::chrono::steady_clock::now(), until) << "the listener's read never slept";

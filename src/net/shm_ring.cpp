@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -86,8 +87,13 @@ std::size_t RingEnd::read(void* to, std::size_t n) {
   return n;
 }
 
+std::uint32_t asleep_here() {
+  const int cpu = ::sched_getcpu();
+  return cpu >= 0 ? static_cast<std::uint32_t>(cpu) + 1 : 1;
+}
+
 bool RingEnd::sleep_if_empty() {
-  control_->reader_sleeps.store(1, std::memory_order_seq_cst);
+  control_->reader_sleeps.store(asleep_here(), std::memory_order_seq_cst);
   if (readable() == 0 && corrupt_.empty()) return true;
   // Bytes came (or the ring broke) meanwhile: no sleep. A writer that saw the flag rings anyway;
   // its doorbell is drained with the next.
@@ -145,9 +151,9 @@ bool RingEnd::wait_if_full() {
   return false;
 }
 
-bool RingEnd::reader_wants_waking() {
-  if (control_->reader_sleeps.load(std::memory_order_seq_cst) == 0) return false;
-  return control_->reader_sleeps.exchange(0, std::memory_order_seq_cst) != 0;
+std::uint32_t RingEnd::reader_wants_waking() {
+  if (control_->reader_sleeps.load(std::memory_order_seq_cst) == 0) return 0;
+  return control_->reader_sleeps.exchange(0, std::memory_order_seq_cst);
 }
 
 // --- regions ---------------------------------------------------------------------------------

@@ -28,9 +28,13 @@ namespace baton::net::shm {
 struct RingControl {
   alignas(64) std::atomic<std::uint64_t> head;           // bytes ever written (the writer's)
   alignas(64) std::atomic<std::uint64_t> tail;           // bytes ever read (the reader's)
-  alignas(64) std::atomic<std::uint32_t> reader_sleeps;  // the reader waits for bytes
+  alignas(64) std::atomic<std::uint32_t> reader_sleeps;  // the reader waits (asleep_here())
   std::atomic<std::uint32_t> writer_waits;               // the writer waits for room
 };
+
+/// What a sleeping reader writes in `reader_sleeps`: 1 + the core it goes to sleep on (1 if
+/// that is unknown), which the writer may use to order its wake-ups (see wake_ups.hpp).
+std::uint32_t asleep_here();
 
 /// The start of the shared region: what a mapper checks before it uses the rest.
 struct RegionHeader {
@@ -87,8 +91,9 @@ class RingEnd {
   std::size_t write(const void* from, std::size_t n);
   /// Says this end waits for room, unless room came meanwhile: true means wait.
   bool wait_if_full();
-  /// After write(): true if the reader sleeps and should be woken (once).
-  bool reader_wants_waking();
+  /// After write(): non-zero if the reader sleeps and should be woken (once): 1 + the core it
+  /// went to sleep on, as it said (a hint, nothing more: the peer may lie).
+  std::uint32_t reader_wants_waking();
 
   /// Why the ring is unusable, or empty.
   const std::string& corrupt() const { return corrupt_; }

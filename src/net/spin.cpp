@@ -52,7 +52,7 @@ bool wake(SpinTarget& t) {
 /// The reader of `t` sleeps again (the peer rings for what it writes next). True if a frame came
 /// before it did: the read must be resumed, and it stays awake.
 bool sleep(SpinTarget& t) {
-  t.control->reader_sleeps.store(1, std::memory_order_seq_cst);
+  t.control->reader_sleeps.store(shm::asleep_here(), std::memory_order_seq_cst);
   if (t.control->head.load(std::memory_order_seq_cst) == t.seen.load(std::memory_order_relaxed)) {
     return false;
   }
