@@ -66,8 +66,10 @@ struct Hop {
 /// encoded once, at the first child sent over a link, and each child's hop appends its own.
 class HopBytes {
  public:
-  explicit HopBytes(const Hop& hop) : hop_(hop) {}
+  HopBytes(const Hop& hop, bool root) : hop_(hop), root_(root) {}
   const Hop& hop() const { return hop_; }
+  /// Whether the node is the cast's root (its caller's proc).
+  bool root() const { return root_; }
   /// The hop's encoding up to its first per-child field (as Hop::serialize writes it).
   const std::string& common() {
     if (common_.empty()) {
@@ -82,6 +84,7 @@ class HopBytes {
 
  private:
   const Hop& hop_;
+  bool root_;
   std::string common_;  // never empty once made: the mode alone takes a byte
 };
 
@@ -248,10 +251,11 @@ void send_child(const std::shared_ptr<ProcState>& local, const ActorId& sender, 
                         "proc " + head.name + " cannot be reached", from);
   }
   // A child whose subtree is its own member alone gets a plain call, as a unicast to it would
-  // (the same link, so the same order): nothing of the tree is left for its proc to do. A
-  // stream's member still gets the hop, which sends its reply to the stream's port.
+  // (the same link, so the same order): nothing of the tree is left for its proc to do. Its
+  // reply comes back to this node, which for a stream is the stream's port's proc only at the
+  // root: below it, a stream's member gets the hop, which sends its reply to the port itself.
   const Hop& hop = parent.hop();
-  const bool plain = child.end == child.loc + 1 && hop.mode != CastMode::stream;
+  const bool plain = child.end == child.loc + 1 && (hop.mode != CastMode::stream || parent.root());
   if (gather) {
     std::optional<std::uint32_t> rank;
     if (plain) rank = static_cast<std::uint32_t>(hop.view.rank_of_location(child.loc).value());
@@ -344,7 +348,7 @@ void fan_out(const std::shared_ptr<ProcState>& local, const ActorId& sender, con
     deliver_local_call(*local, self->actor, hop.endpoint, sender, std::move(mine), std::move(reply),
                        from);
   }
-  HopBytes bytes(hop);
+  HopBytes bytes(hop, self == nullptr);
   for (const auto& c : *children) {
     if (view->any_in(c.loc, c.end)) {
       send_child(local, sender, bytes, ChildPtr(children, &c), view, args, gather, member_at, from);
