@@ -5,12 +5,14 @@
 #include "actor/cell.hpp"
 #include "actor/node.hpp"
 #include "net/io_thread.hpp"
+#include "net/wake_ups.hpp"
 
 namespace baton::detail {
 
 bool drive_while_waiting(const std::shared_ptr<void>& route, const std::function<bool()>& done,
                          const std::function<void(std::function<void()>)>& when_done,
                          const std::chrono::steady_clock::time_point* deadline) {
+  net::internal::ring_held_wake_ups();  // a peer not yet woken may be what this waits for
   if (current_cell() != nullptr || net::on_io_thread()) return false;
   auto proc = std::static_pointer_cast<ProcState>(route);
   if (!proc) {

@@ -234,6 +234,8 @@ void send_child(const std::shared_ptr<ProcState>& local, const ActorId& sender, 
     if (gather) {
       child_done = [gather](std::vector<CastItem> items) { gather->add(std::move(items)); };
     }
+    // Its members may run here and now, and wait for the peers sent to so far: wake them first.
+    net::internal::ring_held_wake_ups();
     run_node(there, sender, child_hop(parent.hop(), child), view, args, std::move(child_done));
     return;
   }

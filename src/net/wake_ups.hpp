@@ -19,8 +19,8 @@ namespace internal {
 class StreamLink;
 /// The wake-ups this thread holds back (of the innermost HeldWakeUps), or null.
 extern thread_local std::vector<std::shared_ptr<StreamLink>>* held_wake_ups;
-/// Rings this thread's held wake-ups now: it is about to wait (for room on a full link), and a
-/// peer it has not woken may be what it waits for.
+/// Rings this thread's held wake-ups now: it is about to wait (for room on a full link, or for
+/// a reply), or to run an actor, and a peer it has not woken may be what that waits for.
 void ring_held_wake_ups();
 }  // namespace internal
 
