@@ -21,6 +21,7 @@
 
 #include "baton/baton.hpp"
 #include "host/admin.test.hpp"
+#include "host/runtime_main.test.hpp"
 #include "log/log.hpp"
 #include "mesh/stall.hpp"
 
@@ -458,7 +459,5 @@ TEST(Top, ShowsTheProcsAndActorsInARealTerminalAndQuitsOnQ) {
 int main(int argc, char** argv) {
   // An endpoint of more than 2 s is a stall in this job: the tests' long ones are.
   ::setenv("BATON_STALL_AFTER", "2", /*overwrite=*/0);
-  baton::Runtime rt(argc, argv);  // a worker serves here and never returns
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
+  return baton::test_support::run_tests_in_runtime(argc, argv);
 }

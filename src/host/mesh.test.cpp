@@ -17,6 +17,7 @@
 
 #include "actor/directory.hpp"
 #include "baton/baton.hpp"
+#include "host/runtime_main.test.hpp"
 #include "mesh/host_fanout.test.hpp"
 
 namespace baton {
@@ -674,7 +675,5 @@ TEST(Mesh, AnArgumentTooLargeToTravelInlineIsABatonError) {
 }  // namespace baton
 
 int main(int argc, char** argv) {
-  baton::Runtime rt(argc, argv);  // a worker serves here and never returns
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
+  return baton::test_support::run_tests_in_runtime(argc, argv);
 }

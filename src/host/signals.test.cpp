@@ -24,6 +24,7 @@
 #include <sstream>
 
 #include "baton/baton.hpp"
+#include "host/runtime_main.test.hpp"
 #include "host/self_spawn.test.hpp"
 
 extern char** environ;
@@ -271,7 +272,5 @@ int main(int argc, char** argv) {
   if (const char* mode = std::getenv("BATON_TEST_CONTROLLER")) {
     if (std::getenv("BATON_PROC") == nullptr) return baton::run_test_controller(mode, argc, argv);
   }
-  baton::Runtime rt(argc, argv);  // a worker serves here and never returns
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
+  return baton::test_support::run_tests_in_runtime(argc, argv);
 }
