@@ -122,8 +122,11 @@ TEST(Stacks, TheThreadInsideALongEndpointShowsItsFunctionAndWhichActorItRuns) {
   const std::string actor = busy_proc + "/worker[0]";
   auto releasers = procs.spawn<Releaser>("releaser");
   auto busy = workers.at(1).call(&Worker::crunch_numbers, 120000);
+  // Until the thread is labelled with its actor: a thread is labelled only when its endpoint ran
+  // from before the first stack was taken until after the last, so a stack taken as the call
+  // was starting shows the function but not yet the actor.
   const Reply r = get_until(job, "/api/stacks?proc=" + busy_proc, [](const Reply& x) {
-    return x.body.find("crunch_numbers") != std::string::npos;
+    return x.body.find("Worker::crunch_numbers for ") != std::string::npos;
   });
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_THAT(r.body, HasSubstr("\"proc\": \"" + busy_proc + "\""));
