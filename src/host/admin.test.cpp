@@ -27,7 +27,6 @@
 #include "host/admin.test.hpp"
 #include "host/hosts.test.hpp"
 #include "host/job_dir.hpp"
-#include "host/runtime_main.test.hpp"
 
 namespace baton {
 namespace {
@@ -368,5 +367,7 @@ TEST(Admin, BatonAdminSaysWhatItTakes) {
 }  // namespace baton
 
 int main(int argc, char** argv) {
-  return baton::test_support::run_tests_in_runtime(argc, argv);
+  baton::Runtime rt(argc, argv);  // a worker serves here and never returns
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
 }

@@ -18,7 +18,6 @@
 
 #include "baton/baton.hpp"
 #include "host/admin.test.hpp"
-#include "host/runtime_main.test.hpp"
 
 namespace baton {
 namespace {
@@ -132,5 +131,7 @@ TEST(Dashboard, ShowsTheMeshesAndTheirMembersThenAWorkerKilledForRealAsAFailure)
 }  // namespace baton
 
 int main(int argc, char** argv) {
-  return baton::test_support::run_tests_in_runtime(argc, argv);
+  baton::Runtime rt(argc, argv);  // a worker serves here and never returns
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
 }

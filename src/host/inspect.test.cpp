@@ -21,7 +21,6 @@
 
 #include "baton/baton.hpp"
 #include "host/admin.test.hpp"
-#include "host/runtime_main.test.hpp"
 #include "log/log.hpp"
 #include "mesh/stall.hpp"
 
@@ -462,5 +461,7 @@ TEST(Top, ShowsTheProcsAndActorsInARealTerminalAndQuitsOnQ) {
 int main(int argc, char** argv) {
   // An endpoint of more than 2 s is a stall in this job: the tests' long ones are.
   ::setenv("BATON_STALL_AFTER", "2", /*overwrite=*/0);
-  return baton::test_support::run_tests_in_runtime(argc, argv);
+  baton::Runtime rt(argc, argv);  // a worker serves here and never returns
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
 }

@@ -17,7 +17,6 @@
 
 #include "actor/directory.hpp"
 #include "baton/baton.hpp"
-#include "host/runtime_main.test.hpp"
 #include "mesh/host_fanout.test.hpp"
 
 namespace baton {
@@ -675,5 +674,7 @@ TEST(Mesh, AnArgumentTooLargeToTravelInlineIsABatonError) {
 }  // namespace baton
 
 int main(int argc, char** argv) {
-  return baton::test_support::run_tests_in_runtime(argc, argv);
+  baton::Runtime rt(argc, argv);  // a worker serves here and never returns
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
 }

@@ -24,7 +24,6 @@
 #include <sstream>
 
 #include "baton/baton.hpp"
-#include "host/runtime_main.test.hpp"
 #include "host/self_spawn.test.hpp"
 
 extern char** environ;
@@ -272,5 +271,7 @@ int main(int argc, char** argv) {
   if (const char* mode = std::getenv("BATON_TEST_CONTROLLER")) {
     if (std::getenv("BATON_PROC") == nullptr) return baton::run_test_controller(mode, argc, argv);
   }
-  return baton::test_support::run_tests_in_runtime(argc, argv);
+  baton::Runtime rt(argc, argv);  // a worker serves here and never returns
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
 }

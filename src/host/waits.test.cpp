@@ -11,7 +11,6 @@
 
 #include "actor/proc_state.hpp"
 #include "baton/baton.hpp"
-#include "host/runtime_main.test.hpp"
 #include "net/io_thread.hpp"
 
 namespace baton {
@@ -82,5 +81,7 @@ TEST(Waits, APortReceiversWaiterRunsTheLoopItsValuesComeIn) {
 }  // namespace baton
 
 int main(int argc, char** argv) {
-  return baton::test_support::run_tests_in_runtime(argc, argv);
+  baton::Runtime rt(argc, argv);  // a worker serves here and never returns
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
 }

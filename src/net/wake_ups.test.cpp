@@ -55,7 +55,6 @@ class Pinned {
 struct Wakes : ::testing::Test {
   explicit Wakes(LinkOptions options = {}) : options_(std::move(options)) {}
   void SetUp() override {
-    ASSERT_TRUE(pinned.ok()) << "cannot keep the test on one core";
     listener = Listener::listen(
         io, Address::parse("unix://" + path),
         [this](const std::shared_ptr<Link>& l) {
@@ -82,8 +81,6 @@ struct Wakes : ::testing::Test {
   void asleep_on(std::uint32_t core) const {
     raw->control_to_dialler->reader_sleeps.store(core + 1);
   }
-  /// The core this test runs on (it stays there: see `pinned`).
-  static std::uint32_t here() { return static_cast<std::uint32_t>(::sched_getcpu()); }
 
   LinkOptions options_;
   std::mutex mu;
@@ -94,12 +91,12 @@ struct Wakes : ::testing::Test {
   std::unique_ptr<Listener> listener;
   std::shared_ptr<Link> link;
   std::unique_ptr<RawShmClient> raw;
-  // The test's thread (the fixture is made on it), after the event loop's thread started.
-  const Pinned pinned;
 };
 
 TEST_F(Wakes, APeerAsleepOnThisCoreIsWokenOnlyOnceTheSendsAreDone) {
-  asleep_on(here());
+  const Pinned pinned;
+  ASSERT_TRUE(pinned.ok());
+  asleep_on(static_cast<std::uint32_t>(::sched_getcpu()));
   {
     const HeldWakeUps held;
     ASSERT_TRUE(link->send(make(0, 10)));
@@ -107,15 +104,18 @@ TEST_F(Wakes, APeerAsleepOnThisCoreIsWokenOnlyOnceTheSendsAreDone) {
   }
   EXPECT_TRUE(raw->woken()) << "never woken";
   // Without a scope, the same peer is woken at once.
-  asleep_on(here());
+  asleep_on(static_cast<std::uint32_t>(::sched_getcpu()));
   ASSERT_TRUE(link->send(make(1, 10)));
   EXPECT_TRUE(raw->woken());
 }
 
 TEST_F(Wakes, APeerAsleepOnAnotherCoreIsWokenAtOnce) {
+  const Pinned pinned;
+  ASSERT_TRUE(pinned.ok());
+  const auto here = static_cast<std::uint32_t>(::sched_getcpu());
   const HeldWakeUps held;
   // Another core, and values a hostile peer could write: each is only a hint.
-  for (const std::uint32_t core : {here() + 1, std::uint32_t{0xfffffffe}, std::uint32_t{4096}}) {
+  for (const std::uint32_t core : {here + 1, std::uint32_t{0xfffffffe}, std::uint32_t{4096}}) {
     asleep_on(core);
     ASSERT_TRUE(link->send(make(core, 10)));
     EXPECT_TRUE(raw->woken()) << "a peer asleep on core " << core << " waited";
@@ -134,7 +134,9 @@ struct WakesFull : Wakes {
 };
 
 TEST_F(WakesFull, HeldWakeUpsAreRungBeforeASendWaitsForRoom) {
-  asleep_on(here());
+  const Pinned pinned;
+  ASSERT_TRUE(pinned.ok());
+  asleep_on(static_cast<std::uint32_t>(::sched_getcpu()));
   const HeldWakeUps held;
   ASSERT_TRUE(link->send(make(0, 10)));
   ASSERT_FALSE(raw->woken());

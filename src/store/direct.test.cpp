@@ -10,7 +10,6 @@
 #include <cstring>
 
 #include "baton/baton.hpp"
-#include "host/runtime_main.test.hpp"
 #include "store/volume.hpp"
 
 namespace baton::store {
@@ -253,5 +252,7 @@ TEST_F(Direct, BadInputIsRefusedSayingWhat) {
 }  // namespace baton::store
 
 int main(int argc, char** argv) {
-  return baton::test_support::run_tests_in_runtime(argc, argv);
+  baton::Runtime rt(argc, argv);  // a worker serves here and never returns
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
 }
