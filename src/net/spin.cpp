@@ -138,6 +138,11 @@ std::size_t Spinners::spin(asio::io_context& ctx, const Clock::time_point* deadl
     held_.clear();  // may end a link: after the lists are consistent
   };
   if (watched_.empty()) return 0;
+  if (!force_ && !budget_.allow()) {
+    declined_.fetch_add(1, std::memory_order_relaxed);
+    release();
+    return 0;
+  }
   const Clock::time_point start = Clock::now();
   if (!machine_has_room()) {
     release();
@@ -151,10 +156,7 @@ std::size_t Spinners::spin(asio::io_context& ctx, const Clock::time_point* deadl
   std::size_t ran = 0;
   for (int i = 1; !came; ++i) {
     for (const auto& t : watched_) came = moved(*t) || came;
-    if (came) {
-      caught_.fetch_add(1, std::memory_order_relaxed);
-      break;
-    }
+    if (came) break;
     _mm_pause();
     if (i % kPollEvery != 0) continue;
     if ((ran = ctx.poll_one()) > 0 || ctx.stopped()) break;  // another event came first
@@ -169,6 +171,12 @@ std::size_t Spinners::spin(asio::io_context& ctx, const Clock::time_point* deadl
       load_checked = now;
       if (!machine_has_room()) break;
     }
+  }
+  if (came) {
+    caught_.fetch_add(1, std::memory_order_relaxed);
+    budget_.caught();
+  } else if (ran == 0) {
+    budget_.missed();  // the window ran out or the machine got busy: a core spent for nothing
   }
   for (const auto& t : watched_) {
     if (sleep(*t)) t->resume();

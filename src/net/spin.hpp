@@ -15,10 +15,14 @@
 //     again), so an idle proc never spins;
 //   - for at most the window (BATON_SPIN_US, 200 microseconds by default; 0 never spins);
 //   - only while the machine has no more runnable threads than cores (/proc/loadavg, looked at
-//     when a spin starts and every 10 microseconds during it), and never on one core.
+//     when a spin starts and every 10 microseconds during it), and never on one core;
+//   - only while its spins pay (SpinBudget): an event loop whose spins mostly end with no frame
+//     (many procs sharing few cores take turns, and a spin that the load cuts short spent a
+//     core for nothing) stops spinning, and tries again now and then.
 // Between spins every reader is asleep as before, so a thread that stops driving the loop
 // leaves nothing unwatched.
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -41,6 +45,25 @@ struct SpinTarget {
   std::atomic<std::uint64_t> seen{0};   // the reader's position when it last parked
   std::atomic<bool> hot{false};         // frames come closer together than the window
   std::function<void()> resume;         // posts the link's read to its strand
+};
+
+/// Whether spinning pays on one event loop, learnt from how its spins ended. A spin that catches
+/// a frame saves its peer a wake-up and this thread a sleep; one that ends with none spent a core
+/// for nothing. Spins are allowed while at least two in three of them catch (each catch earns
+/// one credit, each miss costs two); with no credit left, one chance in kProbeEvery spins, so a
+/// loop whose traffic changes learns it.
+class SpinBudget {
+ public:
+  static constexpr int kMaxCredit = 8;
+  static constexpr int kProbeEvery = 16;
+  /// Whether the next chance to spin is taken.
+  bool allow() { return credit_ > 0 || ++declined_ % kProbeEvery == 0; }
+  void caught() { credit_ = std::min(credit_ + 1, kMaxCredit); }
+  void missed() { credit_ = std::max(credit_ - 2, 0); }
+
+ private:
+  int credit_ = kMaxCredit;
+  unsigned declined_ = 0;
 };
 
 /// The spin targets of one event loop (an Asio service of its io_context).
@@ -69,16 +92,19 @@ class Spinners : public asio::execution_context::service {
   /// handlers it ran (0: the caller may block).
   std::size_t spin(asio::io_context& ctx, const std::chrono::steady_clock::time_point* deadline);
 
-  /// Tests: spins whatever the machine's load (`force`), with this window.
+  /// Tests: spins whatever the machine's load and the spins' record (`force`), with this window.
   void set_for_tests(std::chrono::microseconds window, bool force);
-  /// Spins that caught a frame, spins that ran out, and targets watched now.
+  /// Spins that caught a frame, spins that ran out of window, chances to spin declined because
+  /// spins did not pay (SpinBudget), and targets watched now.
   struct Stats {
     std::uint64_t caught = 0;
     std::uint64_t ran_out = 0;
+    std::uint64_t declined = 0;
     int hot = 0;
   };
   Stats stats() const {
-    return {caught_.load(), ran_out_.load(), hot_.load(std::memory_order_relaxed)};
+    return {caught_.load(), ran_out_.load(), declined_.load(),
+            hot_.load(std::memory_order_relaxed)};
   }
 
  private:
@@ -90,6 +116,8 @@ class Spinners : public asio::execution_context::service {
   std::atomic<int> hot_{0};
   std::atomic<std::uint64_t> caught_{0};
   std::atomic<std::uint64_t> ran_out_{0};
+  std::atomic<std::uint64_t> declined_{0};
+  SpinBudget budget_;  // the spinner's (spinning_ held)
   std::atomic<std::int64_t> window_us_;
   std::atomic<bool> force_{false};
   int cpus_;
