@@ -249,7 +249,7 @@ std::uint64_t guest_turns(IoThread& io) {
 
 SpinCounts spin_counts(IoThread& io) {
   const Spinners::Stats s = io.impl().spinners.stats();
-  return {s.caught, s.ran_out, s.declined, s.hot};
+  return {s.caught, s.ran_out, s.hot};
 }
 
 void blocking_here() {

@@ -40,14 +40,12 @@ bool drive_until(IoThread& io, const std::function<bool()>& done,
                  const std::chrono::steady_clock::time_point* deadline);
 
 /// Tests: threads driving `io`'s loop spin on its busy shared-memory rings (spin.hpp) for up to
-/// `window`, whatever the machine's load and their spins' record if `force`.
+/// `window`, whatever the machine's load if `force`.
 void spin_for_tests(IoThread& io, std::chrono::microseconds window, bool force);
-/// Tests: spins on `io`'s rings that caught a frame, that ran out, chances to spin declined
-/// because spins did not pay, and the rings watched now.
+/// Tests: spins on `io`'s rings that caught a frame, that ran out, and the rings watched now.
 struct SpinCounts {
   std::uint64_t caught = 0;
   std::uint64_t ran_out = 0;
-  std::uint64_t declined = 0;
   int watched = 0;
 };
 SpinCounts spin_counts(IoThread& io);

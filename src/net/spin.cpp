@@ -138,8 +138,7 @@ std::size_t Spinners::spin(asio::io_context& ctx, const Clock::time_point* deadl
     held_.clear();  // may end a link: after the lists are consistent
   };
   if (watched_.empty()) return 0;
-  if (!force_ && !budget_.allow()) {
-    declined_.fetch_add(1, std::memory_order_relaxed);
+  if (!budget_.allow()) {
     release();
     return 0;
   }

@@ -57,13 +57,13 @@ class SpinBudget {
   static constexpr int kMaxCredit = 8;
   static constexpr int kProbeEvery = 16;
   /// Whether the next chance to spin is taken.
-  bool allow() { return credit_ > 0 || ++declined_ % kProbeEvery == 0; }
+  bool allow() { return credit_ > 0 || ++without_credit_ % kProbeEvery == 0; }
   void caught() { credit_ = std::min(credit_ + 1, kMaxCredit); }
   void missed() { credit_ = std::max(credit_ - 2, 0); }
 
  private:
   int credit_ = kMaxCredit;
-  unsigned declined_ = 0;
+  unsigned without_credit_ = 0;  // chances met with no credit left
 };
 
 /// The spin targets of one event loop (an Asio service of its io_context).
@@ -92,19 +92,16 @@ class Spinners : public asio::execution_context::service {
   /// handlers it ran (0: the caller may block).
   std::size_t spin(asio::io_context& ctx, const std::chrono::steady_clock::time_point* deadline);
 
-  /// Tests: spins whatever the machine's load and the spins' record (`force`), with this window.
+  /// Tests: spins whatever the machine's load (`force`), with this window.
   void set_for_tests(std::chrono::microseconds window, bool force);
-  /// Spins that caught a frame, spins that ran out of window, chances to spin declined because
-  /// spins did not pay (SpinBudget), and targets watched now.
+  /// Spins that caught a frame, spins that ran out, and targets watched now.
   struct Stats {
     std::uint64_t caught = 0;
     std::uint64_t ran_out = 0;
-    std::uint64_t declined = 0;
     int hot = 0;
   };
   Stats stats() const {
-    return {caught_.load(), ran_out_.load(), declined_.load(),
-            hot_.load(std::memory_order_relaxed)};
+    return {caught_.load(), ran_out_.load(), hot_.load(std::memory_order_relaxed)};
   }
 
  private:
@@ -116,7 +113,6 @@ class Spinners : public asio::execution_context::service {
   std::atomic<int> hot_{0};
   std::atomic<std::uint64_t> caught_{0};
   std::atomic<std::uint64_t> ran_out_{0};
-  std::atomic<std::uint64_t> declined_{0};
   SpinBudget budget_;  // the spinner's (spinning_ held)
   std::atomic<std::int64_t> window_us_;
   std::atomic<bool> force_{false};

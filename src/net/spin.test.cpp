@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include "net/spin.hpp"
 
 namespace baton::net {
@@ -71,6 +73,38 @@ TEST(SpinBudget, TwoCatchesInThreePayOneInThreeDoesNot) {
   EXPECT_GT(share_taken(2), 0.9);  // break even: the credit stays where it started
   EXPECT_LT(share_taken(1), 0.2);  // mostly declined: probes, and the credit a catch earns
   EXPECT_LT(share_taken(0), 1.0 / SpinBudget::kProbeEvery + 0.01);
+}
+
+/// A spinner of its own over one ring that no peer writes unless `catches`, when a frame is
+/// there before each spin: how many of `chances` spins were taken (caught or ran out).
+std::uint64_t spins_taken(int chances, bool catches) {
+  asio::io_context ctx;
+  auto busy = asio::make_work_guard(ctx);  // poll_one finds nothing, and the loop goes on
+  auto& spinners = asio::use_service<Spinners>(ctx);
+  spinners.set_for_tests(std::chrono::microseconds(1), true);
+  shm::RingControl control{};
+  auto owner = std::make_shared<int>(0);
+  auto target = std::make_shared<SpinTarget>();
+  target->owner = owner;
+  target->control = &control;
+  target->resume = [] {};
+  spinners.add(target);
+  for (int i = 0; i < chances; ++i) {
+    target->seen.store(control.head.load());
+    if (catches) control.head.fetch_add(1);  // a frame came as the spin starts
+    spinners.set_hot(*target, true);         // a spin that runs out cools it: busy again
+    spinners.spin(ctx, nullptr);
+  }
+  const Spinners::Stats s = spinners.stats();
+  return s.caught + s.ran_out;
+}
+
+TEST(SpinBudget, TheSpinnersOfAnEventLoopStopSpinningWhenTheirSpinsMiss) {
+  EXPECT_EQ(spins_taken(320, true), 320u);
+  // Four misses spend the credit; then one chance in kProbeEvery.
+  const std::uint64_t taken = spins_taken(320, false);
+  EXPECT_GE(taken, 4u);
+  EXPECT_LE(taken, 4u + 320 / SpinBudget::kProbeEvery);
 }
 
 }  // namespace
