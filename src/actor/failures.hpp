@@ -32,6 +32,8 @@ using ExitProbe =
 void set_exit_probe(ExitProbe probe);
 /// The report of a proc known to have died, if it did.
 std::optional<std::string> proc_failure(const ProcId& id);
+/// When this process last saw its link to `id` close, if it did.
+std::optional<LostSince> link_closed_at(const ProcId& id);
 /// Like proc_failure, but if nothing is known yet and `id` is a child of this process, waits a
 /// little for it to be seen exiting (see set_exit_probe), counting from `since`, when it was seen
 /// lost. May block: not for I/O threads.

@@ -395,6 +395,11 @@ std::optional<std::string> proc_failure(const ProcId& id) {
   return r != nullptr ? r->failure_of(id.name) : std::nullopt;
 }
 
+std::optional<LostSince> link_closed_at(const ProcId& id) {
+  RemoteRouter* r = router_here();
+  return r != nullptr ? r->closed_at(id.name) : std::nullopt;
+}
+
 std::optional<std::string> await_proc_failure(const ProcId& id, LostSince since) {
   RemoteRouter* r = router_here();
   if (r == nullptr) return std::nullopt;

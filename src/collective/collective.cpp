@@ -1,7 +1,8 @@
-// Collectives on CPU through Gloo. A group's rendezvous is an actor in the controller (Store):
-// each rank's Gloo store calls it with baton's messages. Each rank runs its collectives in
-// order on a thread of its own; a failed one breaks the group, which then asks every other
-// rank's Peer actor whether it is alive, to name the ranks that are gone.
+// Collectives on CPU through Gloo, and small ones through baton's messages (exchange.hpp). A
+// group's rendezvous is an actor in the controller (Store): each rank's Gloo store calls it with
+// baton's messages. Each rank runs its collectives in order on a thread of its own; a failed one
+// breaks the group, which then asks every other rank's Peer actor whether it is alive, to name the
+// ranks that are gone.
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
@@ -31,6 +32,7 @@
 #include "baton/collective/collective.hpp"
 #include "baton/gpu/gpu.hpp"
 #include "baton/mesh/mesh.hpp"
+#include "collective/exchange.hpp"
 #include "collective/nccl.hpp"
 #include "collective/reduce.hpp"
 #include "host/hosts.hpp"
@@ -163,6 +165,7 @@ struct Communicator::Impl {
   Proc* proc = nullptr;
   std::shared_ptr<gloo::rendezvous::Context> context;
   std::unique_ptr<nccl::DeviceComm> device_comm;  // made by the first collective on a device
+  std::unique_ptr<SmallExchange> small;           // host buffers up to its kMaxBytes
   std::uint32_t next_tag = 0;
   /// How long this proc's collectives took, by operation (baton_collective_duration_seconds).
   std::shared_ptr<detail::CallTimes> times;
@@ -301,6 +304,43 @@ struct Communicator::Impl {
     return *device_comm;
   }
 
+  /// Joins the ranks' small exchange: this rank's port out through the group's store, every
+  /// rank's in.
+  void join_small(GlooStore& store) {
+    small = std::make_unique<SmallExchange>(*proc, rank, group.members.size());
+    const std::string prefix = std::to_string(group.key) + "/small-port/";
+    const std::string mine = small->port_text();
+    store.set(prefix + std::to_string(rank), std::vector<char>(mine.begin(), mine.end()));
+    std::vector<std::string> ports;
+    for (std::size_t r = 0; r < group.members.size(); ++r) {
+      const std::vector<char> got = store.get(prefix + std::to_string(r));
+      ports.emplace_back(got.begin(), got.end());
+    }
+    small->connect(ports);
+  }
+
+  /// What a small collective's wait does when a missing rank's link closed.
+  SmallExchange::CheckGone check_gone() const {
+    return [this] {
+      if (auto names = gone(); !names.empty()) throw RanksGone(names);
+    };
+  }
+
+  /// `count` elements at `data` reduced over the ranks in place (for avg, summed: the caller
+  /// divides): a small buffer through the small exchange, a larger one through Gloo's ring.
+  void allreduce_host(void* data, std::size_t count, DType type, ReduceOp op) {
+    if (small && count * size_of(type) <= SmallExchange::kMaxBytes) {
+      small->allreduce(data, count, type, op, timeout(), check_gone());
+      return;
+    }
+    gloo::AllreduceOptions o(context);
+    with_type(type, [&]<class T>() { o.setOutput(static_cast<T*>(data), count); });
+    o.setReduceFunction(reduce_fn(type, op));
+    o.setTag(next_tag++);
+    o.setTimeout(timeout());
+    gloo::allreduce(o);
+  }
+
   /// The group is broken: its connections close at once (so the ranks waiting on this one fail
   /// too, not at their timeout), and the ranks that do not answer are named (unless `named`:
   /// `why` names them already).
@@ -386,6 +426,7 @@ Future<void> Communicator::join(const Group& group, Actor& self) {
         gloo::rendezvous::PrefixStore prefixed(std::to_string(impl->group.key), store);
         context->connectFullMesh(prefixed, device);
         impl->context = std::move(context);
+        impl->join_small(store);
         joined.set_value();
       } catch (const std::exception& e) {
         joined.set_exception(std::make_exception_ptr(
@@ -415,12 +456,7 @@ Future<void> Communicator::allreduce_bytes(void* data, std::size_t count, DType 
     });
   }
   return c->submit("allreduce", [c, data, count, type, op, keep = std::move(keep)] {
-    gloo::AllreduceOptions o(c->context);
-    with_type(type, [&]<class T>() { o.setOutput(static_cast<T*>(data), count); });
-    o.setReduceFunction(reduce_fn(type, op));
-    o.setTag(c->next_tag++);
-    o.setTimeout(c->timeout());
-    gloo::allreduce(o);
+    c->allreduce_host(data, count, type, op);
     if (op == ReduceOp::avg) divide(data, count, type, static_cast<int>(c->group.members.size()));
   });
 }
@@ -482,30 +518,26 @@ Future<void> Communicator::reduce_scatter_bytes(const void* in, std::size_t in_c
                        c->device(dev).reduce_scatter(in, out, out_count, type, op);
                      });
   }
-  return c->submit("reduce_scatter", [c, in, in_count, out, out_count, type, op,
-                                      keep = std::move(keep)] {
-    // The whole reduced, then this rank's block kept: twice an allreduce's traffic at most.
-    const std::size_t width = size_of(type);
-    std::vector<char> all(static_cast<const char*>(in),
-                          static_cast<const char*>(in) + in_count * width);
-    gloo::AllreduceOptions o(c->context);
-    with_type(type, [&]<class T>() { o.setOutput(reinterpret_cast<T*>(all.data()), in_count); });
-    o.setReduceFunction(reduce_fn(type, op));
-    o.setTag(c->next_tag++);
-    o.setTimeout(c->timeout());
-    gloo::allreduce(o);
-    char* mine = all.data() + static_cast<std::size_t>(c->rank) * out_count * width;
-    if (op == ReduceOp::avg) {
-      divide(mine, out_count, type, static_cast<int>(c->group.members.size()));
-    }
-    std::memcpy(out, mine, out_count * width);
-  });
+  return c->submit(
+      "reduce_scatter", [c, in, in_count, out, out_count, type, op, keep = std::move(keep)] {
+        // The whole reduced, then this rank's block kept: twice an allreduce's traffic at most.
+        const std::size_t width = size_of(type);
+        std::vector<char> all(static_cast<const char*>(in),
+                              static_cast<const char*>(in) + in_count * width);
+        c->allreduce_host(all.data(), in_count, type, op);
+        char* mine = all.data() + static_cast<std::size_t>(c->rank) * out_count * width;
+        if (op == ReduceOp::avg) {
+          divide(mine, out_count, type, static_cast<int>(c->group.members.size()));
+        }
+        std::memcpy(out, mine, out_count * width);
+      });
 }
 
 Future<void> Communicator::barrier() {
   if (!impl_) throw UsageError("barrier on a Communicator that joined no group");
   Impl* c = impl_.get();
   return c->submit("barrier", [c] {
+    if (c->small) return c->small->barrier(c->timeout(), c->check_gone());
     gloo::BarrierOptions o(c->context);
     o.setTag(c->next_tag++);
     o.setTimeout(c->timeout());

@@ -1,12 +1,14 @@
 // Collectives through Gloo between real worker processes: each collective against a direct
 // computation for several sizes and element types, with three ranks (not a power of two) and a
-// slice of a mesh; a rank killed in the middle of one fails the others naming it, never hangs,
+// slice of a mesh; small buffers (through baton's own messages) folded alike on every rank; a
+// rank killed in the middle of one fails the others naming it, never hangs,
 // and a new group of the live members works.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <bit>
 #include <cmath>
 #include <numeric>
 #include <span>
@@ -28,6 +30,14 @@ using ::testing::HasSubstr;
 /// Rank r's input element i.
 double input(std::size_t r, std::size_t i) {
   return static_cast<double>((r + 1) * 3) + static_cast<double>(i % 11) * 0.25;
+}
+
+/// Rank r's element i in round k of many_f32: magnitudes far apart, so that a float sum depends
+/// on the order it is taken in (1e8 + 1 is 1e8 in float).
+float folding_input(std::size_t r, int k, std::size_t i) {
+  const float big = (i + static_cast<std::size_t>(k)) % 2 == 0 ? 1e8F : -1e8F;
+  const float values[] = {big, 1.0F + static_cast<float>(k % 5), -big, 0.5F};
+  return values[r % 4] * (r >= 4 ? 0.25F : 1.0F);
 }
 
 class Rank : public Actor {
@@ -100,12 +110,29 @@ class Rank : public Actor {
     co_await comm_.barrier();
     co_return comm_.rank();
   }
+  /// `rounds` allreduces (sum) back to back of folding_input, the results one after another.
+  Task<std::vector<float>> many_f32(int rounds, std::size_t n) {
+    std::vector<float> all;
+    for (int k = 0; k < rounds; ++k) {
+      std::vector<float> v(n);
+      for (std::size_t i = 0; i < n; ++i) v[i] = folding_input(rank(), k, i);
+      co_await comm_.allreduce(std::span<float>(v));
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    co_return all;
+  }
+  /// An allreduce of `n` floats, each rank passing its own `n`.
+  Task<int> allreduce_n(std::size_t n) {
+    std::vector<float> v(n, 1.0F);
+    co_await comm_.allreduce(std::span<float>(v));
+    co_return 0;
+  }
 
   static constexpr auto endpoints =
       baton::endpoints<&Rank::join, &Rank::pid, &Rank::allreduce_f32, &Rank::allreduce_f64,
                        &Rank::allreduce_f16, &Rank::allreduce_bf16, &Rank::allreduce_i64,
                        &Rank::broadcast_i32, &Rank::allgather_f64, &Rank::reduce_scatter_f32,
-                       &Rank::barrier, &Rank::timed>();
+                       &Rank::barrier, &Rank::timed, &Rank::many_f32, &Rank::allreduce_n>();
 
  private:
   std::size_t rank() const { return static_cast<std::size_t>(comm_.rank()); }
@@ -282,14 +309,60 @@ TEST(Collective, ACollectiveWaitingLongerThanStallAfterNamesTheRanksThatHaveNotE
   procs.stop().get();
 }
 
-TEST(Collective, ARankKilledMidCollectiveFailsTheOthersNamingItAndANewGroupWorks) {
+TEST(Collective, SmallAllreducesGiveEveryRankTheSameBitsFoldedInRankOrderRoundAfterRound) {
+  // Small buffers go through baton's messages (every rank's part to every other), not Gloo's
+  // ring: each rank folds the parts itself, and must fold them as every other rank does.
+  constexpr std::size_t kRanks = 4;
+  constexpr int kRounds = 300;
+  constexpr std::size_t kN = 3;
+  ProcMesh procs = this_host().spawn_procs({{"procs", kRanks}});
+  auto ranks = procs.spawn<Rank>("ranks");
+  (void)ranks.call(&Rank::join, collective::make_group(ranks)).get();
+  const auto got = ranks.call(&Rank::many_f32, kRounds, kN).get().values();
+  ASSERT_EQ(got.size(), kRanks);
+  for (int k = 0; k < kRounds; ++k) {
+    for (std::size_t i = 0; i < kN; ++i) {
+      float want = folding_input(0, k, i);
+      for (std::size_t r = 1; r < kRanks; ++r) want += folding_input(r, k, i);
+      for (std::size_t r = 0; r < kRanks; ++r) {
+        const float v = got[r].at(static_cast<std::size_t>(k) * kN + i);
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(v), std::bit_cast<std::uint32_t>(want))
+            << "rank " << r << " round " << k << " element " << i << ": " << v << " not " << want;
+      }
+    }
+  }
+  procs.stop().get();
+}
+
+TEST(Collective, RanksPassingDifferentCountsFailSayingEveryRankPassesTheSame) {
+  ProcMesh procs = this_host().spawn_procs({{"procs", 3}});
+  auto ranks = procs.spawn<Rank>("ranks");
+  (void)ranks.call(&Rank::join, collective::make_group(ranks)).get();
+  std::vector<Future<int>> calls;
+  for (std::size_t r = 0; r < 3; ++r)
+    calls.push_back(ranks.at(r).call(&Rank::allreduce_n, r == 1 ? 4 : 5));
+  for (std::size_t r = 0; r < 3; ++r) {
+    try {
+      (void)calls[r].get(std::chrono::seconds(60));
+      ADD_FAILURE() << "rank " << r << " completed an allreduce of mismatched counts";
+    } catch (const TimeoutError&) {
+      ADD_FAILURE() << "rank " << r << " hung on an allreduce of mismatched counts";
+    } catch (const std::exception& e) {
+      EXPECT_THAT(e.what(), HasSubstr("every rank passes the same count and type")) << r;
+    }
+  }
+  procs.stop().get();
+}
+
+/// Ranks 0 and 1 enter an allreduce of `n` floats that rank 2 never joins; rank 2's process is
+/// killed: both fail naming it, and a new group of the two works.
+void killed_mid_collective(std::size_t n) {
   ProcMesh procs = this_host().spawn_procs({{"procs", 3}});
   auto ranks = procs.spawn<Rank>("ranks");
   (void)ranks.call(&Rank::join, collective::make_group(ranks)).get();
   const int victim = ranks.slice("procs", 2).call(&Rank::pid).get().values().at(0);
-  // Ranks 0 and 1 enter an allreduce that rank 2 never joins; rank 2's process is killed.
   auto live = ranks.slice("procs", 0, 2);
-  auto pending = live.call(&Rank::allreduce_f32, std::size_t{1000}, 0);
+  auto pending = live.call(&Rank::allreduce_f32, n, 0);
   ::kill(victim, SIGKILL);
   try {
     (void)pending.get(std::chrono::seconds(60));
@@ -307,6 +380,14 @@ TEST(Collective, ARankKilledMidCollectiveFailsTheOthersNamingItAndANewGroupWorks
     EXPECT_EQ(v, (std::vector<std::int64_t>{1000, 1002, 1004}));
   }
   live.stop().get();
+}
+
+TEST(Collective, ARankKilledMidCollectiveFailsTheOthersNamingItAndANewGroupWorks) {
+  // 1000 floats go through baton's messages, 2^17 through Gloo's ring.
+  for (const std::size_t n : {std::size_t{1000}, std::size_t{1} << 17}) {
+    SCOPED_TRACE("floats: " + std::to_string(n));
+    killed_mid_collective(n);
+  }
 }
 
 }  // namespace

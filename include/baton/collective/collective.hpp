@@ -1,7 +1,8 @@
 #pragma once
 
 // Collectives over the members of an actor mesh (or a slice of one): allreduce, broadcast,
-// allgather, reduce_scatter and barrier on contiguous buffers: host memory through Gloo, device
+// allgather, reduce_scatter and barrier on contiguous buffers: host memory through Gloo (small
+// buffers and barriers through baton's own messages, one message's latency), device
 // memory through NCCL (NVIDIA) or RCCL (AMD), loaded at run time as the gpu layer loads its
 // runtime. Rendezvous goes through baton's own messages (no store, no port for the user to
 // manage); a buffer on a device with no NCCL/RCCL present is refused, saying why.
