@@ -55,10 +55,11 @@ class SmallExchange {
   /// Every rank's port_text, in rank order. Throws DecodeError on a malformed one.
   void connect(const std::vector<std::string>& ports);
 
-  /// What a wait checks when a peer's link closed while its part had not come: throws, naming
-  /// the ranks that are gone, or returns if every rank answers.
+  /// What a wait checks when a missing rank's link closed, or after each second with nothing
+  /// coming: throws, naming the ranks that are gone, or returns if every rank answers.
   using CheckGone = std::function<void()>;
-  /// `data` (`count` elements) reduced over the ranks, in place.
+  /// `data` (`count` elements) reduced over the ranks, in place; for avg, summed (the caller
+  /// divides, as after Gloo's allreduce).
   void allreduce(void* data, std::size_t count, DType type, ReduceOp op,
                  std::chrono::milliseconds timeout, const CheckGone& check_gone);
   /// Returns once every rank has entered it.
