@@ -173,7 +173,9 @@ struct Communicator::Impl {
   std::shared_ptr<std::atomic<std::uint64_t>> entered =
       std::make_shared<std::atomic<std::uint64_t>>(0);
 
-  std::string broken;  // why the group can be used no more (the queue's thread's)
+  std::string broken;                    // why the group can be used no more (the queue's thread's)
+  std::atomic<bool> ready{false};        // joined: set on the queue's thread
+  std::atomic<std::uint64_t> queued{0};  // ops posted to the queue and not yet done
   // This rank's operations, in order, on a thread of their own. The last member: it goes
   // first, running what is queued while the rest is still there.
   net::JobQueue queue;
@@ -190,37 +192,52 @@ struct Communicator::Impl {
 
   std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(group.timeout_ms); }
 
-  /// Runs `op` (named `what`) on this rank's thread, in order; a failure breaks the group.
-  Future<void> submit(const std::string& what, std::function<void()> op) {
+  /// Runs `op` (named `what`) on this rank's thread, in order; a failure breaks the group. In a
+  /// group of one, an op on host memory (`local`) with nothing queued before it runs here and
+  /// now: there is no one to wait for, and the two wake-ups of a trip to the thread would be
+  /// most of its time.
+  Future<void> submit(const std::string& what, std::function<void()> op, bool local = false) {
     Promise<void> done;
-    queue.post([this, what, op = std::move(op), done] {
-      if (!broken.empty()) {
-        done.set_exception(std::make_exception_ptr(std::runtime_error(broken)));
-        return;
-      }
-      const std::uint64_t index = entered->fetch_add(1) + 1;
-      const auto began = std::chrono::steady_clock::now();
-      const auto waiting = detail::start_waiting(
-          detail::state_of(*proc),
-          [this, what, index](double waited_s) { return stall_report(what, index, waited_s); });
-      try {
-        op();
-        if (waiting) waiting->done.store(true);
-        times->of(what).observe(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                    std::chrono::steady_clock::now() - began)
-                                    .count());
-        done.set_value();
-      } catch (const RanksGone& e) {
-        if (waiting) waiting->done.store(true);
-        fail(what, e.what(), true);
-        done.set_exception(std::make_exception_ptr(std::runtime_error(broken)));
-      } catch (const std::exception& e) {
-        if (waiting) waiting->done.store(true);
-        fail(what, e.what());
-        done.set_exception(std::make_exception_ptr(std::runtime_error(broken)));
-      }
+    if (local && group.members.size() == 1 && ready.load(std::memory_order_acquire) &&
+        queued.load(std::memory_order_acquire) == 0) {
+      run(what, op, done);
+      return done.get_future();
+    }
+    queued.fetch_add(1, std::memory_order_relaxed);
+    queue.post([this, what, op = std::move(op), done]() mutable {
+      run(what, op, done);
+      queued.fetch_sub(1, std::memory_order_release);
     });
     return done.get_future();
+  }
+
+  /// Runs `op` (named `what`) and sets `done`; a failure breaks the group.
+  void run(const std::string& what, const std::function<void()>& op, Promise<void>& done) {
+    if (!broken.empty()) {
+      done.set_exception(std::make_exception_ptr(std::runtime_error(broken)));
+      return;
+    }
+    const std::uint64_t index = entered->fetch_add(1) + 1;
+    const auto began = std::chrono::steady_clock::now();
+    const auto waiting = detail::start_waiting(
+        detail::state_of(*proc),
+        [this, what, index](double waited_s) { return stall_report(what, index, waited_s); });
+    try {
+      op();
+      if (waiting) waiting->done.store(true);
+      times->of(what).observe(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  std::chrono::steady_clock::now() - began)
+                                  .count());
+      done.set_value();
+    } catch (const RanksGone& e) {
+      if (waiting) waiting->done.store(true);
+      fail(what, e.what(), true);
+      done.set_exception(std::make_exception_ptr(std::runtime_error(broken)));
+    } catch (const std::exception& e) {
+      if (waiting) waiting->done.store(true);
+      fail(what, e.what());
+      done.set_exception(std::make_exception_ptr(std::runtime_error(broken)));
+    }
   }
 
   /// What the stall watch logs of this rank's collective number `index` (`what`), waiting for
@@ -326,13 +343,23 @@ struct Communicator::Impl {
     };
   }
 
+  /// Whether the host collective `shape` goes through the small exchange; if not, every rank
+  /// has agreed on it there (the same collective, count, type and root) before Gloo's ring runs.
+  bool small_or_agreed(const Shape& shape) {
+    if (!small) return false;
+    if (SmallExchange::small(shape.bytes)) return true;
+    small->agree(shape, timeout(), check_gone());
+    return false;
+  }
+
   /// `count` elements at `data` reduced over the ranks in place (for avg, summed: the caller
   /// divides): a small buffer through the small exchange, a larger one through Gloo's ring.
-  void allreduce_host(void* data, std::size_t count, DType type, ReduceOp op) {
-    if (small && count * size_of(type) <= SmallExchange::kMaxBytes) {
-      small->allreduce(data, count, type, op, timeout(), check_gone());
-      return;
-    }
+  void allreduce_host(void* data, std::size_t count, DType type, ReduceOp op,
+                      Shape::Op what = Shape::allreduce) {
+    const Shape shape{what, static_cast<std::uint8_t>(type), static_cast<std::uint8_t>(op), -1,
+                      count * size_of(type)};
+    if (small_or_agreed(shape))
+      return small->allreduce(shape, data, count, timeout(), check_gone());
     gloo::AllreduceOptions o(context);
     with_type(type, [&]<class T>() { o.setOutput(static_cast<T*>(data), count); });
     o.setReduceFunction(reduce_fn(type, op));
@@ -427,6 +454,7 @@ Future<void> Communicator::join(const Group& group, Actor& self) {
         context->connectFullMesh(prefixed, device);
         impl->context = std::move(context);
         impl->join_small(store);
+        impl->ready.store(true, std::memory_order_release);
         joined.set_value();
       } catch (const std::exception& e) {
         joined.set_exception(std::make_exception_ptr(
@@ -455,10 +483,14 @@ Future<void> Communicator::allreduce_bytes(void* data, std::size_t count, DType 
       c->device(dev).allreduce(data, count, type, op);
     });
   }
-  return c->submit("allreduce", [c, data, count, type, op, keep = std::move(keep)] {
-    c->allreduce_host(data, count, type, op);
-    if (op == ReduceOp::avg) divide(data, count, type, static_cast<int>(c->group.members.size()));
-  });
+  return c->submit(
+      "allreduce",
+      [c, data, count, type, op, keep = std::move(keep)] {
+        c->allreduce_host(data, count, type, op);
+        if (op == ReduceOp::avg)
+          divide(data, count, type, static_cast<int>(c->group.members.size()));
+      },
+      /*local=*/true);
 }
 
 Future<void> Communicator::broadcast_bytes(void* data, std::size_t bytes, int root, Keep keep) {
@@ -472,14 +504,20 @@ Future<void> Communicator::broadcast_bytes(void* data, std::size_t bytes, int ro
       c->device(dev).broadcast(data, bytes, root);
     });
   }
-  return c->submit("broadcast", [c, data, bytes, root, keep = std::move(keep)] {
-    gloo::BroadcastOptions o(c->context);
-    o.setOutput(static_cast<char*>(data), bytes);
-    o.setRoot(root);
-    o.setTag(c->next_tag++);
-    o.setTimeout(c->timeout());
-    gloo::broadcast(o);
-  });
+  return c->submit(
+      "broadcast",
+      [c, data, bytes, root, keep = std::move(keep)] {
+        const Shape shape{Shape::broadcast, 0, 0, root, bytes};
+        if (c->small_or_agreed(shape))
+          return c->small->broadcast(shape, data, c->timeout(), c->check_gone());
+        gloo::BroadcastOptions o(c->context);
+        o.setOutput(static_cast<char*>(data), bytes);
+        o.setRoot(root);
+        o.setTag(c->next_tag++);
+        o.setTimeout(c->timeout());
+        gloo::broadcast(o);
+      },
+      /*local=*/true);
 }
 
 Future<void> Communicator::allgather_bytes(const void* in, std::size_t in_bytes, void* out,
@@ -494,14 +532,21 @@ Future<void> Communicator::allgather_bytes(const void* in, std::size_t in_bytes,
       c->device(dev).allgather(in, in_bytes, out);
     });
   }
-  return c->submit("allgather", [c, in, in_bytes, out, out_bytes, keep = std::move(keep)] {
-    gloo::AllgatherOptions o(c->context);
-    o.setInput(const_cast<char*>(static_cast<const char*>(in)), in_bytes);
-    o.setOutput(static_cast<char*>(out), out_bytes);
-    o.setTag(c->next_tag++);
-    o.setTimeout(c->timeout());
-    gloo::allgather(o);
-  });
+  return c->submit(
+      "allgather",
+      [c, in, in_bytes, out, out_bytes, keep = std::move(keep)] {
+        const Shape shape{Shape::allgather, 0, 0, -1, in_bytes};
+        if (c->small_or_agreed(shape)) {
+          return c->small->allgather(shape, in, out, c->timeout(), c->check_gone());
+        }
+        gloo::AllgatherOptions o(c->context);
+        o.setInput(const_cast<char*>(static_cast<const char*>(in)), in_bytes);
+        o.setOutput(static_cast<char*>(out), out_bytes);
+        o.setTag(c->next_tag++);
+        o.setTimeout(c->timeout());
+        gloo::allgather(o);
+      },
+      /*local=*/true);
 }
 
 Future<void> Communicator::reduce_scatter_bytes(const void* in, std::size_t in_count, void* out,
@@ -519,30 +564,35 @@ Future<void> Communicator::reduce_scatter_bytes(const void* in, std::size_t in_c
                      });
   }
   return c->submit(
-      "reduce_scatter", [c, in, in_count, out, out_count, type, op, keep = std::move(keep)] {
+      "reduce_scatter",
+      [c, in, in_count, out, out_count, type, op, keep = std::move(keep)] {
         // The whole reduced, then this rank's block kept: twice an allreduce's traffic at most.
         const std::size_t width = size_of(type);
         std::vector<char> all(static_cast<const char*>(in),
                               static_cast<const char*>(in) + in_count * width);
-        c->allreduce_host(all.data(), in_count, type, op);
+        c->allreduce_host(all.data(), in_count, type, op, Shape::reduce_scatter);
         char* mine = all.data() + static_cast<std::size_t>(c->rank) * out_count * width;
         if (op == ReduceOp::avg) {
           divide(mine, out_count, type, static_cast<int>(c->group.members.size()));
         }
         std::memcpy(out, mine, out_count * width);
-      });
+      },
+      /*local=*/true);
 }
 
 Future<void> Communicator::barrier() {
   if (!impl_) throw UsageError("barrier on a Communicator that joined no group");
   Impl* c = impl_.get();
-  return c->submit("barrier", [c] {
-    if (c->small) return c->small->barrier(c->timeout(), c->check_gone());
-    gloo::BarrierOptions o(c->context);
-    o.setTag(c->next_tag++);
-    o.setTimeout(c->timeout());
-    gloo::barrier(o);
-  });
+  return c->submit(
+      "barrier",
+      [c] {
+        if (c->small) return c->small->agree(Shape{}, c->timeout(), c->check_gone());
+        gloo::BarrierOptions o(c->context);
+        o.setTag(c->next_tag++);
+        o.setTimeout(c->timeout());
+        gloo::barrier(o);
+      },
+      /*local=*/true);
 }
 
 }  // namespace baton::collective

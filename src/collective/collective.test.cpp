@@ -1,8 +1,9 @@
 // Collectives through Gloo between real worker processes: each collective against a direct
 // computation for several sizes and element types, with three ranks (not a power of two) and a
-// slice of a mesh; small buffers (through baton's own messages) folded alike on every rank; a
-// rank killed in the middle of one fails the others naming it, never hangs,
-// and a new group of the live members works.
+// slice of a mesh; small buffers (through baton's own messages) folded alike on every rank; ranks
+// that enter different collectives (count, type, reduction, root or kind) all fail saying how; a
+// rank killed in the middle of one fails the others naming it, never hangs, and a new group of the
+// live members works.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -121,10 +122,22 @@ class Rank : public Actor {
     }
     co_return all;
   }
-  /// An allreduce of `n` floats, each rank passing its own `n`.
-  Task<int> allreduce_n(std::size_t n) {
-    std::vector<float> v(n, 1.0F);
-    co_await comm_.allreduce(std::span<float>(v));
+  /// One collective as `what` says: "allreduce" (`n` floats, `arg` a ReduceOp), "broadcast"
+  /// (`n` ints from root `arg`), "allgather" (`n` doubles) or "barrier".
+  Task<int> enter(std::string what, std::size_t n, int arg) {
+    if (what == "allreduce") {
+      std::vector<float> v(n, 1.0F);
+      co_await comm_.allreduce(std::span<float>(v), static_cast<ReduceOp>(arg));
+    } else if (what == "broadcast") {
+      std::vector<std::int32_t> v(n, 7);
+      co_await comm_.broadcast(std::span<std::int32_t>(v), arg);
+    } else if (what == "allgather") {
+      std::vector<double> in(n, 1.0);
+      std::vector<double> out(n * static_cast<std::size_t>(comm_.size()));
+      co_await comm_.allgather(std::span<const double>(in), std::span<double>(out));
+    } else {
+      co_await comm_.barrier();
+    }
     co_return 0;
   }
 
@@ -132,7 +145,7 @@ class Rank : public Actor {
       baton::endpoints<&Rank::join, &Rank::pid, &Rank::allreduce_f32, &Rank::allreduce_f64,
                        &Rank::allreduce_f16, &Rank::allreduce_bf16, &Rank::allreduce_i64,
                        &Rank::broadcast_i32, &Rank::allgather_f64, &Rank::reduce_scatter_f32,
-                       &Rank::barrier, &Rank::timed, &Rank::many_f32, &Rank::allreduce_n>();
+                       &Rank::barrier, &Rank::timed, &Rank::many_f32, &Rank::enter>();
 
  private:
   std::size_t rank() const { return static_cast<std::size_t>(comm_.rank()); }
@@ -236,6 +249,35 @@ TEST(Collective, EveryCollectiveMatchesADirectComputation) {
   procs.stop().get();
 }
 
+TEST(Collective, AGroupOfOneRunsEveryCollectiveOnItsOwnBuffersAndTimesEach) {
+  ProcMesh procs = this_host().spawn_procs({{"procs", 1}});
+  auto ranks = procs.spawn<Rank>("ranks");
+  EXPECT_EQ(ranks.call(&Rank::join, collective::make_group(ranks)).get().values(),
+            std::vector<int>{0});
+  // 1000 floats run where they are called (the group has no one to wait for); 300,001 too,
+  // through Gloo's context of one.
+  for (std::size_t n : {std::size_t{1000}, std::size_t{300001}}) {
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max}) {
+      const auto got = ranks.call(&Rank::allreduce_f32, n, static_cast<int>(op)).get().values();
+      for (std::size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(got.at(0).at(i), static_cast<double>(static_cast<float>(input(0, i)))) << i;
+      }
+    }
+    EXPECT_EQ(ranks.call(&Rank::broadcast_i32, n, 0).get().values().at(0),
+              std::vector<std::int32_t>(n, 100));
+    const auto gathered = ranks.call(&Rank::allgather_f64, n).get().values().at(0);
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(gathered.at(i), input(0, i));
+    const auto scattered = ranks.call(&Rank::reduce_scatter_f32, n, 0).get().values().at(0);
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(scattered.at(i), static_cast<double>(static_cast<float>(input(0, i))));
+    }
+  }
+  EXPECT_EQ(ranks.call(&Rank::barrier).get().values(), std::vector<int>{0});
+  EXPECT_EQ(ranks.call(&Rank::timed, std::string("allreduce")).get().values().at(0), 6.0);
+  EXPECT_EQ(ranks.call(&Rank::timed, std::string("barrier")).get().values().at(0), 1.0);
+  procs.stop().get();
+}
+
 TEST(Collective, EachRanksMetricsTimeItsCollectivesByOperation) {
   ProcMesh procs = this_host().spawn_procs({{"procs", 2}});
   auto ranks = procs.spawn<Rank>("ranks");
@@ -334,21 +376,60 @@ TEST(Collective, SmallAllreducesGiveEveryRankTheSameBitsFoldedInRankOrderRoundAf
   procs.stop().get();
 }
 
-TEST(Collective, RanksPassingDifferentCountsFailSayingEveryRankPassesTheSame) {
+TEST(Collective, RanksEnteringDifferentCollectivesAllFailSayingHowTheyDiffer) {
   ProcMesh procs = this_host().spawn_procs({{"procs", 3}});
   auto ranks = procs.spawn<Rank>("ranks");
-  (void)ranks.call(&Rank::join, collective::make_group(ranks)).get();
-  std::vector<Future<int>> calls;
-  for (std::size_t r = 0; r < 3; ++r)
-    calls.push_back(ranks.at(r).call(&Rank::allreduce_n, r == 1 ? 4 : 5));
-  for (std::size_t r = 0; r < 3; ++r) {
-    try {
-      (void)calls[r].get(std::chrono::seconds(60));
-      ADD_FAILURE() << "rank " << r << " completed an allreduce of mismatched counts";
-    } catch (const TimeoutError&) {
-      ADD_FAILURE() << "rank " << r << " hung on an allreduce of mismatched counts";
-    } catch (const std::exception& e) {
-      EXPECT_THAT(e.what(), HasSubstr("every rank passes the same count and type")) << r;
+  struct Entered {
+    std::string what;
+    std::size_t n;
+    int arg;
+  };
+  struct Case {
+    Entered others;  // ranks 0 and 2
+    Entered rank1;
+    std::string said;  // by every rank
+  };
+  const int sum = static_cast<int>(ReduceOp::sum);
+  // 10,000 floats go through baton's messages, 20,000 and more through Gloo's ring.
+  const Case cases[] = {
+      {{"allreduce", 5, sum}, {"allreduce", 4, sum}, "every rank passes the same count and type"},
+      {{"allreduce", 10000, sum}, {"allreduce", 20000, sum}, "40000 bytes"},
+      {{"allreduce", 30000, sum}, {"allreduce", 20000, sum}, "80000 bytes"},
+      {{"allreduce", 5, sum},
+       {"allreduce", 5, static_cast<int>(ReduceOp::max)},
+       "every rank passes the same reduction"},
+      {{"allreduce", 5, sum}, {"barrier", 0, 0}, "every rank calls the same collectives"},
+      {{"allgather", 30000, 0}, {"broadcast", 60000, 0}, "every rank calls the same collectives"},
+      {{"broadcast", 5, 0}, {"broadcast", 5, 1}, "every rank names the same root"},
+      {{"broadcast", 300000, 2}, {"broadcast", 300000, 0}, "every rank names the same root"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.rank1.what + " of " + std::to_string(c.rank1.n) + " against " + c.others.what +
+                 " of " + std::to_string(c.others.n));
+    (void)ranks.call(&Rank::join, collective::make_group(ranks)).get();
+    std::vector<Future<int>> calls;
+    for (std::size_t r = 0; r < 3; ++r) {
+      const Entered& e = r == 1 ? c.rank1 : c.others;
+      calls.push_back(ranks.at(r).call(&Rank::enter, e.what, e.n, e.arg));
+    }
+    for (std::size_t r = 0; r < 3; ++r) {
+      try {
+        (void)calls[r].get(std::chrono::seconds(60));
+        ADD_FAILURE() << "rank " << r << " completed a collective the others did not enter";
+      } catch (const TimeoutError&) {
+        ADD_FAILURE() << "rank " << r << " hung in a collective the others did not enter";
+      } catch (const std::exception& e) {
+        EXPECT_THAT(e.what(), HasSubstr(c.said)) << r;
+        EXPECT_THAT(e.what(), HasSubstr("the group is broken")) << r;
+        // Each names a rank on the other side: rank 1 names rank 0 or 2, the others rank 1.
+        const std::string said = e.what();
+        if (r == 1) {
+          EXPECT_TRUE(said.find("rank 0 ") != said.npos || said.find("rank 2 ") != said.npos)
+              << said;
+        } else {
+          EXPECT_THAT(said, HasSubstr("rank 1 ")) << r;
+        }
+      }
     }
   }
   procs.stop().get();

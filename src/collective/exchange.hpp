@@ -9,12 +9,17 @@
 // memory on a host) and folds what it receives in rank order, so that every rank computes the
 // same bits. One message's latency in all. Used up to kMaxBytes; Gloo's ring above, where
 // bandwidth is what counts.
+//
+// Every collective on host memory, small or not, goes through the exchange: a larger one sends
+// only its Shape (what it is, how many bytes) before Gloo's ring runs. So every rank learns what
+// every other rank entered, and ranks that disagree (a different count, type, operation or
+// root, or a different collective altogether) all fail at once saying so, where Gloo would wait
+// for its timeout or mix unrelated bytes.
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,14 +34,38 @@ class ProcState;
 
 namespace baton::collective {
 
-/// One rank's part of one small collective.
-struct SmallPart {
-  std::uint64_t index = 0;  // the small collective's number in the group, from 1
-  std::uint32_t rank = 0;
-  std::string data;
+/// What one rank entered as one collective: every rank enters the same. Plain numbers on the
+/// wire (a peer's are checked, never trusted to be in range).
+struct Shape {
+  enum Op : std::uint8_t { allreduce, broadcast, allgather, reduce_scatter, barrier };
+  std::uint8_t op = barrier;
+  std::uint8_t type = 0;    // a DType (allreduce, reduce_scatter)
+  std::uint8_t reduce = 0;  // a ReduceOp (allreduce, reduce_scatter)
+  std::int32_t root = -1;   // broadcast
+  std::uint64_t bytes = 0;  // this rank's input
+  bool operator==(const Shape&) const = default;
   template <class Ar>
   void serialize(Ar& ar) {
-    ar(index, rank, data);
+    ar(op, type, reduce, root, bytes);
+  }
+};
+
+/// "allreduce", "broadcast", ...
+std::string op_name(std::uint8_t op);
+
+/// What differs between rank `theirs_rank`'s shape and this rank's, and what to do about it.
+std::string mismatch(const Shape& theirs, std::uint32_t theirs_rank, const Shape& mine,
+                     int my_rank);
+
+/// One rank's part of one collective.
+struct SmallPart {
+  std::uint64_t index = 0;  // the collective's number in the group, from 1
+  std::uint32_t rank = 0;
+  Shape shape;
+  std::string data;  // empty where the bytes go through Gloo, or the rank has none to give
+  template <class Ar>
+  void serialize(Ar& ar) {
+    ar(index, rank, shape, data);
   }
 };
 
@@ -58,18 +87,29 @@ class SmallExchange {
   /// What a wait checks when a missing rank's link closed, or after each second with nothing
   /// coming: throws, naming the ranks that are gone, or returns if every rank answers.
   using CheckGone = std::function<void()>;
+  /// Whether a collective of `bytes` goes this way (else `agree` and then Gloo).
+  static bool small(std::size_t bytes) { return bytes <= kMaxBytes; }
+
   /// `data` (`count` elements) reduced over the ranks, in place; for avg, summed (the caller
-  /// divides, as after Gloo's allreduce).
-  void allreduce(void* data, std::size_t count, DType type, ReduceOp op,
+  /// divides, as after Gloo's allreduce). `shape` says which collective it is.
+  void allreduce(const Shape& shape, void* data, std::size_t count,
                  std::chrono::milliseconds timeout, const CheckGone& check_gone);
-  /// Returns once every rank has entered it.
-  void barrier(std::chrono::milliseconds timeout, const CheckGone& check_gone);
+  /// `shape.bytes` at `data` from rank `shape.root` to every rank.
+  void broadcast(const Shape& shape, void* data, std::chrono::milliseconds timeout,
+                 const CheckGone& check_gone);
+  /// Every rank's `shape.bytes` at `in`, in rank order, at `out`.
+  void allgather(const Shape& shape, const void* in, void* out, std::chrono::milliseconds timeout,
+                 const CheckGone& check_gone);
+  /// Returns once every rank has entered the collective `shape`, each the same: the barrier,
+  /// and what a larger collective does before Gloo's ring.
+  void agree(const Shape& shape, std::chrono::milliseconds timeout, const CheckGone& check_gone);
 
  private:
-  /// Sends `mine` to every other rank and returns every rank's part of this collective, in rank
-  /// order (`mine` at this rank's).
-  std::vector<std::string> exchange(std::string mine, std::chrono::milliseconds timeout,
-                                    const CheckGone& check_gone);
+  /// Sends `mine` (for `shape`) to every other rank and returns every rank's part of this
+  /// collective, in rank order (`mine` at this rank's). Throws UsageError, saying how, when a
+  /// rank entered another shape.
+  std::vector<std::string> exchange(const Shape& shape, std::string mine,
+                                    std::chrono::milliseconds timeout, const CheckGone& check_gone);
 
   std::weak_ptr<detail::ProcState> proc_;  // whose port table holds this rank's port
   int rank_;
@@ -77,8 +117,8 @@ class SmallExchange {
   std::pair<Port<SmallPart>, PortReceiver<SmallPart>> own_;  // this rank's port
   std::vector<Port<SmallPart>> peers_;                       // by rank (this rank's own unused)
   std::uint64_t next_ = 0;                                   // the last collective's index
-  // Parts of later collectives, from ranks already done with this one.
-  std::map<std::uint64_t, std::vector<SmallPart>> early_;
+  // Parts of the next collective, from ranks already done with this one.
+  std::vector<SmallPart> early_;
 };
 
 }  // namespace baton::collective
