@@ -1,5 +1,6 @@
-"""Collectives among Python actors on numpy arrays and torch tensors; a killed rank fails the
-others naming it, and a new group of the live members works."""
+"""Collectives among Python actors on numpy arrays and torch tensors; ranks passing different
+counts all fail saying so; a killed rank fails the others naming it, and a new group of the live
+members works."""
 
 import os
 import signal
@@ -23,6 +24,23 @@ def test_every_collective_matches_a_direct_computation():
         assert b == [102] * n
         assert g == [0] * n + [1] * n + [2] * n
         assert s == [3.0] * n
+    procs.stop().get(timeout=60)
+
+
+def test_ranks_passing_different_counts_all_fail_saying_so():
+    procs = baton.this_host().spawn_procs({"procs": 3})
+    ranks = procs.spawn("ranks", Rank)
+    ranks.join.call(baton.collective.make_group(ranks)).get(timeout=60)
+    # 10,000 floats go through baton's messages, 20,000 through Gloo's ring.
+    pending = [
+        ranks.slice(procs=r).allreduce_n.call_one(20000 if r == 1 else 10000) for r in range(3)
+    ]
+    for r, p in enumerate(pending):
+        with pytest.raises(baton.ActorError) as info:
+            p.get(timeout=60)
+        said = info.value.remote_message
+        assert "every rank passes the same count and type" in said, (r, said)
+        assert "the group is broken" in said, (r, said)
     procs.stop().get(timeout=60)
 
 
