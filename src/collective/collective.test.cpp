@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <numeric>
@@ -141,11 +142,39 @@ class Rank : public Actor {
     co_return 0;
   }
 
+  /// An allreduce of `n` ones and, issued before it ends, a broadcast from rank 0 of 300,000
+  /// ints (through Gloo's ring), each awaited after: "ok" for each that gave the right values,
+  /// else what it gave or why it failed.
+  Task<std::vector<std::string>> two_at_once(std::size_t n) {
+    std::vector<float> a(n, 1.0F);
+    std::vector<std::int32_t> b(300000, static_cast<std::int32_t>(rank()));
+    auto first = comm_.allreduce(std::span<float>(a));
+    auto second = comm_.broadcast(std::span<std::int32_t>(b), 0);
+    std::vector<std::string> out;
+    const auto size = static_cast<float>(comm_.size());
+    try {
+      co_await std::move(first);
+      const bool right = std::all_of(a.begin(), a.end(), [&](float x) { return x == size; });
+      out.emplace_back(right ? "ok" : "wrong sums");
+    } catch (const std::exception& e) {
+      out.emplace_back(e.what());
+    }
+    try {
+      co_await std::move(second);
+      const bool right = std::all_of(b.begin(), b.end(), [](std::int32_t x) { return x == 0; });
+      out.emplace_back(right ? "ok" : "wrong broadcast");
+    } catch (const std::exception& e) {
+      out.emplace_back(e.what());
+    }
+    co_return out;
+  }
+
   static constexpr auto endpoints =
       baton::endpoints<&Rank::join, &Rank::pid, &Rank::allreduce_f32, &Rank::allreduce_f64,
                        &Rank::allreduce_f16, &Rank::allreduce_bf16, &Rank::allreduce_i64,
                        &Rank::broadcast_i32, &Rank::allgather_f64, &Rank::reduce_scatter_f32,
-                       &Rank::barrier, &Rank::timed, &Rank::many_f32, &Rank::enter>();
+                       &Rank::barrier, &Rank::timed, &Rank::many_f32, &Rank::enter,
+                       &Rank::two_at_once>();
 
  private:
   std::size_t rank() const { return static_cast<std::size_t>(comm_.rank()); }
@@ -372,6 +401,34 @@ TEST(Collective, SmallAllreducesGiveEveryRankTheSameBitsFoldedInRankOrderRoundAf
             << "rank " << r << " round " << k << " element " << i << ": " << v << " not " << want;
       }
     }
+  }
+  procs.stop().get();
+}
+
+TEST(Collective, ACollectiveIssuedBeforeTheOneBeforeEndedRunsAfterItAndFailsWithIt) {
+  ProcMesh procs = this_host().spawn_procs({{"procs", 3}});
+  auto ranks = procs.spawn<Rank>("ranks");
+  // A small allreduce (started where it is called) and a large broadcast issued behind it,
+  // 50 times: both right on every rank, every time.
+  (void)ranks.call(&Rank::join, collective::make_group(ranks)).get();
+  for (int round = 0; round < 50; ++round) {
+    for (const auto& got : ranks.call(&Rank::two_at_once, 1000).get().values()) {
+      ASSERT_EQ(got, (std::vector<std::string>{"ok", "ok"})) << "round " << round;
+    }
+  }
+  // Rank 1 passes another count: the allreduce fails on every rank, and the broadcast behind
+  // it too, the group broken, though Gloo's ring would have run it.
+  (void)ranks.call(&Rank::join, collective::make_group(ranks)).get();
+  std::vector<Future<std::vector<std::string>>> calls;
+  for (std::size_t r = 0; r < 3; ++r) {
+    calls.push_back(ranks.at(r).call(&Rank::two_at_once, r == 1 ? 4 : 5));
+  }
+  for (std::size_t r = 0; r < 3; ++r) {
+    const auto got = calls[r].get(std::chrono::seconds(60));
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_THAT(got[0], HasSubstr("every rank passes the same count and type")) << r;
+    EXPECT_THAT(got[1], HasSubstr("the group is broken")) << r;
+    EXPECT_THAT(got[1], HasSubstr("every rank passes the same count and type")) << r;
   }
   procs.stop().get();
 }

@@ -15,12 +15,19 @@
 // every other rank entered, and ranks that disagree (a different count, type, operation or
 // root, or a different collective altogether) all fail at once saying so, where Gloo would wait
 // for its timeout or mix unrelated bytes.
+//
+// A collective is started (its part sent) from any thread and ends on whichever thread brings
+// its last part, so that a small one needs no trip to the rank's own thread and back: watch()
+// is what a thread that may block calls to see one through a rank that is gone or silent.
 
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -73,6 +80,16 @@ class SmallExchange {
  public:
   /// The largest buffer (in bytes) that goes this way.
   static constexpr std::size_t kMaxBytes = std::size_t{64} << 10;
+  /// Whether a collective of `bytes` goes this way (else only its shape, and then Gloo).
+  static bool small(std::size_t bytes) { return bytes <= kMaxBytes; }
+
+  using Parts = std::vector<std::string>;
+  /// What ends a collective: every rank's part in rank order, or (`parts` null) the error that
+  /// ended it. It must not throw.
+  using Done = std::function<void(Parts* parts, const std::exception_ptr& error)>;
+  /// What a watch checks when a missing rank's link closed, or after each second with nothing
+  /// coming: throws, naming the ranks that are gone, or returns if every rank answers.
+  using CheckGone = std::function<void()>;
 
   /// Opens this rank's port in `proc`, closed with the exchange.
   SmallExchange(Proc& proc, int rank, std::size_t ranks);
@@ -84,41 +101,45 @@ class SmallExchange {
   /// Every rank's port_text, in rank order. Throws DecodeError on a malformed one.
   void connect(const std::vector<std::string>& ports);
 
-  /// What a wait checks when a missing rank's link closed, or after each second with nothing
-  /// coming: throws, naming the ranks that are gone, or returns if every rank answers.
-  using CheckGone = std::function<void()>;
-  /// Whether a collective of `bytes` goes this way (else `agree` and then Gloo).
-  static bool small(std::size_t bytes) { return bytes <= kMaxBytes; }
+  /// What this rank sends for `shape` from `in`: its bytes where they travel this way, else
+  /// nothing.
+  std::string part(const Shape& shape, const void* in) const;
+  /// The result of `shape` from every rank's part, written to `out`: the fold in rank order
+  /// (allreduce, reduce_scatter: sums of avg left undivided, as after Gloo's), the root's part
+  /// (broadcast), every part in rank order (allgather); nothing for a shape alone.
+  void finish(const Shape& shape, Parts& parts, void* out) const;
 
-  /// `data` (`count` elements) reduced over the ranks, in place; for avg, summed (the caller
-  /// divides, as after Gloo's allreduce). `shape` says which collective it is.
-  void allreduce(const Shape& shape, void* data, std::size_t count,
-                 std::chrono::milliseconds timeout, const CheckGone& check_gone);
-  /// `shape.bytes` at `data` from rank `shape.root` to every rank.
-  void broadcast(const Shape& shape, void* data, std::chrono::milliseconds timeout,
-                 const CheckGone& check_gone);
-  /// Every rank's `shape.bytes` at `in`, in rank order, at `out`.
-  void allgather(const Shape& shape, const void* in, void* out, std::chrono::milliseconds timeout,
-                 const CheckGone& check_gone);
-  /// Returns once every rank has entered the collective `shape`, each the same: the barrier,
-  /// and what a larger collective does before Gloo's ring.
-  void agree(const Shape& shape, std::chrono::milliseconds timeout, const CheckGone& check_gone);
+  /// Starts the next collective, `shape`, with this rank's part `mine` (part()): sends it to
+  /// every other rank and returns; `done` runs once every rank's part came (here and now if all
+  /// had, else on the thread that brings the last) or with the error that ends it: a rank that
+  /// entered another shape, a malformed part, or what watch() finds. False, with nothing sent,
+  /// while the collective before has not ended.
+  bool start(const Shape& shape, std::string mine, Done done);
+  /// Whether no collective is under way.
+  bool idle() const;
+  /// When the collective under way began, and its number; nothing if none is.
+  std::optional<std::pair<std::chrono::steady_clock::time_point, std::uint64_t>> under_way() const;
+  /// Waits until the collective under way (if one is) has ended, its `done` run. One that
+  /// outlasts `timeout` from its start, or whose missing ranks `check_gone` finds gone, is ended
+  /// with that error. Looks every 20 ms whether a missing rank's link closed, and asks every
+  /// rank whether it is alive after 100 ms and then every second (a rank that died before this
+  /// one linked to it closes no link here).
+  void watch(std::chrono::milliseconds timeout, const CheckGone& check_gone);
+
+  /// `shape` from `in` into `out` (part(), start(), watch(), finish()), on a thread that may
+  /// block, after the collective under way: throws what ended it in error.
+  void run(const Shape& shape, const void* in, void* out, std::chrono::milliseconds timeout,
+           const CheckGone& check_gone);
+
+  struct State;  // shared with the port's sink, which may outlive the exchange
 
  private:
-  /// Sends `mine` (for `shape`) to every other rank and returns every rank's part of this
-  /// collective, in rank order (`mine` at this rank's). Throws UsageError, saying how, when a
-  /// rank entered another shape.
-  std::vector<std::string> exchange(const Shape& shape, std::string mine,
-                                    std::chrono::milliseconds timeout, const CheckGone& check_gone);
-
   std::weak_ptr<detail::ProcState> proc_;  // whose port table holds this rank's port
   int rank_;
   std::size_t ranks_;
-  std::pair<Port<SmallPart>, PortReceiver<SmallPart>> own_;  // this rank's port
-  std::vector<Port<SmallPart>> peers_;                       // by rank (this rank's own unused)
-  std::uint64_t next_ = 0;                                   // the last collective's index
-  // Parts of the next collective, from ranks already done with this one.
-  std::vector<SmallPart> early_;
+  std::shared_ptr<State> state_;
+  Port<SmallPart> own_;                 // this rank's port
+  std::vector<Port<SmallPart>> peers_;  // by rank (this rank's own unused)
 };
 
 }  // namespace baton::collective
