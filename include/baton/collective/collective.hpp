@@ -130,9 +130,10 @@ Group make_group(const ActorMesh<A>& mesh, GroupOptions options = {}) {
 /// actor (any) joins as that proc's rank.
 Group make_group(const ProcMesh& procs, GroupOptions options = {});
 
-/// One rank's end of a group: its collectives run in order on a thread of its own (in a group
-/// of one, on the calling thread), and each returns a future (co_await it inside an actor). The
-/// buffers must stay alive, untouched, until the future completes. Copies share the one end.
+/// One rank's end of a group: its collectives run in order on a thread of its own (a small one
+/// with nothing before it starts on the calling thread, and a group of one runs there), and each
+/// returns a future (co_await it inside an actor). The buffers must stay alive, untouched, until
+/// the future completes. Copies share the one end.
 /// Every rank calls the same collectives in the same order, with the same count, type,
 /// reduction and root: on host memory, ranks that do not all fail at once, saying how they
 /// differ, and the group is broken.
