@@ -18,6 +18,19 @@ class ProcState;
 /// runs while the actor waits for it (a Python actor's async endpoint on its event loop).
 Cell* exchange_current_cell(Cell* cell);
 
+/// While one lives, the calling thread acts for `cell` (null: for no actor), as
+/// exchange_current_cell(); the actor it acted for before is put back when it goes.
+class ActingFor {
+ public:
+  explicit ActingFor(Cell* cell) : was_(exchange_current_cell(cell)) {}
+  ~ActingFor() { (void)exchange_current_cell(was_); }
+  ActingFor(const ActingFor&) = delete;
+  ActingFor& operator=(const ActingFor&) = delete;
+
+ private:
+  Cell* was_;
+};
+
 /// The proc of the actor the calling thread runs, or null outside actors.
 std::shared_ptr<ProcState> current_proc();
 

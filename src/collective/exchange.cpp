@@ -183,8 +183,6 @@ class PartSink final : public detail::PortSink {
 
 SmallExchange::SmallExchange(Proc& proc, int rank, std::size_t ranks)
     : proc_(detail::state_of(proc).shared_from_this()),
-      rank_(rank),
-      ranks_(ranks),
       state_(std::make_shared<State>(rank, ranks)),
       peers_(ranks) {
   auto sink = std::make_shared<PartSink>(state_);
@@ -203,13 +201,21 @@ SmallExchange::~SmallExchange() {
   }
 }
 
+int SmallExchange::rank() const {
+  return state_->rank;
+}
+
+std::size_t SmallExchange::ranks() const {
+  return state_->ranks;
+}
+
 std::string SmallExchange::port_text() const {
   return encode(own_).head;
 }
 
 void SmallExchange::connect(const std::vector<std::string>& ports) {
-  if (ports.size() != ranks_) throw DecodeError("one port per rank");
-  for (std::size_t r = 0; r < ranks_; ++r) {
+  if (ports.size() != ranks()) throw DecodeError("one port per rank");
+  for (std::size_t r = 0; r < ranks(); ++r) {
     Body b;
     b.head = ports[r];
     peers_[r] = decode<Port<SmallPart>>(b);
@@ -217,7 +223,7 @@ void SmallExchange::connect(const std::vector<std::string>& ports) {
 }
 
 std::string SmallExchange::part(const Shape& shape, const void* in) const {
-  if (!carries(shape, static_cast<std::uint32_t>(rank_))) return {};
+  if (!carries(shape, static_cast<std::uint32_t>(rank()))) return {};
   return {static_cast<const char*>(in), shape.bytes};
 }
 
@@ -231,17 +237,17 @@ void SmallExchange::finish(const Shape& shape, Parts& parts, void* out) const {
       const ReduceFn fn = reduce_fn(type, static_cast<ReduceOp>(shape.reduce));
       const std::size_t count = shape.bytes / size_of(type);
       std::string& acc = parts[0];
-      for (std::size_t r = 1; r < ranks_; ++r) fn(acc.data(), acc.data(), parts[r].data(), count);
+      for (std::size_t r = 1; r < ranks(); ++r) fn(acc.data(), acc.data(), parts[r].data(), count);
       std::memcpy(out, acc.data(), shape.bytes);
       return;
     }
     case Shape::broadcast:
-      if (shape.root != rank_) {
+      if (shape.root != rank()) {
         std::memcpy(out, parts[static_cast<std::size_t>(shape.root)].data(), shape.bytes);
       }
       return;
     case Shape::allgather:
-      for (std::size_t r = 0; r < ranks_; ++r) {
+      for (std::size_t r = 0; r < ranks(); ++r) {
         std::memcpy(static_cast<char*>(out) + r * shape.bytes, parts[r].data(), shape.bytes);
       }
       return;
@@ -255,16 +261,20 @@ bool SmallExchange::start(const Shape& shape, std::string mine, Done done) {
   std::unique_lock lock(s.mu);
   if (s.now || s.ending) return false;
   const std::uint64_t index = ++s.next;
-  const SmallPart out{index, static_cast<std::uint32_t>(rank_), shape, mine};
+  const auto me = static_cast<std::size_t>(s.rank);
+  // Encoded once for every peer; the bytes then move to this rank's own slot, which holds them
+  // before the lock is let go (a peer's last part may come while the sends are under way).
+  SmallPart out{index, static_cast<std::uint32_t>(me), shape, std::move(mine)};
+  const Body body = encode(out);
   State::UnderWay w{index,
                     shape,
-                    Parts(ranks_),
-                    std::vector<bool>(ranks_, false),
-                    ranks_ - 1,
+                    Parts(s.ranks),
+                    std::vector<bool>(s.ranks, false),
+                    s.ranks - 1,
                     std::move(done),
                     std::chrono::steady_clock::now()};
-  w.parts[static_cast<std::size_t>(rank_)] = std::move(mine);
-  w.have[static_cast<std::size_t>(rank_)] = true;
+  w.parts[me] = std::move(out.data);
+  w.have[me] = true;
   s.now = std::move(w);
   std::vector<SmallPart> came;  // only this collective's can have come early: a rank enters
   came.swap(s.early);           // the next only once every rank's part of this one reached it
@@ -273,16 +283,10 @@ bool SmallExchange::start(const Shape& shape, std::string mine, Done done) {
     // Outside the lock: a rank in this process takes the part here and now. Sent for no actor,
     // as from the rank's own thread: a part for a rank that left the group (its port closed)
     // is undeliverable, which is logged, not a failure of the actor that called.
-    struct ForNoActor {
-      detail::Cell* was = detail::exchange_current_cell(nullptr);
-      ForNoActor() = default;
-      ForNoActor(const ForNoActor&) = delete;
-      ForNoActor& operator=(const ForNoActor&) = delete;
-      ~ForNoActor() { (void)detail::exchange_current_cell(was); }
-    } const for_no_actor;
+    const detail::ActingFor for_no_actor(nullptr);
     try {
-      for (std::size_t r = 0; r < ranks_; ++r) {
-        if (static_cast<int>(r) != rank_) peers_[r].send(out);
+      for (std::size_t r = 0; r < s.ranks; ++r) {
+        if (r != me) detail::send_port(peers_[r].id(), nullptr, body);
       }
     } catch (...) {  // ends it: done says why
       const std::exception_ptr error = std::current_exception();
@@ -317,7 +321,7 @@ void SmallExchange::watch(std::chrono::milliseconds timeout, const CheckGone& ch
   const auto ended = [&] { return (!s.now || s.now->index != index) && !s.ending; };
   const auto deadline = (s.now ? s.now->began : std::chrono::steady_clock::now()) + timeout;
   // When each rank's link was last seen closed: a close is looked into once.
-  std::vector<std::optional<detail::LostSince>> closed(ranks_);
+  std::vector<std::optional<detail::LostSince>> closed(s.ranks);
   auto asked = std::chrono::steady_clock::now() - kAskEvery + kFirstAskAfter;
   const auto end_with = [&](const std::exception_ptr& error) {
     if (s.now && s.now->index == index) s.end(lock, error);
@@ -326,7 +330,7 @@ void SmallExchange::watch(std::chrono::milliseconds timeout, const CheckGone& ch
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) {
       std::string silent;
-      for (std::size_t r = 0; r < ranks_; ++r) {
+      for (std::size_t r = 0; r < s.ranks; ++r) {
         if (s.now && !s.now->have[r]) silent += (silent.empty() ? "" : ", ") + std::to_string(r);
       }
       end_with(std::make_exception_ptr(
@@ -339,7 +343,7 @@ void SmallExchange::watch(std::chrono::milliseconds timeout, const CheckGone& ch
     const std::vector<bool> have = s.now->have;
     lock.unlock();
     bool ask = std::chrono::steady_clock::now() - asked >= kAskEvery;
-    for (std::size_t r = 0; r < ranks_; ++r) {
+    for (std::size_t r = 0; r < s.ranks; ++r) {
       if (have[r]) continue;
       const auto at = detail::link_closed_at(peers_[r].id().actor.proc);
       if (at && at != closed[r]) {

@@ -134,9 +134,10 @@ class SmallExchange {
   struct State;  // shared with the port's sink, which may outlive the exchange
 
  private:
+  int rank() const;           // (held by state_, as the port's sink needs them)
+  std::size_t ranks() const;  // the group's size
+
   std::weak_ptr<detail::ProcState> proc_;  // whose port table holds this rank's port
-  int rank_;
-  std::size_t ranks_;
   std::shared_ptr<State> state_;
   Port<SmallPart> own_;                 // this rank's port
   std::vector<Port<SmallPart>> peers_;  // by rank (this rank's own unused)

@@ -108,12 +108,12 @@ py::tuple from_pickled(const Pickled& p) {
 bool ActingAs::enter() {
   held_ = cell_.lock();
   if (!held_) return false;
-  previous_ = detail::exchange_current_cell(held_.get());
+  acting_.emplace(held_.get());
   return true;
 }
 
 void ActingAs::exit() {
-  detail::exchange_current_cell(previous_);
+  acting_.reset();
   held_.reset();
 }
 

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "actor/current.hpp"
 #include "baton/host/runtime.hpp"
 #include "baton/mesh/mesh.hpp"
 
@@ -143,7 +144,7 @@ class ActingAs {
  private:
   std::weak_ptr<detail::Cell> cell_;
   std::shared_ptr<detail::Cell> held_;
-  detail::Cell* previous_ = nullptr;
+  std::optional<detail::ActingFor> acting_;
 };
 
 /// An instance of a Python class, made from a pickle of (class, args, kwargs) in this proc.
