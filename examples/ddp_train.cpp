@@ -324,14 +324,31 @@ int main(int argc, char** argv) {
   double min_accuracy = 0.9;
   std::string data = kDigits;
   std::string device = "auto";
+  // A count of 1 or more, or false having said what is wrong.
+  const auto count = [](const std::string& flag, const char* text, int& out) {
+    char* end = nullptr;
+    const long v = std::strtol(text, &end, 10);
+    if (end == text || *end != '\0' || v < 1 || v > 1'000'000) {
+      std::fprintf(stderr, "ddp_train: %s takes a whole number of 1 or more, not %s\n",
+                   flag.c_str(), text);
+      return false;
+    }
+    out = static_cast<int>(v);
+    return true;
+  };
+  if (argc % 2 == 0) {
+    std::fprintf(stderr, "ddp_train: %s needs a value (options go in pairs: --trainers 4)\n",
+                 argv[argc - 1]);
+    return 2;
+  }
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--trainers") {
-      trainers_n = std::atoi(argv[i + 1]);
+      if (!count(flag, argv[i + 1], trainers_n)) return 2;
     } else if (flag == "--epochs") {
-      epochs = std::atoi(argv[i + 1]);
+      if (!count(flag, argv[i + 1], epochs)) return 2;
     } else if (flag == "--batch") {
-      batch = std::atoi(argv[i + 1]);
+      if (!count(flag, argv[i + 1], batch)) return 2;
     } else if (flag == "--min-accuracy") {
       min_accuracy = std::atof(argv[i + 1]);
     } else if (flag == "--kill-at") {

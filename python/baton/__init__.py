@@ -23,6 +23,19 @@ import pkgutil
 # in <build>/python/baton): the package spans both when both are on PYTHONPATH.
 __path__ = pkgutil.extend_path(__path__, __name__)
 
+try:
+    from . import _baton  # noqa: F401
+except ImportError as _missing:
+    if getattr(_missing, "name", None) not in ("baton._baton", "_baton", None) and \
+            "_baton" not in str(_missing):
+        raise
+    raise ImportError(
+        "baton's extension module (baton._baton) was not found next to this package: build it "
+        "with `make python` and put <build>/python on PYTHONPATH beside python/ (PYTHONPATH="
+        "python:build/python), or install the package with `pip install .`",
+        name="baton._baton",
+    ) from None
+
 from . import collective, store
 from ._actor import Actor, concurrent_endpoint, endpoint
 from ._errors import (
@@ -30,6 +43,7 @@ from ._errors import (
     BatonError,
     JobError,
     KeyNotFound,
+    RdmaError,
     StoreError,
     SupervisionError,
     TimeoutError,
@@ -83,6 +97,7 @@ __all__ = [
     "PortReceiver",
     "ProcMesh",
     "RdmaBuffer",
+    "RdmaError",
     "SlurmJob",
     "SshJob",
     "StoreError",

@@ -37,6 +37,12 @@ class KeyNotFound(StoreError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class RdmaError(BatonError, builtins.RuntimeError):
+    """A one-sided transfer refused or failed: out of the buffer's bounds, a buffer dropped, its
+    owner gone, a timeout. The message says which buffer and what to do. (A RuntimeError too,
+    as it was raised before it had a class of its own.)"""
+
+
 class JobError(BatonError):
     """The hosts of a job could not be had: a host ssh cannot reach, an agent that does not
     answer, a scheduler that refuses or never gives the nodes. The message is in the tool's own
@@ -86,6 +92,11 @@ class ActorError(BatonError):
             self.actor, endpoint, self.where, self.remote_type, self.remote_message,
             self.remote_traceback, self.point,
         )
+
+    def __reduce__(self):
+        # Sent on as it is (to a port, or as a result): remade from its parts, not its text.
+        return (ActorError, (self.actor, self.endpoint, self.where, self.remote_type,
+                             self.remote_message, self.remote_traceback, self.point))
 
 
 # How a Python exception raised in an actor travels as the runtime's error text, readable where

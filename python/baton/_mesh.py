@@ -2,6 +2,7 @@
 broadcast, stream; slicing by keyword."""
 
 import collections.abc
+import inspect
 import operator
 import os
 import re
@@ -9,9 +10,9 @@ from typing import Any, Callable, Dict, Generic, Iterable, List, Optional, TypeV
 
 from . import _baton
 from . import _per_rank, _reply, _runtime
-from ._actor import Actor, endpoints_of
+from ._actor import Actor, endpoint, endpoints_of
 from ._errors import ActorError, UsageError
-from ._future import Future, StreamItem, _python_advice, _seconds
+from ._future import Deferred, Future, StreamItem, _python_advice, _seconds
 from ._pickle import dumps, dumps_call
 from ._point import Extent
 from ._value_mesh import ValueMesh, _decode, _decode_mesh, _plain_mesh, _point
@@ -101,6 +102,8 @@ class Endpoint:
         self._mesh = mesh
         self._name = name
         self._explicit = explicit  # replies through a port (explicit_response_port)
+        # What the controller's metrics, stall reports and errors call it: "Class.method".
+        self.label = f"{mesh._cls.__qualname__}.{name.lstrip('*')}"
 
     def __call__(self, *args, **kwargs):
         raise UsageError(
@@ -114,7 +117,7 @@ class Endpoint:
             return _per_rank.call(self, each, "call")
         if self._explicit:
             return _reply.call(self, args, kwargs, "call")
-        core = self._mesh._core.call(self._name, dumps_call(args, kwargs))
+        core = self._mesh._core.call(self._name, dumps_call(args, kwargs), self.label)
         return Future(core, _decode_mesh, self._name, self._mesh)
 
     def call_one(self, *args: Any, **kwargs: Any) -> "Future[Any]":
@@ -123,7 +126,7 @@ class Endpoint:
             return _per_rank.call(self, each, "call_one")
         if self._explicit:
             return _reply.call(self, args, kwargs, "call_one")
-        core = self._mesh._core.call_one(self._name, dumps_call(args, kwargs))
+        core = self._mesh._core.call_one(self._name, dumps_call(args, kwargs), self.label)
         return Future(core, _decode, self._name, self._mesh)
 
     def choose(self, *args: Any, **kwargs: Any) -> "Future[Any]":
@@ -132,7 +135,7 @@ class Endpoint:
             return _per_rank.call(self, each, "choose")
         if self._explicit:
             return _reply.call(self, args, kwargs, "choose")
-        core = self._mesh._core.choose(self._name, dumps_call(args, kwargs))
+        core = self._mesh._core.choose(self._name, dumps_call(args, kwargs), self.label)
         return Future(core, _decode, self._name, self._mesh)
 
     def reduce(self, fn: Callable[[Any, Any], Any], *args: Any, **kwargs: Any) -> "Future[Any]":
@@ -142,7 +145,7 @@ class Endpoint:
         data, buffers = dumps(fn)
         if buffers:
             raise UsageError("reduce: the function must pickle without out-of-band buffers")
-        core = self._mesh._core.reduce(data, self._name, dumps_call(args, kwargs))
+        core = self._mesh._core.reduce(data, self._name, dumps_call(args, kwargs), self.label)
         return Future(core, _decode, self._name, self._mesh)
 
     def broadcast(self, *args: Any, **kwargs: Any) -> None:
@@ -151,7 +154,7 @@ class Endpoint:
             return _per_rank.call(self, each, "broadcast")
         if self._explicit:
             return _reply.call(self, args, kwargs, "broadcast")
-        self._mesh._core.broadcast(self._name, dumps_call(args, kwargs))
+        self._mesh._core.broadcast(self._name, dumps_call(args, kwargs), self.label)
 
     def stream(self, *args: Any, timeout: Optional[float] = None, **kwargs: Any) -> Any:
         """Every member; an iterator of (point, value) as replies arrive. A member's failure is
@@ -161,7 +164,7 @@ class Endpoint:
             return _per_rank.call(self, each, "stream")
         if self._explicit:
             return _reply.call(self, args, kwargs, "stream")
-        core = self._mesh._core.stream(self._name, dumps_call(args, kwargs))
+        core = self._mesh._core.stream(self._name, dumps_call(args, kwargs), self.label)
         return Stream(core, timeout, self._name)
 
 
@@ -313,6 +316,12 @@ class _Mesh:
     def stop(self) -> "Future[None]":
         return Future(self._core.stop(), lambda v: None)
 
+    @property
+    def initialized(self) -> "Future[bool]":
+        """A Future of True once the mesh is up: at once, since spawning returns only once
+        every member is (Monarch's programs wait on it)."""
+        return Deferred(lambda timeout: True)
+
 
 A = TypeVar("A")
 
@@ -355,6 +364,8 @@ class ActorMesh(_Mesh, Generic[A]):
 
 class ProcMesh(_Mesh):
     """Worker processes, one per member of a shape."""
+
+    name: Optional[str] = None  # as given to spawn_procs
 
     def __init__(self, core: Any) -> None:
         self._core = core
@@ -452,30 +463,44 @@ class HostMesh:
             raise UsageError("stop() is for the hosts of a job; stop this host's proc meshes")
         return Future(self._core.stop(), lambda v: None)
 
+    @property
+    def initialized(self) -> "Future[bool]":
+        """A Future of True: the hosts are up once the mesh is made."""
+        return Deferred(lambda timeout: True)
+
     def spawn_procs(
-        self, per_host: Optional[Dict[str, int]] = None, program: Optional[List[str]] = None,
-        **dims: int,
+        self, per_host: Optional[Dict[str, int]] = None, bootstrap: Optional[Callable] = None,
+        name: Optional[str] = None, program: Optional[List[str]] = None, **dims: int,
     ) -> ProcMesh:
-        """Worker processes: spawn_procs({"gpus": 4}) or spawn_procs(gpus=4). `program`
-        ([executable, args...]) runs a C++ program of yours instead of this interpreter: one
-        that exposes its actors (baton::expose) and constructs a baton::Runtime first thing;
-        spawn them with baton.cpp("Name")."""
+        """Worker processes: spawn_procs({"gpus": 4}) or spawn_procs(gpus=4); with no shape,
+        one proc per host ({"procs": 1}). `bootstrap` (a function, plain or async, that
+        pickles by reference) runs once in every proc before this returns; its failure stops
+        the procs and is raised here. `name` is checked as a mesh name and kept as the mesh's
+        `name` (the procs are named by the runtime). `program` ([executable, args...]) runs a
+        C++ program of yours instead of this interpreter: one that exposes its actors
+        (baton::expose) and constructs a baton::Runtime first thing; spawn them with
+        baton.cpp("Name")."""
         if not os.environ.get("BATON_PROC"):  # a worker has its runtime already
             _runtime.runtime()
-        return self.spawn_procs_async(per_host, program, **dims).get()
+        return self.spawn_procs_async(per_host, bootstrap, name, program, **dims).get()
 
     def spawn_procs_async(
-        self, per_host: Optional[Dict[str, int]] = None, program: Optional[List[str]] = None,
-        **dims: int,
+        self, per_host: Optional[Dict[str, int]] = None, bootstrap: Optional[Callable] = None,
+        name: Optional[str] = None, program: Optional[List[str]] = None, **dims: int,
     ) -> "Future[ProcMesh]":
         """spawn_procs(), as a Future: inside an actor, `await` it. The actor owns the procs:
         they die with it, and their failures go to its __supervise__."""
         if per_host is not None and not isinstance(per_host, dict):
             raise UsageError(f"spawn_procs: give the shape as a dict, e.g. {{'gpus': 4}}, "
                              f"not {type(per_host).__name__}")
-        shape = dict(per_host or {}, **dims)
-        if not shape:
-            raise UsageError("spawn_procs: give the procs' shape, e.g. {'gpus': 4}")
+        for hook in _before_spawn:
+            hook()
+        if bootstrap is not None and not callable(bootstrap):
+            raise UsageError(f"spawn_procs: bootstrap is a function run in every proc, not "
+                             f"{type(bootstrap).__name__}")
+        if name is not None:
+            _check_spawn(name, None)
+        shape = dict(per_host or {}, **dims) or {"procs": 1}
         pairs = []
         for k, v in shape.items():
             size = _integer(v)
@@ -488,10 +513,51 @@ class HostMesh:
         if self._core is not None:
             if program:
                 raise UsageError("spawn_procs: the hosts of a job run this program's interpreter")
-            return Future(self._core.spawn_procs_async(pairs), ProcMesh)
-        program = [os.path.abspath(program[0]), *program[1:]] if program else []
-        return Future(_baton.spawn_procs_async(pairs, program), ProcMesh)
+            future: "Future[ProcMesh]" = Future(self._core.spawn_procs_async(pairs), ProcMesh)
+        else:
+            program = [os.path.abspath(program[0]), *program[1:]] if program else []
+            future = Future(_baton.spawn_procs_async(pairs, program), ProcMesh)
+        if bootstrap is None and name is None:
+            return future
 
+        def ready(timeout):
+            procs = future.get(timeout)
+            procs.name = name
+            if bootstrap is not None:
+                _bootstrap(procs, bootstrap)
+            return procs
+
+        return Deferred(ready)
+
+
+class _Bootstrap(Actor):
+    """Runs a proc mesh's bootstrap function in each of its procs."""
+
+    def __init__(self, setup: Callable) -> None:
+        self._setup = setup
+
+    @endpoint
+    async def run(self) -> None:
+        got = self._setup()
+        if inspect.isawaitable(got):
+            await got
+
+
+def _bootstrap(procs: ProcMesh, setup: Callable) -> None:
+    """Runs `setup` in every proc of `procs`; its failure stops them and is raised."""
+    try:
+        runner = procs.spawn("_bootstrap", _Bootstrap, setup)
+        try:
+            runner.run.call().get()
+        finally:
+            runner.stop().get()
+    except BaseException:
+        procs.stop().get()
+        raise
+
+
+# Run before procs are spawned (baton.monarch's job-wide controllers make theirs here).
+_before_spawn: List[Callable[[], None]] = []
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 

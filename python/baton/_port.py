@@ -14,6 +14,20 @@ def _port_from_wire(head, parts):
     return Port(_baton.Port.from_wire(head, parts))
 
 
+class _Raised:
+    """What Port.exception sends: the receiver's recv() raises `error` in its turn."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def _value(data: Any, buffers: Any) -> Any:
+    value = loads(data, buffers)
+    if isinstance(value, _Raised):
+        raise value.error
+    return value
+
+
 class Port(Generic[T]):
     def __init__(self, core: Any) -> None:
         self._core = core
@@ -21,6 +35,13 @@ class Port(Generic[T]):
     def send(self, value: T) -> None:
         """Sends `value` (any picklable value) to the port's receiver; does not wait."""
         self._core.send(dumps(value))
+
+    def exception(self, error: BaseException) -> None:
+        """Sends `error` in place of a value: the receiver's recv() raises it, in its turn
+        among the values sent (a failure to report where a value was due)."""
+        if not isinstance(error, BaseException):
+            raise TypeError(f"Port.exception takes an exception, not {type(error).__name__}")
+        self._core.send(dumps(_Raised(error)))
 
     def __reduce__(self):
         return (_port_from_wire, tuple(self._core.to_wire()))
@@ -32,16 +53,16 @@ class PortReceiver(Generic[T]):
 
     def recv(self, timeout: Optional[float] = None) -> T:
         """The next value; waits up to `timeout` seconds (None: for ever), then raises
-        baton.TimeoutError."""
+        baton.TimeoutError. A value sent with Port.exception is raised here instead."""
         try:
             data, buffers = self._core.recv(timeout)
         except BatonTimeout:
             raise
-        return loads(data, buffers)
+        return _value(data, buffers)
 
     def try_recv(self, default: Any = None) -> Any:
         got = self._core.try_recv()
-        return default if got is None else loads(*got)
+        return default if got is None else _value(*got)
 
     def __iter__(self) -> Iterator[T]:
         while True:

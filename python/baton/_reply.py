@@ -56,12 +56,12 @@ def call(endpoint, args, kwargs, mode):
 
     mesh, name = endpoint._mesh, endpoint._name
     if mode == "broadcast":
-        mesh._core.broadcast(name, _dumps(ReplyPort(None, name), args, kwargs))
+        mesh._core.broadcast(name, _dumps(ReplyPort(None, name), args, kwargs), endpoint.label)
         return None
     port, receiver = open_port()
     data = _dumps(ReplyPort(port, name), args, kwargs)
     if mode in ("call_one", "choose"):
-        started = Future(getattr(mesh._core, mode)(name, data), _decode, name)
+        started = Future(getattr(mesh._core, mode)(name, data, endpoint.label), _decode, name)
 
         def one(timeout):
             started.get(timeout)  # a handler that raised fails the call
@@ -71,7 +71,7 @@ def call(endpoint, args, kwargs, mode):
     n = len(mesh)
     labels, sizes = mesh._core.shape()
     members = mesh._core.members()
-    started = Future(mesh._core.call(name, data), lambda v: None, name)
+    started = Future(mesh._core.call(name, data, endpoint.label), lambda v: None, name)
     if mode == "stream":
         points = points_of(labels, sizes)
 

@@ -71,6 +71,23 @@ def test_a_worker_killed_by_sigkill_is_a_supervision_error():
     procs.stop().get(timeout=60)
 
 
+def test_choose_passes_over_a_member_whose_proc_is_known_to_have_died():
+    from conftest import FAILURES, failure_after
+
+    procs = baton.this_host().spawn_procs({"gpus": 3})
+    counters = procs.spawn("chosen", Counter, 0)
+    pids = counters.pid.call().get(timeout=30).values()
+    before = len(FAILURES)
+    os.kill(pids[1], signal.SIGKILL)
+    assert failure_after(before, "SIGKILL") is not None, "the death never reached the hook"
+    # Every choice is a live member, and over 60 of them both live members are chosen.
+    chosen = [counters.pid.choose().get(timeout=30) for _ in range(60)]
+    assert set(chosen) == {pids[0], pids[2]}, chosen
+    with pytest.raises(baton.SupervisionError):  # where only the dead one is left, it says so
+        counters.slice(gpus=1).pid.choose().get(timeout=30)
+    procs.stop().get(timeout=60)
+
+
 def test_an_exception_with_no_caller_to_take_it_reaches_supervision_with_its_traceback(procs):
     from conftest import FAILURES, failure_after
 

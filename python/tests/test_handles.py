@@ -71,6 +71,10 @@ def test_rdma_buffers_over_python_memory_read_and_written_by_an_actor(procs):
     tbuf = baton.RdmaBuffer(tensor)
     caller.put.call_one(tbuf, np.arange(100, dtype=np.int32).tobytes()).get(timeout=30)
     assert torch.equal(tensor, torch.arange(100, dtype=torch.int32))
+    # A transfer the buffer refuses raises baton.RdmaError (a RuntimeError too), saying why.
+    with pytest.raises(baton.RdmaError, match="does not fit") as refused:
+        buf.read_into(bytearray(100), len(data) - 10).get(timeout=30)
+    assert isinstance(refused.value, RuntimeError)
     for b in (buf, abuf, tbuf):
         b.drop().get(timeout=30)
     with pytest.raises(baton.UsageError, match="writable"):

@@ -39,6 +39,11 @@ def thread_in_nap(stacks: list) -> dict:
 def test_a_python_actor_in_time_sleep_shows_that_line_on_its_thread(procs, tmp_path):
     sleeper = procs.spawn("sleeper", Sleeper)
     assert sleeper.nap.call_one(0).get(timeout=30) == 0
+    # The controller's call times go by the Python endpoint, not the runtime's one that runs it.
+    metrics = baton_cli("metrics").stdout
+    assert 'baton_call_duration_seconds_count{proc="ctl",endpoint="Sleeper.nap"}' in metrics, \
+        metrics
+    assert "PyActor" not in metrics
     # It naps until the test has looked (a nap of fixed length could end first on a busy machine).
     wake = tmp_path / "wake"
     napping = sleeper.nap_until.call_one(str(wake))

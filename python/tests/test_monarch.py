@@ -81,6 +81,17 @@ def test_the_runner_says_what_is_wrong_with_its_command_line(tmp_path):
     assert code == 2 and "name the module to run" in err
 
 
+def test_without_its_extension_the_package_says_how_to_build_it():
+    env = {k: v for k, v in os.environ.items() if k not in ("BATON_MONARCH", "PYTHONPATH")}
+    env["PYTHONPATH"] = os.path.dirname(HERE)  # the sources alone, not the built extension
+    for args in (["-c", "import baton"], ["-m", "baton.monarch", "-c", "pass"]):
+        p = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env,
+                           cwd=HERE, timeout=120)
+        assert p.returncode != 0
+        assert "baton's extension module (baton._baton) was not found" in p.stderr, p.stderr
+        assert "make python" in p.stderr and "circular import" not in p.stderr
+
+
 def test_a_real_monarch_package_is_not_shadowed_without_the_runner(tmp_path):
     (tmp_path / "monarch").mkdir()
     (tmp_path / "monarch" / "__init__.py").write_text("WHICH = 'the real one'\n")
@@ -141,6 +152,20 @@ def test_a_missing_monarch_module_imports_under_the_runner_and_refuses_when_used
     code, out, err = run(["-m", "baton.monarch", str(script)])
     assert code == 0, err
     assert "MonarchUnsupported monarch.tensor_engine.Whatever is not supported by baton" in out
+    # Two levels down, in a package baton does not have either, with that package's advice.
+    script.write_text(textwrap.dedent("""
+        from monarch.tools.config import Config
+        import monarch.simulator.config
+        try:
+            Config(scheduler="slurm")
+        except Exception as e:
+            print(type(e).__name__, e)
+    """))
+    code, out, err = run(["-m", "baton.monarch", str(script)])
+    assert code == 0, err
+    assert "MonarchUnsupported monarch.tools.config.Config is not supported by baton: " \
+        "Monarch's job tools" in out
+    assert "baton.SshJob, SlurmJob, KubernetesJob" in out
 
 
 class Placed(baton.Actor):
@@ -193,6 +218,43 @@ class Reporter(baton.Actor):
     @baton.endpoint
     def value(self):
         return 10 + mactor.current_rank().rank
+
+    @baton.endpoint
+    def refuse_on_zero(self):
+        if mactor.current_rank().rank == 0:
+            raise ValueError("rank 0 refuses")
+        return 10 + mactor.current_rank().rank
+
+    @baton.endpoint
+    def report_error(self, port):
+        port.exception(KeyError(f"from rank {mactor.current_rank().rank}"))
+
+
+def test_send_to_a_port_delivers_the_live_replies_and_each_failure_in_its_place():
+    mesh = baton.this_host().spawn_procs(per_host={"procs": 3}).spawn("refusers", Reporter)
+    port, receiver = mactor.Channel.open()
+    mactor.send(mesh.refuse_on_zero, (), {}, port=port)
+    values, errors = [], []
+    for _ in range(3):
+        try:
+            values.append(receiver.recv().get(timeout=30))
+        except baton.ActorError as e:
+            errors.append(str(e))
+    assert sorted(values) == [11, 12]
+    assert len(errors) == 1 and "rank 0 refuses" in errors[0], errors
+    with pytest.raises(baton.TimeoutError):  # nothing more: one item per member
+        receiver.recv().get(timeout=0.2)
+    mactor.send(mesh.slice(procs=0).refuse_on_zero, (), {}, port=port, selection="choose")
+    with pytest.raises(baton.ActorError, match="rank 0 refuses"):
+        receiver.recv().get(timeout=30)
+    mactor.send(mesh.slice(procs=2).refuse_on_zero, (), {}, port=port, selection="choose")
+    assert receiver.recv().get(timeout=30) == 12
+    # An actor reports a failure through a port it was given: the receiver raises it.
+    mesh.slice(procs=1).report_error.call_one(port).get(timeout=30)
+    with pytest.raises(KeyError, match="from rank 1"):
+        receiver.recv().get(timeout=30)
+    with pytest.raises(TypeError, match="takes an exception, not str"):
+        port.exception("not an exception")
 
 
 def test_channels_accumulators_and_send():

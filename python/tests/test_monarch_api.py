@@ -100,6 +100,81 @@ def test_a_once_channel_takes_one_value():
         receiver.recv()
 
 
+def set_up_proc():
+    os.environ["SET_UP_BY"] = "bootstrap"
+
+
+async def set_up_proc_async():
+    import asyncio
+
+    await asyncio.sleep(0)
+    os.environ["SET_UP_BY"] = "async bootstrap"
+
+
+def refuse_to_set_up():
+    raise RuntimeError("no scratch disk here")
+
+
+class Env(baton.Actor):
+    @baton.endpoint
+    def get(self, key):
+        return os.environ.get(key), os.getpid()
+
+
+def test_spawn_procs_takes_monarchs_bootstrap_and_name_and_meshes_say_they_are_initialized():
+    host = mactor.this_host()
+    one = host.spawn_procs()  # no shape: one proc on this host
+    assert len(one) == 1 and one.extent == baton.Extent(["procs"], [1])
+    assert one.initialized.get(timeout=10) is True and host.initialized.get() is True
+    procs = host.spawn_procs(per_host={"gpus": 2}, bootstrap=set_up_proc, name="trainers")
+    assert procs.extent == baton.Extent(["gpus"], [2]) and procs.name == "trainers"
+    envs = procs.spawn("env", Env)
+    assert envs.initialized.get(timeout=10) is True
+    got = envs.get.call("SET_UP_BY").get(timeout=30).values()
+    assert [v for v, _ in got] == ["bootstrap", "bootstrap"]
+    assert len({pid for _, pid in got}) == 2 and os.environ.get("SET_UP_BY") is None
+    later = host.spawn_procs({"gpus": 1}, set_up_proc_async).spawn("env", Env)
+    assert later.get.call_one("SET_UP_BY").get(timeout=30)[0] == "async bootstrap"
+    with pytest.raises(baton.ActorError, match="no scratch disk here"):
+        host.spawn_procs(per_host={"gpus": 2}, bootstrap=refuse_to_set_up)
+    with pytest.raises(baton.UsageError, match="bootstrap is a function run in every proc"):
+        host.spawn_procs(per_host={"gpus": 2}, bootstrap="setup.sh")
+    with pytest.raises(baton.UsageError, match="'a b' is not a mesh name"):
+        host.spawn_procs(per_host={"gpus": 2}, name="a b")
+
+
+class Registry(baton.Actor):
+    def __init__(self, tag):
+        self.tag = tag
+        self.items = []
+
+    @baton.endpoint
+    def register(self, item):
+        self.items.append(item)
+        return self.tag, os.getpid(), len(self.items)
+
+
+class RegistryUser(baton.Actor):
+    @baton.endpoint
+    def register(self):
+        registry = mactor.get_or_spawn_controller("job-registry", Registry, "made in a worker")
+        return registry.get(timeout=60).register.call_one(mactor.current_rank().rank).get(
+            timeout=60)
+
+
+def test_get_or_spawn_controller_gives_one_actor_to_the_whole_job():
+    users = mactor.this_host().spawn_procs(per_host={"gpus": 2}).spawn("users", RegistryUser)
+    # Workers ask first: the controller is made once, for them and for the controller after.
+    first = users.register.call().get(timeout=120).values()
+    tag, pid, _ = mactor.get_or_spawn_controller("job-registry", Registry, "here").get(
+        timeout=60).register.call_one("ctl").get(timeout=60)
+    assert tag == "made in a worker" and {p for _, p, _ in first} == {pid}
+    assert sorted(n for _, _, n in first) == [1, 2]
+    again = users.register.call().get(timeout=120).values()
+    assert {p for _, p, _ in again} == {pid} and sorted(n for _, _, n in again) == [4, 5]
+    assert pid != os.getpid()  # in a proc of its own
+
+
 def run(args, env_extra=None, **kw):
     env = dict(os.environ)
     env.pop("BATON_MONARCH", None)
@@ -259,6 +334,10 @@ def test_logging_options_and_config_keys_act_on_workers_output_and_stopping(tmp_
         from baton.monarch import config
 
         config.configure(stop_actor_timeout="soon")
+    for bad in (-5, True):
+        with pytest.raises(ValueError, match="give a duration of 0 or more"):
+            config.configure(process_exit_timeout=bad)
+    assert "process_exit_timeout" not in config.get_global_config()
 
 
 class Tidy(baton.Actor):

@@ -13,12 +13,13 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def start(*args):
+def start(*args, runner=()):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([HERE] + env.get("PYTHONPATH", "").split(os.pathsep))
     env.pop("PYTHONUNBUFFERED", None)  # print() to a pipe stays in Python's buffer, as usual
+    env.pop("BATON_MONARCH", None)  # set by the runner alone
     return subprocess.Popen(
-        [sys.executable, os.path.join(HERE, "controller_script.py"), *args],
+        [sys.executable, *runner, os.path.join(HERE, "controller_script.py"), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -159,3 +160,21 @@ def test_a_constructor_that_raises_with_no_hook_stops_the_program_saying_what_to
     assert "raise ValueError(why)" in err  # the constructor's traceback
     assert "__supervise__" in err and "baton.set_supervise" in err  # the hooks, in Python terms
     assert gone_within(pids, 30)
+    # Under Monarch's runner, in Monarch's terms.
+    proc = start("refuse", runner=("-m", "baton.monarch"))
+    pids = read_pids(proc)
+    out, err = finish(proc, 60)
+    assert proc.returncode == 1, err
+    assert "monarch.actor.unhandled_fault_hook" in err and "set_supervise" not in err, err
+    assert gone_within(pids, 30)
+
+
+def test_a_controller_that_cannot_start_leaves_no_job_directory(tmp_path):
+    script = "import baton\nbaton.this_host().spawn_procs({'gpus': 1})\n"
+    for var, said in (("BATON_CREDENTIALS", "/nonexistent"), ("BATON_TLS_CERT", "set all three")):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("BATON_")}
+        env.update({"TMPDIR": str(tmp_path), var: "/nonexistent"})
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                              env=env, timeout=120)
+        assert done.returncode != 0 and said in done.stderr, done.stderr
+        assert list(tmp_path.iterdir()) == [], f"{var}: left {list(tmp_path.iterdir())}"

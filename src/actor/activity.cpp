@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <mutex>
 #include <string>
 #include <unordered_set>
@@ -20,6 +21,28 @@ const std::string* interned_name(std::string_view name) {
   static std::unordered_set<std::string> names;  // never shrinks: its strings outlive readers
   std::lock_guard lock(mu);
   return &*names.emplace(name).first;
+}
+
+namespace {
+thread_local const EndpointInfo* t_labelled = nullptr;
+}  // namespace
+
+EndpointLabel::EndpointLabel(const EndpointInfo& base, std::string_view name) : outer_(t_labelled) {
+  static std::mutex mu;
+  // Never shrinks (one entry per host-language endpoint called): a message points at its entry.
+  static std::map<std::pair<std::uint64_t, std::string>, EndpointInfo, std::less<>> labelled;
+  std::lock_guard lock(mu);
+  auto [it, fresh] = labelled.try_emplace({base.id, std::string(name)}, base);
+  if (fresh) it->second.name = it->first.second;
+  t_labelled = &it->second;
+}
+
+EndpointLabel::~EndpointLabel() {
+  t_labelled = outer_;
+}
+
+const EndpointInfo* labelled_endpoint() {
+  return t_labelled;
 }
 
 namespace {

@@ -284,7 +284,9 @@ void Cell::handle(Message* raw) {
         t_constructing = nullptr;
       } catch (...) {
         t_constructing = nullptr;
-        fail(std::string(f->type->name) +
+        // As another language names the type, where its constructor said so before throwing.
+        const std::string* shown = type_name_.load(std::memory_order_acquire);
+        fail((shown != nullptr ? *shown : std::string(f->type->name)) +
              " constructor threw: " + describe(std::current_exception()));
         return;
       }

@@ -192,6 +192,11 @@ struct AdminServer::Impl {
       if (req.method() != http::verb::post) {
         json(http::status::method_not_allowed,
              {{"error", "POST /api/kill?proc=NAME kills a proc"}});
+      } else if (param(target, "proc").empty()) {
+        json(http::status::bad_request,
+             {{"error",
+               "name the proc to kill: POST /api/kill?proc=NAME (GET /api/procs lists "
+               "them)"}});
       } else {
         try {
           json(http::status::ok,
@@ -225,12 +230,12 @@ struct AdminServer::Impl {
       }
       json(http::status::ok, out);
     } else if (path == "/api") {
-      json(
-          http::status::ok,
-          {{"resources",
-            {"/api/job", "/api/procs", "/api/actors", "/api/failures", "/api/stacks?proc=P|actor=A",
-             "/api/logs?proc=P&level=L&lines=N&since=SEQ", "/api/kill?proc=P (POST)", "/api/debug",
-             "/api/debug/input?proc=P&session=N&line=COMMAND (POST)", "/metrics"}}});
+      json(http::status::ok,
+           {{"resources",
+             {"/api/job", "/api/procs", "/api/actors", "/api/failures",
+              "/api/stacks?proc=P|actor=A", "/api/logs?proc=P&level=L&lines=N&since=SEQ",
+              "/api/kill?proc=P (POST)", "/api/trace/start (POST)", "/api/trace/stop (POST)",
+              "/api/debug", "/api/debug/input?proc=P&session=N&line=COMMAND (POST)", "/metrics"}}});
     } else if (path == "/api/stacks") {
       try {
         json(http::status::ok,

@@ -17,6 +17,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -59,6 +60,21 @@ void print_jobs(bool as_json) {
   }
 }
 
+/// A duration as a person reads it: "12.5 s", "310 ms", "2.4 ms", "38 us".
+std::string duration_text(double seconds) {
+  std::array<char, 32> text{};
+  if (seconds >= 1) {
+    std::snprintf(text.data(), text.size(), "%.1f s", seconds);
+  } else if (seconds >= 0.1) {
+    std::snprintf(text.data(), text.size(), "%.0f ms", seconds * 1e3);
+  } else if (seconds >= 1e-3) {
+    std::snprintf(text.data(), text.size(), "%.1f ms", seconds * 1e3);
+  } else {
+    std::snprintf(text.data(), text.size(), "%.0f us", seconds * 1e6);
+  }
+  return text.data();
+}
+
 /// One actor's line: its id, type, what it does, what it handled.
 void print_actor(const json& a, const std::string& indent) {
   std::cout << indent << a.at("id").get<std::string>() << "  " << a.at("type").get<std::string>()
@@ -68,7 +84,7 @@ void print_actor(const json& a, const std::string& indent) {
     std::cout << a.at("status").get<std::string>();
   } else if (!running.empty()) {
     std::cout << (a.value("stalled", false) ? "STALLED " : "") << "in " << running << " for "
-              << a.at("running_s").get<double>() << " s";
+              << duration_text(a.at("running_s").get<double>());
   } else {
     std::cout << "idle";
   }
@@ -77,8 +93,8 @@ void print_actor(const json& a, const std::string& indent) {
     std::cout << ", " << a.at("queued").get<std::uint64_t>() << " queued";
   }
   if (a.at("handled").get<std::uint64_t>() > 0) {
-    std::cout << " (mean " << a.at("mean_ms").get<double>() << " ms, max "
-              << a.at("max_ms").get<double>() << " ms)";
+    std::cout << " (mean " << duration_text(a.at("mean_ms").get<double>() / 1e3) << ", max "
+              << duration_text(a.at("max_ms").get<double>() / 1e3) << ")";
   }
   std::cout << "\n";
 }

@@ -124,7 +124,8 @@ std::string request(const Target& t, const std::string& method, const std::strin
     tcp::resolver resolver(ctx);
     stream.connect(resolver.resolve(host, hostport.substr(colon + 1)));
   } catch (const std::exception& e) {
-    throw Failure("cannot reach " + t.name + " at " + t.url + " (" + e.what() +
+    const std::string where = t.name == t.url ? t.url : t.name + " at " + t.url;
+    throw Failure("cannot reach " + where + " (" + e.what() +
                   "): it has ended, or the address is wrong");
   }
   http::response<http::string_body> res;

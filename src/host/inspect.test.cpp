@@ -251,6 +251,10 @@ TEST(Kill, AProcKilledThroughTheCommandIsAFailureSupervisionHearsOf) {
                              "Authorization: Bearer " + token_of(job) + "\r\n");
   EXPECT_EQ(none.status, 404);
   EXPECT_THAT(none.body, HasSubstr(proc_name(workers, 0)));
+  const Reply unnamed =
+      request(job, "POST", "/api/kill", "Authorization: Bearer " + token_of(job) + "\r\n");
+  EXPECT_EQ(unnamed.status, 400);
+  EXPECT_THAT(unnamed.body, HasSubstr("name the proc to kill: POST /api/kill?proc=NAME"));
   const Reply by_get = get(job, "/api/kill?proc=" + proc_name(workers, 0));
   EXPECT_EQ(by_get.status, 405);  // a GET never kills
   procs.stop().get();

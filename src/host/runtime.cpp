@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <string>
 #include <system_error>
@@ -57,9 +58,19 @@ std::string unique_controller_name() {
 }
 
 OutputOptions output_options(OutputOptions options) {
-  if (const char* w = std::getenv("BATON_LOG_WINDOW_MS")) {
-    options.window = std::chrono::milliseconds(std::strtoul(w, nullptr, 10));
+  const char* w = std::getenv("BATON_LOG_WINDOW_MS");
+  if (w == nullptr || *w == '\0') return options;
+  char* end = nullptr;
+  const long ms = std::strtol(w, &end, 10);
+  if (end == w || *end != '\0' || ms < 0 || ms > 60'000) {
+    if (std::getenv(kProcVar) != nullptr) return options;  // the controller says so, once
+    detail::log_warn(
+        "BATON_LOG_WINDOW_MS={} is not a number of milliseconds from 0 (print each line as it "
+        "comes) to 60000; the same line from several procs is waited for {} ms",
+        w, options.window.count());
+    return options;
   }
+  options.window = std::chrono::milliseconds(ms);
   return options;
 }
 }  // namespace
@@ -116,6 +127,18 @@ Runtime::Runtime(int argc, char** argv, RuntimeOptions options)
   std::string name = options.name;
   state_->dir = make_job_dir();
   state_->own_dir = true;
+  // A runtime that fails to start (bad credentials, certificates or address) leaves no job
+  // directory behind: no destructor runs for it.
+  struct RemoveDirIfThrown {
+    State& state;
+    const int uncaught = std::uncaught_exceptions();
+    explicit RemoveDirIfThrown(State& s) : state(s) {}
+    RemoveDirIfThrown(const RemoveDirIfThrown&) = delete;
+    RemoveDirIfThrown& operator=(const RemoveDirIfThrown&) = delete;
+    ~RemoveDirIfThrown() {
+      if (std::uncaught_exceptions() > uncaught) state.remove_job_dir();
+    }
+  } const remove_if_thrown{*state_};
   // The job's secret: the options', else that of the credentials the hosts' agents share,
   // else a fresh one.
   state_->secret = state_->link.secret;

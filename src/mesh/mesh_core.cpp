@@ -5,6 +5,7 @@
 
 #include <utility>
 
+#include "actor/failures.hpp"
 #include "baton/actor/errors.hpp"
 #include "baton/mesh/value_mesh.hpp"
 #include "mesh/agent.hpp"
@@ -78,6 +79,25 @@ void MeshCore::check_live(std::size_t loc) const {
     throw UsageError("actor mesh '" + name() + "' was stopped (member " + id(loc).to_string() +
                      "); spawn a new one to go on");
   }
+}
+
+std::size_t MeshCore::choose(const Shape& view) const {
+  thread_local std::uint64_t x = reinterpret_cast<std::uintptr_t>(&x) | 1;
+  const auto next = [] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  const std::size_t n = view.len();
+  const std::size_t first = static_cast<std::size_t>(next() % n);
+  // From a random start, the first member not known dead: each live one is as likely as the
+  // next while none died, and a dead one is never chosen while one lives.
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t rank = (first + i) % n;
+    if (!proc_failure(id(view.location(rank)).proc)) return rank;
+  }
+  return first;
 }
 
 CastRequest MeshCore::request(const Shape& view, std::uint64_t endpoint, Body args,

@@ -146,6 +146,12 @@ PyActor::PyActor(const Pickled& spawn) {
         py::make_tuple(c.point.labels, c.point.coords, c.rank,
                        sizes.size() == c.point.labels.size() ? py::object(sizes) : py::none()),
         reinterpret_cast<std::uintptr_t>(this));  // NOLINT
+    // Its class's name from the start, so that a constructor that raises is named by it.
+    if (detail::Cell* cell = detail::current_cell();
+        cell != nullptr && py::hasattr(args[0], "__qualname__")) {
+      cell->set_type_name(
+          detail::interned_name(py::str(args[0].attr("__qualname__")).cast<std::string>()));
+    }
     instance_ = host().attr("construct")(args[0], args[1], where);
     invoke_ = host().attr("invoke");
     // Whoever looks inside the job sees the Python class and its endpoints, not PyActor's.

@@ -28,6 +28,32 @@
 namespace baton::python {
 namespace {
 
+/// While one lives, the Python actor calls this thread sends go by `label` ("Class.method") in
+/// this process's metrics, stall reports and errors, not by the C++ endpoint that runs them all.
+class Labelled {
+ public:
+  explicit Labelled(const std::string& label) {
+    if (!label.empty()) label_.emplace(detail::endpoint_for<PyActor>(&PyActor::invoke), label);
+  }
+
+ private:
+  std::optional<detail::EndpointLabel> label_;
+};
+
+/// A verb of a Python actor mesh, as bound: (mesh, method, args, label), sent by `label`.
+template <class F>
+auto verb(F f) {
+  return [f](const Mesh& a, const std::string& method, py::handle args, const std::string& label) {
+    const Labelled named(label);
+    return f(a, method, to_pickled(args));
+  };
+}
+
+/// A call's one reply, as a Python value.
+py::object one_value(const Pickled& p) {
+  return from_pickled(p);
+}
+
 /// Tells an asyncio loop that futures are ready: it watches `fd` (readable once one is) and
 /// takes the tokens of the ready ones with drain(). No thread per future, no thread per loop.
 class Notifier : public std::enable_shared_from_this<Notifier> {
@@ -199,9 +225,14 @@ class PyRuntime {
     if (exit_wait_ms >= 0) options.exit_wait = std::chrono::milliseconds(exit_wait_ms);
     py::gil_scoped_release unlocked;
     rt_ = std::make_unique<Runtime>(static_cast<int>(argv.size()), args.data(), options);
+    // In Monarch's words under its runner (python -m baton.monarch sets BATON_MONARCH).
+    const char* monarch = std::getenv("BATON_MONARCH");
     internal::RuntimeAccess::state(*rt_).unhandled_hint =
-        "an actor may handle failures in its __supervise__, the controller with "
-        "baton.set_supervise(hook)";
+        monarch != nullptr && *monarch != '\0'
+            ? "an actor may handle failures in its __supervise__, the controller by setting "
+              "monarch.actor.unhandled_fault_hook"
+            : "an actor may handle failures in its __supervise__, the controller with "
+              "baton.set_supervise(hook)";
     internal::RuntimeAccess::state(*rt_).before_exit = flush_python_output;
     {
       const py::gil_scoped_acquire gil;
@@ -302,6 +333,8 @@ void translate(std::exception_ptr p) {
     raise("KeyNotFound", e.what());
   } catch (const store::StoreError& e) {
     raise("StoreError", e.what());
+  } catch (const RdmaError& e) {
+    raise("RdmaError", e.what());
   }
 }
 
@@ -406,34 +439,36 @@ PYBIND11_MODULE(_baton, m) {
       .def("slice", [](const Mesh& a, const std::vector<Select>& s) { return a.slice(selects(s)); })
       .def("flatten", &Mesh::flatten)
       .def("rename", &Mesh::rename)
-      .def("call",
-           [](const Mesh& a, const std::string& method, py::handle args) {
-             return wrap(a.call(&PyActor::invoke, method, to_pickled(args)),
+      .def("call", verb([](const Mesh& a, const std::string& method, Pickled args) {
+             return wrap(a.call(&PyActor::invoke, method, std::move(args)),
                          [](const ValueMesh<Pickled>& vm) { return value_mesh(vm); });
-           })
-      .def("call_one",
-           [](const Mesh& a, const std::string& method, py::handle args) {
-             return wrap(a.call_one(&PyActor::invoke, method, to_pickled(args)),
-                         [](const Pickled& p) { return py::object(from_pickled(p)); });
-           })
-      .def("choose",
-           [](const Mesh& a, const std::string& method, py::handle args) {
-             return wrap(a.choose(&PyActor::invoke, method, to_pickled(args)),
-                         [](const Pickled& p) { return py::object(from_pickled(p)); });
-           })
-      .def("reduce",
-           [](const Mesh& a, const std::string& fn, const std::string& method, py::handle args) {
-             return wrap(a.reduce(PyReducer{fn}, &PyActor::invoke, method, to_pickled(args)),
-                         [](const Pickled& p) { return py::object(from_pickled(p)); });
-           })
-      .def("broadcast",
-           [](const Mesh& a, const std::string& method, py::handle args) {
-             a.broadcast(&PyActor::invoke, method, to_pickled(args));
-           })
-      .def("stream",
-           [](const Mesh& a, const std::string& method, py::handle args) {
-             return PyStream(a.stream(&PyActor::invoke, method, to_pickled(args)));
-           })
+           }),
+           py::arg("method"), py::arg("args"), py::arg("label") = "")
+      .def("call_one", verb([](const Mesh& a, const std::string& method, Pickled args) {
+             return wrap(a.call_one(&PyActor::invoke, method, std::move(args)), one_value);
+           }),
+           py::arg("method"), py::arg("args"), py::arg("label") = "")
+      .def("choose", verb([](const Mesh& a, const std::string& method, Pickled args) {
+             return wrap(a.choose(&PyActor::invoke, method, std::move(args)), one_value);
+           }),
+           py::arg("method"), py::arg("args"), py::arg("label") = "")
+      .def(
+          "reduce",
+          [](const Mesh& a, const std::string& fn, const std::string& method, py::handle args,
+             const std::string& label) {
+            const Labelled named(label);
+            return wrap(a.reduce(PyReducer{fn}, &PyActor::invoke, method, to_pickled(args)),
+                        one_value);
+          },
+          py::arg("fn"), py::arg("method"), py::arg("args"), py::arg("label") = "")
+      .def("broadcast", verb([](const Mesh& a, const std::string& method, Pickled args) {
+             a.broadcast(&PyActor::invoke, method, std::move(args));
+           }),
+           py::arg("method"), py::arg("args"), py::arg("label") = "")
+      .def("stream", verb([](const Mesh& a, const std::string& method, Pickled args) {
+             return PyStream(a.stream(&PyActor::invoke, method, std::move(args)));
+           }),
+           py::arg("method"), py::arg("args"), py::arg("label") = "")
       .def("stop", [](const Mesh& a) { return wrap(a.stop()); })
       .def("to_wire", [](const Mesh& a) { return to_wire(a); })
       .def_static("from_wire", &from_wire<Mesh>);

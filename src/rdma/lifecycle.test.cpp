@@ -4,10 +4,13 @@
 // defaults, and once a runtime is gone no thread of its rdma layer is left. Run under ASan and
 // TSan too.
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -62,6 +65,25 @@ void read_all(const RdmaBuffer& b, int value) {
   std::vector<int> got(b.size() / sizeof(int), -1);
   b.read_into(got.data(), b.size()).get();
   EXPECT_EQ(got, std::vector<int>(got.size(), value));
+}
+
+TEST(RdmaSettings, ATimeoutThatIsNoNumberOfMillisecondsIsRefusedSayingWhatToDo) {
+  for (const char* bad : {"abc", "-5", "0", "10ms"}) {
+    SCOPED_TRACE(bad);
+    ::setenv("BATON_RDMA_TIMEOUT_MS", bad, 1);
+    try {
+      (void)rdma_detail::timeout_from_env();
+      ADD_FAILURE() << "accepted";
+    } catch (const RdmaError& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(std::string("BATON_RDMA_TIMEOUT_MS='") + bad +
+                                                 "' is not a number of milliseconds of 1 or "
+                                                 "more; unset it for the default (30000)"));
+    }
+  }
+  ::setenv("BATON_RDMA_TIMEOUT_MS", "2500", 1);
+  EXPECT_EQ(rdma_detail::timeout_from_env().count(), 2500);
+  ::unsetenv("BATON_RDMA_TIMEOUT_MS");
+  EXPECT_EQ(rdma_detail::timeout_from_env().count(), 30000);
 }
 
 TEST(RdmaLifecycle, EachRuntimeHasItsOwnRdmaStateAndItsThreadsEndWithIt) {

@@ -27,8 +27,17 @@ RdmaBackend backend_from_env() {
 }
 
 std::chrono::milliseconds timeout_from_env() {
+  constexpr std::int64_t kDefaultMs = 30000;
   const char* v = std::getenv("BATON_RDMA_TIMEOUT_MS");
-  return std::chrono::milliseconds(v != nullptr ? std::strtoll(v, nullptr, 10) : 30000);
+  if (v == nullptr || *v == '\0') return std::chrono::milliseconds(kDefaultMs);
+  char* end = nullptr;
+  const long long ms = std::strtoll(v, &end, 10);
+  if (end == v || *end != '\0' || ms < 1) {
+    throw RdmaError(std::string("BATON_RDMA_TIMEOUT_MS='") + v +
+                    "' is not a number of milliseconds of 1 or more; unset it for the default (" +
+                    std::to_string(kDefaultMs) + ")");
+  }
+  return std::chrono::milliseconds(ms);
 }
 
 namespace {

@@ -107,6 +107,23 @@ const auto& endpoint_infos() {
   return table;
 }
 
+/// While one lives, calls this thread sends to the endpoint `base` go by `name` in the
+/// caller's metrics, stall reports and errors, in place of the C++ endpoint's name: for a host
+/// language whose endpoints all run through one C++ endpoint (a Python actor's "Class.method").
+class EndpointLabel {
+ public:
+  EndpointLabel(const EndpointInfo& base, std::string_view name);
+  ~EndpointLabel();
+  EndpointLabel(const EndpointLabel&) = delete;
+  EndpointLabel& operator=(const EndpointLabel&) = delete;
+
+ private:
+  const EndpointInfo* outer_;
+};
+/// The endpoint the innermost EndpointLabel of this thread names (kept for the process's life,
+/// as a message may point at it), or null.
+const EndpointInfo* labelled_endpoint();
+
 /// The wire id of member function `f` of A; throws UsageError if it is not an endpoint.
 template <class A, class F>
 const EndpointInfo& endpoint_for(F f) {
@@ -116,7 +133,12 @@ const EndpointInfo& endpoint_for(F f) {
                      " is not listed in its `endpoints`; add it to `static constexpr auto "
                      "endpoints = baton::endpoints<...>()`");
   }
-  return endpoint_infos<A>()[static_cast<std::size_t>(i)];
+  const EndpointInfo& info = endpoint_infos<A>()[static_cast<std::size_t>(i)];
+  if (const EndpointInfo* labelled = labelled_endpoint();
+      labelled != nullptr && labelled->fn == info.fn) {
+    return *labelled;
+  }
+  return info;
 }
 
 /// Encodes call arguments as the endpoint's parameter types, so `f(0)` on `f(double)` works.

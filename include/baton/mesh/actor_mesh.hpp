@@ -224,15 +224,12 @@ class ActorMesh : public Sliceable<ActorMesh<A>> {
     }
     return call_rank(0, f, std::forward<Args>(args)...);
   }
-  /// Calls one member, chosen at random (to spread load).
+  /// Calls one member, chosen at random (to spread load) among those whose procs are not known
+  /// to have died.
   template <class F, class... Args>
   Future<detail::reply_t<F>> choose(F f, Args&&... args) const {
     if (size() == 0) throw UsageError("choose() on an empty mesh " + shape_.to_string());
-    thread_local std::uint64_t x = reinterpret_cast<std::uintptr_t>(&x) | 1;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return call_rank(static_cast<std::size_t>(x % size()), f, std::forward<Args>(args)...);
+    return call_rank(core().choose(shape_), f, std::forward<Args>(args)...);
   }
   /// Sends to every member without waiting for replies.
   template <class F, class... Args>

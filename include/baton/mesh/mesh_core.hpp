@@ -43,6 +43,9 @@ class MeshCore {
 
   /// Throws UsageError, saying what to do, if the member at `loc` or its procs were stopped.
   void check_live(std::size_t loc) const;
+  /// A rank of `view` chosen at random (to spread load) among the members whose procs are not
+  /// known to have died; any rank if every one has (its call then fails saying so).
+  std::size_t choose(const Shape& view) const;
   /// A cast of `mode` to endpoint `endpoint` over the locations of `view`, every one of them
   /// checked live first.
   CastRequest request(const Shape& view, std::uint64_t endpoint, Body args, CastMode mode) const;

@@ -59,7 +59,11 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         try:
             return importlib.import_module(real)
         except ModuleNotFoundError as e:
-            if e.name != real:
+            # Only the module asked for, or a package of ours above it, may be missing (what
+            # that module itself imports must be there).
+            if e.name is None or not (real == e.name or real.startswith(e.name + ".")):
+                raise
+            if not e.name.startswith("baton.monarch."):
                 raise
             return _unsupported.module(spec.name)
 

@@ -49,8 +49,33 @@ class Unsupported:
         return f"<{self._name}: not supported by baton>"
 
 
-def module(name, advice=_TENSOR_ENGINE):
+# What a missing module of Monarch's is for, by the package it is in, and what baton has instead
+# (the tensor engine for the rest).
+_ADVICE_BY_PACKAGE = {
+    "monarch.tools": (
+        "Monarch's job tools (TorchX components, launch configs and commands) are not part of "
+        "baton: start the hosts with baton's jobs (baton.SshJob, SlurmJob, KubernetesJob, or "
+        "baton-host agents with baton.attach)"
+    ),
+    "monarch.simulator": (
+        "Monarch's simulator is not part of baton: run the program on this host with "
+        "this_host().spawn_procs(...), which starts real processes"
+    ),
+}
+
+
+def advice_for(name):
+    """Why the Monarch module `name` is missing here, and what to use instead."""
+    for package, advice in _ADVICE_BY_PACKAGE.items():
+        if name == package or name.startswith(package + "."):
+            return advice
+    return _TENSOR_ENGINE
+
+
+def module(name, advice=None):
     """A module whose every attribute is Unsupported (for `from monarch.x import y`)."""
+    if advice is None:
+        advice = advice_for(name)
     m = types.ModuleType(name)
     m.__doc__ = f"{name}: not supported by baton. {advice}."
 

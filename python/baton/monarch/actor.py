@@ -2,14 +2,18 @@
 names. Each name is baton's own concept (see the package's README section "Running Monarch
 programs" for how each maps, and what is left out)."""
 
+import base64
+import os
+import pickle
 import sys
 import threading
 import types
 from typing import TypeVar
 
-from .. import _context, _runtime
+from .. import _context, _mesh, _runtime
 from .._actor import Actor, concurrent_endpoint, endpoint
 from .._context import Context, context, current_actor_name, current_rank, current_size
+from .._context import _current as _current_actor
 from .._errors import ActorError, MeshFailure, UsageError
 from .._future import Deferred, Future
 from .._mesh import (  # noqa: F401
@@ -108,36 +112,102 @@ def send(endpoint, args, kwargs, port=None, selection="all"):
     if port is None and selection == "all":
         endpoint.broadcast(*args, **kwargs)
         return
+    # A member's failure goes to the port in its reply's place (the receiver's recv() raises
+    # it, as Monarch's port.exception), and the other members' replies still arrive.
     if selection == "choose":
         future = endpoint.choose(*args, **kwargs)
 
         def forward():
-            port.send(future.get())
+            try:
+                value = future.get()
+            except Exception as e:  # noqa: BLE001: whatever it is, the receiver raises it
+                port.exception(e)
+                return
+            port.send(value)
     else:
         stream = endpoint.stream(*args, **kwargs)
 
         def forward():
-            for _, v in stream:
-                port.send(v)
+            while True:
+                try:
+                    _, value = stream.next(None)
+                except StopIteration:
+                    return
+                except Exception as e:  # noqa: BLE001: one member's failure; the next goes on
+                    port.exception(e)
+                    continue
+                port.send(value)
 
     if port is None:
         return
     threading.Thread(target=forward, name="baton-send", daemon=True).start()
 
 
-_controllers: dict = {}
-_controllers_lock = threading.Lock()
+# Controllers are one per name in the whole job: a registry actor in the controller's own
+# process spawns each once, and every process of the job asks it. Its handle reaches the workers
+# through their environment, set before the first of them starts.
+_REGISTRY_VAR = "BATON_MONARCH_CONTROLLERS"
+_registry = None
+_registry_lock = threading.Lock()
+
+
+class _Controllers(Actor):
+    """The job's controllers by name, each in a proc of its own that this actor owns."""
+
+    def __init__(self):
+        self._by_name = {}
+
+    @endpoint
+    async def get_or_spawn(self, name, cls, args, kwargs):
+        if name not in self._by_name:  # one message at a time: a name is spawned once
+            procs = await this_host().spawn_procs_async(per_host={"procs": 1})
+            self._by_name[name] = (procs, await procs.spawn_async(name, cls, *args, **kwargs))
+        return self._by_name[name][1]
+
+
+def _job_registry():
+    """The registry's handle: made here in the controller (before its first worker starts,
+    through _before_spawn), read from the environment in a worker; None in a worker started
+    without it (its controllers are then its own)."""
+    global _registry
+    with _registry_lock:
+        if _registry is not None:
+            return _registry
+        if os.environ.get("BATON_PROC"):  # a worker: its controller's, if it was given one
+            wire = os.environ.get(_REGISTRY_VAR)
+            if wire:
+                _registry = pickle.loads(base64.b64decode(wire))
+        else:  # a controller: its own (what it inherited is another job's)
+            _registry = this_proc().spawn("_controllers", _Controllers)
+            os.environ[_REGISTRY_VAR] = base64.b64encode(pickle.dumps(_registry)).decode()
+        return _registry
+
+
+def _before_spawn():
+    """The controller makes its registry before its first worker starts, so that every worker
+    has its handle; an actor spawning procs leaves it to the controller's main thread."""
+    if not os.environ.get("BATON_PROC") and _current_actor.get() is None:
+        _job_registry()
+
+
+_mesh._before_spawn.append(_before_spawn)
+
+_own: dict = {}  # a worker started without the registry's handle: its own controllers
+_own_lock = threading.Lock()
 
 
 def get_or_spawn_controller(name, cls, *args, **kwargs):
-    """A Future of the actor named `name` of class `cls`, spawned once per program in a proc of
-    its own (later calls give the same actor)."""
-    with _controllers_lock:
-        if name not in _controllers:
-            procs = this_host().spawn_procs(per_host={"procs": 1})
-            _controllers[name] = (procs, procs.spawn(name, cls, *args, **kwargs))
-        mesh = _controllers[name][1]
-    return Deferred(lambda timeout: mesh)
+    """A Future of the actor named `name` of class `cls`, spawned once in the whole job, in a
+    proc of its own; every later call, from any process of the job, gives the same actor."""
+    registry = _job_registry()
+    if registry is None:
+        with _own_lock:
+            if name not in _own:
+                procs = this_host().spawn_procs(per_host={"procs": 1})
+                _own[name] = (procs, procs.spawn(name, cls, *args, **kwargs))
+            mesh = _own[name][1]
+        return Deferred(lambda timeout: mesh)
+    return registry.get_or_spawn.call_one(name, cls, args, kwargs)
 
 
 def shutdown_context():

@@ -79,7 +79,9 @@ def _sync():
 def _check(keys):
     for k in keys:
         if k in _TIMEOUTS:
-            seconds(keys[k])  # a bad duration is refused before anything is set
+            # A bad duration is refused before anything is set.
+            if isinstance(keys[k], bool) or seconds(keys[k]) < 0:
+                raise ValueError(f"{k}={keys[k]!r}: give a duration of 0 or more, e.g. '30s'")
 
 
 def configure(**kwargs):
