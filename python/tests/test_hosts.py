@@ -34,7 +34,12 @@ def agents(tmp_path):
             stderr=subprocess.STDOUT,
             text=True,
         )
-        p.stdout.readline()  # the agent's first line: it listens
+        # Ready once it says it serves (its admin API's line may come before it listens).
+        said = ""
+        while "serving at" not in said:
+            line = p.stdout.readline()
+            assert line, f"the agent ended before it served: {said}"
+            said += line
         started.append(p)
         addresses.append(f"127.0.0.1:{port}")
     yield creds, addresses

@@ -43,8 +43,13 @@ def start_agent(ns: str, address: str, creds: str, cache: str) -> "tuple[subproc
         text=True,
     )
     assert agent.stdout is not None
-    said = agent.stdout.readline()  # the agent's first line: it listens
-    assert str(port) in said, said
+    # Ready once it says it serves (its admin API's line may come before it listens).
+    said = ""
+    while "serving at" not in said:
+        line = agent.stdout.readline()
+        assert line, f"the agent ended before it served: {said}"
+        said += line
+    assert f":{port}" in said, said
     return agent, f"{address}:{port}"
 
 
