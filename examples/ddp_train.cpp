@@ -25,6 +25,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <CLI/CLI.hpp>
 #include <baton/baton.hpp>
 #include <baton/collective/tensor.hpp>
 #include <chrono>
@@ -310,12 +311,6 @@ struct Trainers {
 };
 
 int main(int argc, char** argv) {
-  baton::RuntimeOptions options;
-  options.supervise = [](const baton::MeshFailure& f) {
-    std::printf("ddp_train: supervision: %s\n", f.to_string().c_str());
-    return true;  // the training loop recovers from it
-  };
-  baton::Runtime rt(argc, argv, options);  // in a worker process this never returns
   int trainers_n = 2;
   int epochs = 15;
   int batch = 16;
@@ -324,50 +319,35 @@ int main(int argc, char** argv) {
   double min_accuracy = 0.9;
   std::string data = kDigits;
   std::string device = "auto";
-  // A count of 1 or more, or false having said what is wrong.
-  const auto count = [](const std::string& flag, const char* text, int& out) {
-    char* end = nullptr;
-    const long v = std::strtol(text, &end, 10);
-    if (end == text || *end != '\0' || v < 1 || v > 1'000'000) {
-      std::fprintf(stderr, "ddp_train: %s takes a whole number of 1 or more, not %s\n",
-                   flag.c_str(), text);
-      return false;
-    }
-    out = static_cast<int>(v);
-    return true;
+  CLI::App app{
+      "ddp_train: data-parallel training of a libtorch MLP on the digits data; fails unless the "
+      "loss falls and the accuracy reaches --min-accuracy"};
+  app.add_option("--trainers", trainers_n, "trainer actors, one proc each")
+      ->check(CLI::Range(1, 1'000'000))
+      ->capture_default_str();
+  app.add_option("--epochs", epochs, "passes over the training data")
+      ->check(CLI::Range(1, 1'000'000))
+      ->capture_default_str();
+  app.add_option("--batch", batch, "samples per trainer per step")
+      ->check(CLI::Range(1, 1'000'000))
+      ->capture_default_str();
+  app.add_option("--min-accuracy", min_accuracy, "the held-out accuracy the run must reach")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--kill-at", kill_at, "SIGKILL the last trainer's process at this step");
+  app.add_option("--data", data, "the digits data, gzipped CSV")->capture_default_str();
+  app.add_option("--device", device, "where the trainers compute (auto: a GPU each if there are)")
+      ->check(CLI::IsMember({"auto", "cpu"}))
+      ->capture_default_str();
+  app.add_option("--plain", plain, "1: train in this process alone, with no baton (a baseline)");
+  CLI11_PARSE(app, argc, argv);
+
+  baton::RuntimeOptions options;
+  options.supervise = [](const baton::MeshFailure& f) {
+    std::printf("ddp_train: supervision: %s\n", f.to_string().c_str());
+    return true;  // the training loop recovers from it
   };
-  if (argc % 2 == 0) {
-    std::fprintf(stderr, "ddp_train: %s needs a value (options go in pairs: --trainers 4)\n",
-                 argv[argc - 1]);
-    return 2;
-  }
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (flag == "--trainers") {
-      if (!count(flag, argv[i + 1], trainers_n)) return 2;
-    } else if (flag == "--epochs") {
-      if (!count(flag, argv[i + 1], epochs)) return 2;
-    } else if (flag == "--batch") {
-      if (!count(flag, argv[i + 1], batch)) return 2;
-    } else if (flag == "--min-accuracy") {
-      min_accuracy = std::atof(argv[i + 1]);
-    } else if (flag == "--kill-at") {
-      kill_at = std::atoi(argv[i + 1]);
-    } else if (flag == "--data") {
-      data = argv[i + 1];
-    } else if (flag == "--device") {
-      device = argv[i + 1];
-      if (device != "auto" && device != "cpu") {
-        std::fprintf(stderr, "ddp_train: --device takes auto or cpu, not %s\n", device.c_str());
-        return 2;
-      }
-    } else if (flag == "--plain") {
-      plain = std::string(argv[i + 1]) == "1";
-    } else {
-      std::fprintf(stderr, "ddp_train: unknown option %s\n", flag.c_str());
-      return 2;
-    }
-  }
+  baton::Runtime rt(argc, argv, options);  // in a worker process this never returns
   if (plain) {
     std::printf("ddp_train: plain single-process libtorch: %.0f samples/s\n",
                 plain_training(data, epochs, batch));

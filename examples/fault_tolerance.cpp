@@ -6,6 +6,7 @@
 // the same failure. The controller then stops the broken mesh, spawns a fresh one on the same
 // host mesh from the last checkpoint, and carries on to the end.
 
+#include <CLI/CLI.hpp>
 #include <baton/baton.hpp>
 
 #include <signal.h>
@@ -47,6 +48,12 @@ struct Failures {
 };
 
 int main(int argc, char** argv) {
+  // --help says what it does; it takes no other arguments.
+  CLI::App app{
+      "fault_tolerance: a training loop that survives losing a worker: one is killed "
+      "with SIGKILL mid-run, and the controller respawns the mesh from its last "
+      "checkpoint"};
+  CLI11_PARSE(app, argc, argv);
   Failures failures;
   baton::RuntimeOptions options;
   options.supervise = [&failures](const baton::MeshFailure& f) {

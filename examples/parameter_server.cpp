@@ -5,6 +5,7 @@
 // move through RdmaBuffer. The controller checks the final weights against the same arithmetic
 // done locally.
 
+#include <CLI/CLI.hpp>
 #include <baton/baton.hpp>
 
 #include <chrono>
@@ -86,6 +87,12 @@ class Worker : public baton::Actor {
 };
 
 int main(int argc, char** argv) {
+  // --help says what it does; it takes no other arguments.
+  CLI::App app{
+      "parameter_server: a server actor's weights and gradient slots as RdmaBuffers, "
+      "pulled and pushed by four workers; the result checked against the same "
+      "arithmetic done here"};
+  CLI11_PARSE(app, argc, argv);
   baton::Runtime rt(argc, argv);
   auto server_proc = baton::this_host().spawn_procs({{"server", 1}});
   auto worker_procs = baton::this_host().spawn_procs({{"workers", kWorkers}});

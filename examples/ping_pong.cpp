@@ -4,6 +4,7 @@
 // controller hands the ponger mesh to the pingers; every pinger then rallies with the ponger
 // facing it, a thousand round trips between worker processes with no controller in the way.
 
+#include <CLI/CLI.hpp>
 #include <baton/baton.hpp>
 
 #include <cstdio>
@@ -31,6 +32,11 @@ class Pinger : public baton::Actor {
 };
 
 int main(int argc, char** argv) {
+  // --help says what it does; it takes no other arguments.
+  CLI::App app{
+      "ping_pong: two actor meshes in worker processes rally a thousand round trips "
+      "with no controller in the way"};
+  CLI11_PARSE(app, argc, argv);
   baton::Runtime rt(argc, argv);  // in a worker process this never returns
 
   auto procs = baton::this_host().spawn_procs({{"side", 4}});

@@ -4,6 +4,7 @@
 // once, slices the mesh, sees a remote failure arrive as an ActorError, and stops. The same
 // binary is every worker: baton::Runtime serves there and never returns into main.
 
+#include <CLI/CLI.hpp>
 #include <baton/baton.hpp>
 
 #include <cmath>
@@ -33,6 +34,11 @@ class Trainer : public baton::Actor {
 };
 
 int main(int argc, char** argv) {
+  // --help says what it does; it takes no other arguments.
+  CLI::App app{
+      "quickstart: one program drives four worker processes on this host: a mesh of "
+      "trainers called whole, sliced, and a remote failure seen as an ActorError"};
+  CLI11_PARSE(app, argc, argv);
   baton::Runtime rt(argc, argv);  // in a worker process this never returns
 
   auto procs = baton::this_host().spawn_procs({{"gpus", 4}});

@@ -3,6 +3,7 @@
 // checksum and the bandwidth of each direction printed. The actor messages only carry the
 // small handles; the bytes move through RdmaBuffer (UCX shared memory on one host).
 
+#include <CLI/CLI.hpp>
 #include <baton/baton.hpp>
 
 #include <chrono>
@@ -76,6 +77,11 @@ class Player : public baton::Actor {
 };
 
 int main(int argc, char** argv) {
+  // --help says what it does; it takes no other arguments.
+  CLI::App app{
+      "rdma_pingpong: two worker procs read and write each other's 64 MiB buffers "
+      "through RdmaBuffer, each byte checked, the bandwidth printed"};
+  CLI11_PARSE(app, argc, argv);
   baton::Runtime rt(argc, argv);
   constexpr std::size_t kSize = std::size_t{64} << 20;
   auto procs = baton::this_host().spawn_procs({{"players", 2}});

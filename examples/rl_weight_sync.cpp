@@ -13,6 +13,7 @@
 
 #include <torch/torch.h>
 
+#include <CLI/CLI.hpp>
 #include <baton/baton.hpp>
 #include <chrono>
 #include <cmath>
@@ -242,29 +243,29 @@ class Evaluator : public baton::Actor {
 }  // namespace
 
 int main(int argc, char** argv) {
-  baton::Runtime rt(argc, argv);  // in a worker process this never returns
   int generators_n = 2;
   int updates = 300;
   int episodes = 4;
   int max_staleness = 2;
   double target = 150;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (flag == "--generators") {
-      generators_n = std::atoi(argv[i + 1]);
-    } else if (flag == "--updates") {
-      updates = std::atoi(argv[i + 1]);
-    } else if (flag == "--episodes") {
-      episodes = std::atoi(argv[i + 1]);
-    } else if (flag == "--target") {
-      target = std::atof(argv[i + 1]);
-    } else if (flag == "--max-staleness") {
-      max_staleness = std::atoi(argv[i + 1]);
-    } else {
-      std::fprintf(stderr, "rl_weight_sync: unknown option %s\n", flag.c_str());
-      return 2;
-    }
-  }
+  CLI::App app{
+      "rl_weight_sync: REINFORCE on CartPole as one program, the weights synced through the "
+      "tensor store; fails unless the evaluator's mean return reaches --target"};
+  app.add_option("--generators", generators_n, "generator actors playing episodes")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  app.add_option("--updates", updates, "the most policy updates before giving up")
+      ->check(CLI::Range(1, 1'000'000))
+      ->capture_default_str();
+  app.add_option("--episodes", episodes, "episodes per generator per batch")
+      ->check(CLI::Range(1, 1'000'000))
+      ->capture_default_str();
+  app.add_option("--target", target, "the mean return to reach")->capture_default_str();
+  app.add_option("--max-staleness", max_staleness, "updates a played batch's weights may lag")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  baton::Runtime rt(argc, argv);  // in a worker process this never returns
   auto gen_procs =
       baton::this_host().spawn_procs({{"generators", static_cast<std::size_t>(generators_n)}});
   auto generators = gen_procs.spawn<Generator>("generators");

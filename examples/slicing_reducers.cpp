@@ -2,6 +2,7 @@
 // column and by a single point; replies folded along the cast tree with built-in and
 // user-written reducers, and streamed as they arrive.
 
+#include <CLI/CLI.hpp>
 #include <baton/baton.hpp>
 
 #include <cstdio>
@@ -26,6 +27,11 @@ struct Join {
 };
 
 int main(int argc, char** argv) {
+  // --help says what it does; it takes no other arguments.
+  CLI::App app{
+      "slicing_reducers: a 2 x 4 mesh addressed whole, by row, by column and by point; "
+      "replies folded by reducers along the cast tree and streamed"};
+  CLI11_PARSE(app, argc, argv);
   baton::Runtime rt(argc, argv);  // in a worker process this never returns
 
   auto procs = baton::this_host().spawn_procs({{"hosts", 2}, {"gpus", 4}});

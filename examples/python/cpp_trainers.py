@@ -7,6 +7,7 @@ fit is close.
     PYTHONPATH=python:build/python python3 examples/python/cpp_trainers.py [build/bin/cpp_trainers]
 """
 
+import argparse
 import os
 import sys
 
@@ -24,10 +25,10 @@ class Auditor(baton.Actor):
         return max(abs(w[0] - weights[0][0]) + abs(w[1] - weights[0][1]) for w in weights)
 
 
-def main():
+def main(args):
     here = os.path.dirname(os.path.abspath(__file__))
     built = os.path.join(here, "../../build/bin/cpp_trainers")
-    program = sys.argv[1] if len(sys.argv) > 1 else built
+    program = args.program or built
     host = baton.this_host()
     procs = host.spawn_procs({"trainers": 4}, program=[program])
     trainers = procs.spawn("trainers", baton.cpp("Trainer"), 0.1, "linear")
@@ -59,4 +60,8 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("program", nargs="?", help="the C++ worker program (the built one)")
+    sys.exit(main(parser.parse_args()))

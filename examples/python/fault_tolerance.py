@@ -9,6 +9,7 @@ carries on to the end; it fails (exit 1) unless every rank ends at the last step
     PYTHONPATH=python:build/python python3 examples/python/fault_tolerance.py
 """
 
+import argparse
 import os
 import signal
 import sys
@@ -80,4 +81,8 @@ def main():
 
 
 if __name__ == "__main__":
+    # --help says what it does; it takes no other arguments.
+    argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    ).parse_args()
     sys.exit(main())

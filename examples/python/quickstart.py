@@ -7,6 +7,7 @@ class is defined here, in the script: the workers get it from the controller.
     PYTHONPATH=python:build/python python3 examples/python/quickstart.py
 """
 
+import argparse
 import os
 import sys
 
@@ -65,4 +66,8 @@ def main():
 
 
 if __name__ == "__main__":
+    # --help says what it does; it takes no other arguments.
+    argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    ).parse_args()
     sys.exit(main())

@@ -1,6 +1,7 @@
 """The exceptions baton raises, as Python classes."""
 
 import builtins
+import os
 
 
 class BatonError(Exception):
@@ -104,15 +105,34 @@ class ActorError(BatonError):
 _TRACEBACK_MARK = "\n\nRemote traceback:\n"
 
 
+def _user_frames(tb):
+    """`tb` without its leading frames of the machinery that ran the endpoint (baton's own
+    modules, asyncio, concurrent.futures): the traceback starts where the user's code does. An
+    error raised in that machinery itself keeps its last frame."""
+
+    def machinery(filename):
+        return filename.startswith(_BATON_DIR) or any(d in filename for d in _RUNNER_DIRS)
+
+    while tb is not None and tb.tb_next is not None and machinery(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    return tb
+
+
+_BATON_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_RUNNER_DIRS = (f"{os.sep}asyncio{os.sep}", f"{os.sep}concurrent{os.sep}futures{os.sep}")
+
+
 def encode_exception(exc, tb=None):
-    """The text of `exc` with its traceback (`tb` where the runtime holds it apart)."""
+    """The text of `exc` with its traceback (`tb` where the runtime holds it apart), from the
+    first frame of the user's code."""
     import traceback
 
     kind = type(exc)
     name = kind.__qualname__
     if kind.__module__ != "builtins":
         name = f"{kind.__module__}.{name}"
-    text = "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
+    frames = _user_frames(tb or exc.__traceback__)
+    text = "".join(traceback.format_exception(type(exc), exc, frames))
     return f"[py:{name}] {exc}{_TRACEBACK_MARK}{text}"
 
 

@@ -8,7 +8,7 @@ import types
 from . import _baton
 from . import _context
 from . import _debug
-from ._errors import MeshFailure, encode_exception
+from ._errors import MeshFailure, _user_frames, encode_exception
 from ._point import Point
 from ._pickle import dumps, dumps_result, loads
 
@@ -68,7 +68,8 @@ def _fatal_text(error):
     """How the failure of an actor whose endpoint raised `error` (a SystemExit, say) reads."""
     import traceback
 
-    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    frames = _user_frames(error.__traceback__)
+    text = "".join(traceback.format_exception(type(error), error, frames))
     return f"{type(error).__name__}: {error}\n{text}"
 
 

@@ -25,6 +25,8 @@ def test_a_remote_exception_keeps_its_type_message_and_traceback(procs):
     assert e.remote_type == "ValueError"
     assert e.remote_message == "bad value"
     assert "in fail" in e.remote_traceback and "raise ValueError(text)" in e.remote_traceback
+    # It starts at the endpoint: the frames of baton's own machinery that ran it are left out.
+    assert _first_frame(e.remote_traceback).endswith("in fail"), e.remote_traceback
     assert "errors" in e.actor
     assert e.endpoint == "fail"
     # The actor lives on: one failed call does not stop it.
@@ -43,7 +45,14 @@ def test_an_async_endpoint_raising(procs):
     with pytest.raises(baton.ActorError) as info:
         counters.slice(gpus=0).fail_later.call_one().get(timeout=30)
     assert info.value.remote_type == "KeyError"
-    assert "fail_later" in info.value.remote_traceback
+    assert _first_frame(info.value.remote_traceback).endswith("in fail_later"), (
+        info.value.remote_traceback
+    )
+
+
+def _first_frame(traceback_text):
+    """The first 'File ..., line N, in NAME' line of a traceback's text."""
+    return next(line.strip() for line in traceback_text.splitlines() if "File " in line)
 
 
 def test_a_constructor_that_raises_fails_the_spawn(procs):
