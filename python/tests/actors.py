@@ -218,6 +218,14 @@ class Parent(baton.Actor):
         return self.failures
 
     @baton.endpoint
+    def kids_mesh(self):
+        return self.kids
+
+    @baton.endpoint
+    def own_pid(self):
+        return os.getpid()
+
+    @baton.endpoint
     def spawn_blocking(self):
         return baton.this_host().spawn_procs({"kids": 1})
 

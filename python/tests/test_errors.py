@@ -80,6 +80,29 @@ def test_a_worker_killed_by_sigkill_is_a_supervision_error():
     procs.stop().get(timeout=60)
 
 
+def test_the_procs_of_an_owner_that_died_are_said_to_have_gone_with_it():
+    from conftest import FAILURES, failure_after
+
+    from actors import Parent
+
+    procs = baton.this_host().spawn_procs({"owners": 1})
+    parent = procs.spawn("owner", Parent)
+    kid_pids = parent.start.call_one().get(timeout=60)
+    kids = parent.kids_mesh.call_one().get(timeout=30)  # the owner's mesh, in the controller
+    assert kids.pid.call().get(timeout=30).values() == kid_pids
+    before = len(FAILURES)
+    os.kill(parent.own_pid.call_one().get(timeout=30), signal.SIGKILL)
+    assert failure_after(before, "SIGKILL") is not None, "the owner's death never reached the hook"
+    # Its procs went with it: a call to them says so, naming the owner and how it died, where
+    # it was an UndeliverableError ("cannot be reached") before.
+    for _ in range(2):
+        with pytest.raises(baton.SupervisionError) as info:
+            kids.pid.call().get(timeout=30)
+        text = str(info.value)
+        assert "went with the proc that started it" in text and "SIGKILL" in text, text
+    procs.stop().get(timeout=60)
+
+
 def test_choose_passes_over_a_member_whose_proc_is_known_to_have_died():
     from conftest import FAILURES, failure_after
 

@@ -163,8 +163,19 @@ std::optional<std::string> RemoteRouter::failure_of(const std::string& proc) {
   if (!any_failed.load(std::memory_order_acquire)) return std::nullopt;
   std::lock_guard lock(failures_mu);
   auto it = failures.find(proc);
-  if (it == failures.end()) return std::nullopt;
-  return it->second;
+  if (it != failures.end()) return it->second;
+  // A proc started by another is named after it ("procs0.0-procs1.2" by procs0.0) and dies
+  // with it: a worker's own children by PR_SET_PDEATHSIG, those on other hosts by their agent,
+  // which stops a client's procs when its link goes. So the nearest of its owners known dead
+  // says what became of it.
+  for (auto dash = proc.rfind('-'); dash != std::string::npos && dash > 0;
+       dash = proc.rfind('-', dash - 1)) {
+    it = failures.find(proc.substr(0, dash));
+    if (it != failures.end()) {
+      return "proc " + proc + " went with the proc that started it: " + it->second;
+    }
+  }
+  return std::nullopt;
 }
 
 void RemoteRouter::mark_failed(const std::string& proc, const std::string& report) {
@@ -408,8 +419,24 @@ std::optional<std::string> await_proc_failure(const ProcId& id, LostSince since)
   // taken since then (the calls that waited on the link) is not taken again.
   if (const auto closed = r->closed_at(id.name)) since = std::min(since, *closed);
   auto died = r->probe(id.name, since);
-  if (died) r->mark_failed(id.name, *died);
-  return died;
+  if (died) {
+    r->mark_failed(id.name, *died);
+    return died;
+  }
+  // It may have gone with the proc that started it (see failure_of), whose death this process
+  // may not have taken in yet: that proc's link closed too if so.
+  const std::string& name = id.name;
+  for (auto dash = name.rfind('-'); dash != std::string::npos && dash > 0;
+       dash = name.rfind('-', dash - 1)) {
+    const std::string owner = name.substr(0, dash);
+    const auto closed = r->closed_at(owner);
+    if (!closed) continue;
+    if (auto owner_died = r->probe(owner, std::min(since, *closed))) {
+      r->mark_failed(owner, *owner_died);
+      return r->failure_of(name);
+    }
+  }
+  return std::nullopt;
 }
 
 bool forward_failure(const ActorId& owner, const SupervisionEvent& event) {
