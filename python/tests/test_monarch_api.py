@@ -156,22 +156,29 @@ class Registry(baton.Actor):
 
 class RegistryUser(baton.Actor):
     @baton.endpoint
-    def register(self):
-        registry = mactor.get_or_spawn_controller("job-registry", Registry, "made in a worker")
+    def register(self, name):
+        registry = mactor.get_or_spawn_controller(name, Registry, "made in a worker")
         return registry.get(timeout=60).register.call_one(mactor.current_rank().rank).get(
             timeout=60)
 
 
-def test_get_or_spawn_controller_gives_one_actor_to_the_whole_job():
-    users = mactor.this_host().spawn_procs(per_host={"gpus": 2}).spawn("users", RegistryUser)
+@pytest.mark.parametrize("where", ["this_host", "hosts_of_agents"])
+def test_get_or_spawn_controller_gives_one_actor_to_the_whole_job(where):
+    # Workers on this host, started by this process, and on hosts of agents (baton-host), which
+    # start them with the environment it gives them.
+    hosts = mactor.this_host() if where == "this_host" else mactor.hosts_from_config("registry")
+    users = hosts.spawn_procs(per_host={"gpus": 2}).spawn("users", RegistryUser)
+    name = f"job-registry-{where}"
     # Workers ask first: the controller is made once, for them and for the controller after.
-    first = users.register.call().get(timeout=120).values()
-    tag, pid, _ = mactor.get_or_spawn_controller("job-registry", Registry, "here").get(
+    first = users.register.call(name).get(timeout=120).values()
+    tag, pid, _ = mactor.get_or_spawn_controller(name, Registry, "here").get(
         timeout=60).register.call_one("ctl").get(timeout=60)
+    n = len(first)  # 2 here, 4 on the two hosts
     assert tag == "made in a worker" and {p for _, p, _ in first} == {pid}
-    assert sorted(n for _, _, n in first) == [1, 2]
-    again = users.register.call().get(timeout=120).values()
-    assert {p for _, p, _ in again} == {pid} and sorted(n for _, _, n in again) == [4, 5]
+    assert sorted(k for _, _, k in first) == list(range(1, n + 1))
+    again = users.register.call(name).get(timeout=120).values()
+    assert {p for _, p, _ in again} == {pid}
+    assert sorted(k for _, _, k in again) == list(range(n + 2, 2 * n + 2))
     assert pid != os.getpid()  # in a proc of its own
 
 

@@ -77,10 +77,12 @@ std::vector<std::string> worker_environment() {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string_view entry(*e);
-    // The runtime's own variables stay here; logging and the Python package's choices
-    // (BATON_MONARCH: `python -m baton.monarch`; BATON_READ_ONLY_BUFFERS) travel.
+    // The runtime's own variables stay here; logging and the Python package's choices travel
+    // (BATON_MONARCH: `python -m baton.monarch`; BATON_MONARCH_CONTROLLERS: the handle of the
+    // job's Monarch controllers; BATON_READ_ONLY_BUFFERS).
     if (entry.starts_with("BATON_") && !entry.starts_with("BATON_LOG") &&
-        !entry.starts_with("BATON_MONARCH=") && !entry.starts_with("BATON_READ_ONLY_BUFFERS=")) {
+        !entry.starts_with("BATON_MONARCH=") && !entry.starts_with("BATON_MONARCH_CONTROLLERS=") &&
+        !entry.starts_with("BATON_READ_ONLY_BUFFERS=")) {
       continue;
     }
     env.emplace_back(entry);
