@@ -111,6 +111,17 @@ RuntimeState::Program program_of(RuntimeState& st) {
   return *st.program;
 }
 
+/// Whether `error` says the link a call went on was lost before its reply came.
+bool link_lost(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const UndeliverableError& e) {
+    return e.reason() == UndeliverableError::Reason::link_lost;
+  } catch (...) {
+    return false;
+  }
+}
+
 }  // namespace
 
 /// The numeric address of `host` (itself if it is one already); throws naming `what` if it
@@ -175,10 +186,25 @@ class RemoteGroup final : public detail::ProcGroup,
       stopping->store(true);
       for (const auto& p : parts_) {
         if (p.host.lost->load()) continue;  // its procs went with their host
-        parts.push_back(
+        auto asked =
             agent_ref(p.host)
                 .call(&HostAgent::stop_procs, p.group, static_cast<std::int64_t>(grace.count()))
-                .state());
+                .state();
+        // A host lost while it was asked (its link given up on, after a cut) is as one lost
+        // before: its agent stops the procs once it sees this controller's links gone.
+        auto part = std::make_shared<detail::State<void>>();
+        asked->on_ready([asked, part, host = p.host.address.to_string()] {
+          const std::exception_ptr error = asked->error();
+          if (error && !link_lost(error)) return part->set_exception(error);
+          if (error) {
+            detail::log_warn(
+                "host {} was lost while its procs were being stopped; its agent "
+                "stops them when it sees this controller gone",
+                host);
+          }
+          part->set_value();
+        });
+        parts.push_back(std::move(part));
       }
     }
     std::vector<ProcId> procs;

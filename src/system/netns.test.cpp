@@ -250,6 +250,22 @@ TEST(NetHosts, AHostCutOffIsReportedWithinTheHeartbeatBoundAndCanBeUsedOnceBack)
   procs.stop().get();
 }
 
+TEST(NetHosts, AStopAskedOfAHostThatIsCutOffBeforeItAnswersCompletes) {
+  auto cluster = make_cluster(2);
+  ASSERT_TRUE(cluster);
+  ProcMesh procs = job::attach(cluster->addresses).spawn_procs({{"gpus", 1}});
+  auto nodes = procs.spawn<Node>("cut-while-stopping");
+  EXPECT_EQ(nodes.call(&Node::twice, 1).get().values(), (std::vector<int>{2, 2}));
+  cluster->net->set_link(1, false);
+  // Asked while the link to host 1 is still being repaired, its agent never answers, and the
+  // link is given up (3 s + 3 s here): that host is lost with its procs, whose agent stops them
+  // once it sees this controller gone. The stop completes; before, it failed with "link ...
+  // lost before the reply came", and so did a program's clean-up after a cut.
+  EXPECT_NO_THROW(procs.stop().get(std::chrono::seconds(60)));
+  EXPECT_ANY_THROW(nodes.slice("hosts", 0).call_one(&Node::twice, 1).get(std::chrono::seconds(60)));
+  cluster->net->set_link(1, true);
+}
+
 TEST(NetHosts, AHostWhoseAgentAndProcsAreKilledIsReportedByName) {
   auto cluster = make_cluster(3);
   ASSERT_TRUE(cluster);
