@@ -3,12 +3,32 @@ a Python actor (its constructor too) runs with its actor set here; outside actor
 controller) the context is the client's, at the point of a mesh of no dimensions."""
 
 import contextvars
-from typing import Any, Dict
+import os
+import threading
+from typing import Any, Dict, Optional
 
 from ._point import Point
 
 # The running actor, for each message (set in the message's own contextvars context).
 _current: "contextvars.ContextVar[Any]" = contextvars.ContextVar("baton.actor", default=None)
+
+
+def monarch_semantics() -> bool:
+    """Where Monarch's semantics differ from baton's own, a program run by `python -m
+    baton.monarch` (and its workers) gets Monarch's: spawns return their meshes inside async
+    endpoints (waited for with the event loop held, where baton refuses and points to
+    spawn_async), and a ValueMesh passed as an argument travels whole (baton gives each member
+    its own value)."""
+    return "BATON_MONARCH" in os.environ
+
+
+# The thread of this process's event loop, where async endpoints run (set by _host).
+_loop_thread: "Optional[int]" = None
+
+
+def on_event_loop() -> bool:
+    """Whether this thread is the event loop's, where async endpoints run."""
+    return _loop_thread is not None and threading.get_ident() == _loop_thread
 
 
 class Instance:
@@ -24,6 +44,18 @@ class Instance:
     @property
     def name(self) -> str:
         return self.mesh_name
+
+    @property
+    def proc(self) -> Any:
+        """The proc this actor runs in, as a ProcMesh of one (spawn siblings there)."""
+        from ._mesh import this_proc
+
+        return this_proc()
+
+    @property
+    def proc_id(self) -> str:
+        """The name of the proc this actor runs in."""
+        return self.actor_id.partition("/")[0]
 
     def __repr__(self):
         return f"Instance({self.actor_id}, rank={self.rank})"

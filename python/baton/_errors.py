@@ -2,6 +2,7 @@
 
 import builtins
 import os
+from typing import Optional
 
 
 class BatonError(Exception):
@@ -16,9 +17,9 @@ class TimeoutError(BatonError, builtins.TimeoutError):
     """A wait ran past its timeout; what it waited for may still complete."""
 
 
-class SupervisionError(BatonError):
+class SupervisionError(BatonError, RuntimeError):
     """The actor that would have answered failed or stopped before it replied (or its process
-    died)."""
+    died). A RuntimeError too, as Monarch's is."""
 
 
 class UndeliverableError(BatonError):
@@ -148,7 +149,27 @@ def actor_error(actor, endpoint, where, message, point=None):
 
 class MeshFailure(str):
     """A failure of a mesh member, as __supervise__ and the controller's hook hear of it: the
-    report's text (it is a str), with report() as Monarch spells it."""
+    report's text (it is a str), with report() as Monarch spells it, the name of the mesh the
+    failed member belongs to (`mesh_name`, also `mesh`; None for none), its `rank` there (None
+    for none) and its `actor` id."""
+
+    mesh_name: Optional[str]
+    rank: Optional[int]
+    actor: str
+
+    def __new__(cls, text, mesh_name=None, rank=None, actor=""):
+        self = super().__new__(cls, text)
+        self.mesh_name = mesh_name or None
+        self.rank = rank if rank is not None and rank >= 0 else None
+        self.actor = actor
+        return self
+
+    @property
+    def mesh(self):
+        return self.mesh_name
 
     def report(self):
         return str(self)
+
+    def __reduce__(self):
+        return (MeshFailure, (str(self), self.mesh_name, self.rank, self.actor))

@@ -1,5 +1,6 @@
 """Futures: results to come, that a thread blocks on (get) and asyncio awaits."""
 
+import math
 import numbers
 import weakref
 from typing import Any, Callable, Generic, Optional, TypeVar
@@ -11,13 +12,21 @@ from ._errors import ActorError, TimeoutError, UsageError
 T = TypeVar("T")
 
 
+class BadTimeout(UsageError, ValueError):
+    """A timeout that is no number of seconds of 0 or more (a ValueError too, as Monarch's)."""
+
+
 def _seconds(timeout):
-    """A timeout in seconds (None: no limit), checked."""
+    """A timeout in seconds (None, or infinity: no limit), checked."""
     if timeout is None:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
         raise UsageError(f"timeout is a number of seconds, not {type(timeout).__name__}")
-    return float(timeout)
+    seconds = float(timeout)
+    if math.isnan(seconds) or seconds < 0:
+        raise BadTimeout(f"timeout={timeout!r}: give a number of seconds of 0 or more (None "
+                         "waits as long as it takes)")
+    return None if math.isinf(seconds) else seconds
 
 
 def _python_advice(e, instead="`await` the future instead"):
@@ -94,6 +103,16 @@ class Future(Generic[T]):
 
     def __await__(self):
         return _awaitable(self).__await__()
+
+    def as_asyncio(self) -> "Any":
+        """This future as an asyncio one of the running event loop (await it, or pass it to
+        asyncio.gather, wait_for, ...)."""
+        import asyncio
+
+        async def wait():
+            return await self
+
+        return asyncio.ensure_future(wait())
 
 
 async def _awaitable(future):
@@ -197,3 +216,33 @@ class StreamItem(tuple):
     def __await__(self):
         return self[1]
         yield  # a generator: awaiting it gives the value at once
+
+
+class FailedStreamItem(StreamItem):
+    """The reply of a stream's member that failed: its (point, error) pair, where reading the
+    value (unpacking the pair, [1], get(), result(), await) raises the error, as Monarch's
+    stream futures do; the stream goes on with the other members."""
+
+    __slots__ = ()
+
+    @property
+    def error(self):
+        return tuple.__getitem__(self, 1)
+
+    def get(self, timeout=None):
+        raise self.error
+
+    result = get
+
+    def __getitem__(self, index):
+        if index in (1, -1):
+            raise self.error
+        return tuple.__getitem__(self, index)
+
+    def __iter__(self):
+        yield tuple.__getitem__(self, 0)
+        raise self.error
+
+    def __await__(self):
+        raise self.error
+        yield  # a generator: awaiting it raises

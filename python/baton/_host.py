@@ -80,7 +80,9 @@ def _event_loop():
     with _loop_lock:
         if _loop is None:
             _loop = asyncio.new_event_loop()
-            threading.Thread(target=_loop.run_forever, name="baton-asyncio", daemon=True).start()
+            thread = threading.Thread(target=_loop.run_forever, name="baton-asyncio", daemon=True)
+            thread.start()
+            _context._loop_thread = thread.ident
         return _loop
 
 
@@ -204,8 +206,19 @@ def cleanup(instance, reason):
         asyncio.run_coroutine_threadsafe(result, _event_loop()).result(timeout=60)
 
 
-def supervise(instance, failure):
+def supervise(instance, failure, mesh, rank, actor):
+    """The actor's __supervise__(failure), plain or async (run on the event loop acting as the
+    actor, waited for here): whether it handled the failure."""
     hook = getattr(instance, "__supervise__", None)
     if hook is None:
         return False
-    return bool(hook(MeshFailure(failure)))
+    handled = hook(MeshFailure(failure, mesh, rank, actor))
+    if isinstance(handled, types.CoroutineType):
+        import asyncio
+
+        coroutine = _as_actor(handled, _baton.acting_as_current(), instance)
+        try:
+            handled = asyncio.run_coroutine_threadsafe(coroutine, _event_loop()).result()
+        except _Fatal as e:
+            raise e.error from None
+    return bool(handled)

@@ -9,10 +9,10 @@ import re
 from typing import Any, Callable, Dict, Generic, Iterable, List, Optional, TypeVar, Union
 
 from . import _baton
-from . import _per_rank, _reply, _runtime
+from . import _context, _per_rank, _reply, _runtime
 from ._actor import Actor, endpoint, endpoints_of
-from ._errors import ActorError, UsageError
-from ._future import Deferred, Future, StreamItem, _python_advice, _seconds
+from ._errors import ActorError, SupervisionError, UndeliverableError, UsageError
+from ._future import Deferred, FailedStreamItem, Future, StreamItem, _python_advice, _seconds
 from ._pickle import dumps, dumps_call
 from ._point import Extent
 from ._value_mesh import ValueMesh, _decode, _decode_mesh, _plain_mesh, _point
@@ -206,7 +206,9 @@ _STREAM_TIMEOUT = object()  # next()'s default: the stream's own timeout
 
 class Stream:
     """Replies of stream(), one per member, as they arrive: (point, value) items (each also a
-    completed Future of its value). Iterate it, or `async for` in asyncio."""
+    completed Future of its value). A member's failure is its item: reading that item's value
+    (get(), await, unpacking it) raises it, and the stream goes on with the other members.
+    Iterate it, or `async for` in asyncio."""
 
     def __init__(self, core, timeout, endpoint):
         self._core = core
@@ -227,8 +229,10 @@ class Stream:
             item = self._core.next(timeout)
         except UsageError as e:
             raise _python_advice(e) from None
-        except ActorError as e:
-            raise e.in_endpoint(self._endpoint) from None
+        except ActorError as e:  # the member's failure is its item's (the stream goes on)
+            return FailedStreamItem((e.point, e.in_endpoint(self._endpoint)))
+        except (SupervisionError, UndeliverableError) as e:
+            return FailedStreamItem((getattr(e, "point", None), e))
         if item is None:
             raise StopIteration
         p, v = item
@@ -313,7 +317,8 @@ class _Mesh:
             core = core.rename(old, new)
         return self._view(core)
 
-    def stop(self) -> "Future[None]":
+    def stop(self, reason: str = "stopped by client") -> "Future[None]":
+        """Stops the mesh's actors (Monarch's `reason` is accepted; baton does not keep it)."""
         return Future(self._core.stop(), lambda v: None)
 
     @property
@@ -376,6 +381,8 @@ class ProcMesh(_Mesh):
         if isinstance(cls, cpp):
             return self.spawn_async(name, cls, *args, **kwargs).get()
         _check_spawn(name, cls)
+        if _context.monarch_semantics() and _context.on_event_loop():
+            return _spawned(self.spawn_async(name, cls, *args, **kwargs))
         try:
             core = self._core.spawn(name, dumps((cls, args, kwargs)))
         except UsageError as e:
@@ -457,8 +464,9 @@ class HostMesh:
         """{"hosts": H}."""
         return Extent(("hosts",), (len(self),))
 
-    def stop(self):
-        """Stops every proc mesh this program started on these hosts."""
+    def stop(self, reason: str = "stopped by client"):
+        """Stops every proc mesh this program started on these hosts (Monarch's `reason` is
+        accepted; baton does not keep it)."""
         if self._core is None:
             raise UsageError("stop() is for the hosts of a job; stop this host's proc meshes")
         return Future(self._core.stop(), lambda v: None)
@@ -482,7 +490,7 @@ class HostMesh:
         baton.cpp("Name")."""
         if not os.environ.get("BATON_PROC"):  # a worker has its runtime already
             _runtime.runtime()
-        return self.spawn_procs_async(per_host, bootstrap, name, program, **dims).get()
+        return _spawned(self.spawn_procs_async(per_host, bootstrap, name, program, **dims))
 
     def spawn_procs_async(
         self, per_host: Optional[Dict[str, int]] = None, bootstrap: Optional[Callable] = None,
@@ -651,6 +659,30 @@ class CppActorMesh(_Mesh):
 
 def this_host() -> "HostMesh":
     return HostMesh()
+
+
+def _spawned(future: "Future[Any]") -> Any:
+    """A spawn's mesh, waited for. In an async endpoint baton refuses to wait (it would hold the
+    event loop) and points to the _async form, except under Monarch's semantics: there a spawn
+    returns its mesh, so it is waited for on a thread outside the actor, with the loop held."""
+    if not (_context.monarch_semantics() and _context.on_event_loop()):
+        return future.get()
+    import threading
+
+    got: Dict[str, Any] = {}
+
+    def wait() -> None:
+        try:
+            got["mesh"] = future.get()
+        except BaseException as e:  # noqa: B902: raised where the spawn was asked for
+            got["error"] = e
+
+    waiter = threading.Thread(target=wait, name="baton-spawn", daemon=True)
+    waiter.start()
+    waiter.join()
+    if "error" in got:
+        raise got["error"]
+    return got["mesh"]
 
 
 def this_proc() -> ProcMesh:

@@ -1,8 +1,10 @@
 """A ValueMesh passed to a mesh's endpoint as an argument, of the mesh's own extent, is a value
-per member: each member is called with its own (the value at its point), as Monarch does."""
+per member: each member is called with its own (the value at its point). Under Monarch's
+semantics (a program run by `python -m baton.monarch`) it travels whole, as in Monarch."""
 
 from typing import Any, Dict, List, Optional, Tuple
 
+from . import _context
 from ._future import Deferred, StreamItem
 from ._point import points_of
 from ._value_mesh import ValueMesh
@@ -11,6 +13,8 @@ from ._value_mesh import ValueMesh
 def split(endpoint: Any, args: tuple, kwargs: dict) -> Optional[List[Tuple[tuple, Dict]]]:
     """Each member's (args, kwargs), by rank, if an argument is a ValueMesh of the called mesh's
     extent; None if none is (a ValueMesh of another extent is passed whole)."""
+    if _context.monarch_semantics():  # Monarch passes a ValueMesh whole
+        return None
     extent = endpoint._mesh.extent
     given = [a for a in (*args, *kwargs.values()) if isinstance(a, ValueMesh)]
     if not any(m.extent == extent for m in given):

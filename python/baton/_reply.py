@@ -3,8 +3,8 @@ a port, passes a ReplyPort to the members as their first argument, and its futur
 with what they send on it, while the actors go on with their next messages."""
 
 from . import _context
-from ._errors import actor_error, encode_exception
-from ._future import Deferred, Future, StreamItem
+from ._errors import ActorError, actor_error, encode_exception
+from ._future import Deferred, FailedStreamItem, Future, StreamItem
 from ._pickle import dumps_call
 from ._point import points_of
 from ._value_mesh import ValueMesh, _decode
@@ -80,7 +80,12 @@ def call(endpoint, args, kwargs, mode):
             for _ in range(n):
                 item = receiver.recv()
                 point = points[_place(item, members)]
-                yield StreamItem((point, _value(item, name, point)))
+                try:
+                    value = _value(item, name, point)
+                except ActorError as e:  # the member's failure is its item's
+                    yield FailedStreamItem((point, e))
+                    continue
+                yield StreamItem((point, value))
 
         return items()
 

@@ -77,4 +77,6 @@ def set_supervise(hook: Callable[[Any], bool]) -> None:
     failure no owner handled stops the program (exit status 1), printing it."""
     from ._errors import MeshFailure
 
-    runtime().set_supervise(lambda failure: hook(MeshFailure(failure)))
+    runtime().set_supervise(
+        lambda failure, mesh, rank, actor: hook(MeshFailure(failure, mesh, rank, actor))
+    )

@@ -305,7 +305,8 @@ def test_configuration_keys_are_kept_and_reported_ignored_once(capsys):
     monarch.configure(enable_log_forwarding=False)
     with monarch.configured(codec_max_frame_length=10) as c:
         assert c["codec_max_frame_length"] == 10 and c["enable_log_forwarding"] is False
-    assert "codec_max_frame_length" not in monarch.get_global_config()
+    assert monarch.get_global_config()["codec_max_frame_length"] == 10 * 1024**3  # its default
+    assert "codec_max_frame_length" not in monarch.get_runtime_config()
     err = capsys.readouterr().err
     assert "'enable_log_forwarding'" not in err  # a key baton acts on
     assert err.count("'codec_max_frame_length' is ignored by baton") == 1
@@ -313,7 +314,20 @@ def test_configuration_keys_are_kept_and_reported_ignored_once(capsys):
         pass
     assert "codec_max_frame_length" not in capsys.readouterr().err  # said once
     monarch.clear_runtime_config()
-    assert monarch.get_global_config() == {}
+    assert monarch.get_runtime_config() == {}
+    assert monarch.get_global_config()["enable_log_forwarding"] is True  # the default again
+
+
+def test_a_configuration_key_monarch_lacks_or_a_value_of_the_wrong_kind_is_refused():
+    with pytest.raises(ValueError, match="unknown config key 'enable_log_fowarding'; did you "
+                                         "mean 'enable_log_forwarding'"):
+        monarch.configure(enable_log_fowarding=False)
+    with pytest.raises(TypeError, match="'message_delivery_timeout' takes a duration"):
+        monarch.configure(message_delivery_timeout=["x"])
+    with pytest.raises(TypeError, match="'enable_log_forwarding' takes True or False"):
+        with monarch.configured(enable_log_forwarding="no"):
+            pass
+    assert monarch.get_runtime_config() == {}  # nothing was set
 
 
 def test_telemetry_helpers_run_and_keep_what_they_are_given():

@@ -341,10 +341,11 @@ def test_logging_options_and_config_keys_act_on_workers_output_and_stopping(tmp_
         from baton.monarch import config
 
         config.configure(stop_actor_timeout="soon")
-    for bad in (-5, True):
-        with pytest.raises(ValueError, match="give a duration of 0 or more"):
-            config.configure(process_exit_timeout=bad)
-    assert "process_exit_timeout" not in config.get_global_config()
+    with pytest.raises(ValueError, match="give a duration of 0 or more"):
+        config.configure(process_exit_timeout=-5)
+    with pytest.raises(TypeError, match="takes a duration such as '30s', not bool"):
+        config.configure(process_exit_timeout=True)
+    assert "process_exit_timeout" not in config.get_runtime_config()
 
 
 class Tidy(baton.Actor):
@@ -375,7 +376,7 @@ def test_an_async_cleanup_runs_as_the_actor_stops(tmp_path):
 
 def test_config_parametrized_tests_run_once_per_setting(tmp_path):
     (tmp_path / "test_cfg.py").write_text(textwrap.dedent("""
-        from monarch.config import (get_global_config, parametrize_config,
+        from monarch.config import (get_global_config, get_runtime_config, parametrize_config,
                                     parametrize_config_pointwise)
 
         SEEN = []
@@ -394,7 +395,7 @@ def test_config_parametrized_tests_run_once_per_setting(tmp_path):
         def test_all_seen_and_restored():
             assert sorted(SEEN[:4]) == [(False, 10), (False, 20), (True, 10), (True, 20)]
             assert SEEN[4:] == [("1s", 1), ("2s", 2)]
-            assert get_global_config() == {}
+            assert get_runtime_config() == {}
     """))
     done = run(["-m", "baton.monarch", "-m", "pytest", "-q", "-p", "no:cacheprovider",
                 str(tmp_path / "test_cfg.py")], cwd=tmp_path)
@@ -430,3 +431,30 @@ def test_the_controllers_hook_runs_while_the_main_thread_spawns(tmp_path):
     script.write_text(textwrap.dedent(HOOK_RACE))
     done = run([str(script)])
     assert done.returncode == 0 and "survived 40" in done.stdout, done.stderr
+
+
+def test_a_monarch_program_gets_monarchs_semantics_where_baton_differs(tmp_path):
+    import ast
+
+    # A Monarch program of the kinds a new user's trial found going wrong: async actors that
+    # spawn and supervise, per-item stream failures, a ValueMesh argument, Future and RDMA
+    # spellings.
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "monarch_semantics.py")
+    done = run(["-m", "baton.monarch", script], cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    line = next(x for x in done.stdout.splitlines() if x.startswith("RESULTS "))
+    got = ast.literal_eval(line[len("RESULTS "):])
+    # Spawns inside async endpoints return their meshes; context().actor_instance.proc spawns
+    # a sibling in the actor's own proc.
+    assert got["spawn_in_async"] == (["pong", "pong"], "pong", True)
+    # An async __supervise__ is awaited, and hears the mesh's name and the member's rank.
+    assert got["supervise_seen"] == [("leaves", 1, True)]
+    # A member's failure is its own item's: the others' replies still come.
+    assert got["stream"] == ([0, 2], ["ActorError"])
+    # A ValueMesh argument arrives whole; each member picks its own value.
+    assert got["value_mesh_arg"] == [("ValueMesh", 0), ("ValueMesh", 1), ("ValueMesh", 2)]
+    assert got["as_asyncio"] == 0 and got["bad_timeout"] == "BadTimeout"
+    assert got["stop_reason"] is True
+    # A destination larger than the buffer takes its bytes; Monarch's batch spelling works.
+    assert got["rdma"] == (list(range(8)) + [0] * 8, list(range(8)), True)
+    assert got["supervision_error"] == (True,)

@@ -262,7 +262,10 @@ bool PyActor::supervise(const MeshFailure& failure) {
   const Gil gil;
   try {
     const FreshContext fresh;
-    return host().attr("supervise")(instance_, failure.to_string()).cast<bool>();
+    return host()
+        .attr("supervise")(instance_, failure.to_string(), failure.mesh, failure.rank,
+                           failure.actor.to_string())
+        .cast<bool>();
   } catch (const py::error_already_set& e) {
     detail::log_error("{}.__supervise__ raised: {}", id().to_string(), e.what());
     return false;

@@ -261,11 +261,15 @@ class PyRuntime {
     if (!rt_) throw UsageError("the runtime is closed");
     rt_->set_output_window(std::chrono::milliseconds(std::max<std::int64_t>(ms, 0)));
   }
-  void set_supervise(std::function<bool(const std::string&)> hook) {
+  /// hook(report, mesh, rank, actor): the failure's text, the mesh and rank of the member that
+  /// failed ("" and -1 for none) and its actor.
+  using SuperviseHook =
+      std::function<bool(const std::string&, const std::string&, std::int64_t, const std::string&)>;
+  void set_supervise(SuperviseHook hook) {
     if (!rt_) throw UsageError("the runtime is closed");
     // Held through a pointer: the runtime copies its hook under its own lock, and copying a
     // Python function takes the GIL, which a thread waiting for that lock may hold.
-    using Hook = std::function<bool(const std::string&)>;
+    using Hook = SuperviseHook;
     const std::shared_ptr<Hook> held(new Hook(std::move(hook)), [](Hook* h) {
       if (Py_IsInitialized() == 0) return;  // the interpreter is gone: nothing to release
       const py::gil_scoped_acquire gil;
@@ -274,7 +278,7 @@ class PyRuntime {
     rt_->set_supervise([held](const MeshFailure& f) {
       py::gil_scoped_acquire gil;
       try {
-        return (*held)(f.to_string());
+        return (*held)(f.to_string(), f.mesh, f.rank, f.actor.to_string());
       } catch (const py::error_already_set& e) {
         detail::log_error("the controller's supervise hook raised: {}", e.what());
         return false;

@@ -72,12 +72,25 @@ def advice_for(name):
     return _TENSOR_ENGINE
 
 
+def _kept_names(name):
+    """The names of Monarch's private module `name` that baton has: programs import Monarch's
+    error classes from there to catch them."""
+    if name == "monarch._rust_bindings.monarch_hyperactor.supervision":
+        from .._errors import MeshFailure, SupervisionError
+
+        return {"SupervisionError": SupervisionError, "MeshFailure": MeshFailure}
+    return {}
+
+
 def module(name, advice=None):
-    """A module whose every attribute is Unsupported (for `from monarch.x import y`)."""
+    """A module whose every attribute is Unsupported (for `from monarch.x import y`), but for
+    the names baton has (_kept_names)."""
     if advice is None:
         advice = advice_for(name)
     m = types.ModuleType(name)
     m.__doc__ = f"{name}: not supported by baton. {advice}."
+    for kept, value in _kept_names(name).items():
+        setattr(m, kept, value)
 
     def __getattr__(attr):
         if attr.startswith("__"):

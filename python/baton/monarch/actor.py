@@ -296,10 +296,10 @@ def unhandled_fault_hook(failure):
     sys.exit(1)
 
 
-def _dispatch_fault(failure):
+def _dispatch_fault(failure, mesh, rank, actor):
     hook = getattr(sys.modules[__name__], "unhandled_fault_hook")
     try:
-        hook(MeshFailure(failure))
+        hook(MeshFailure(failure, mesh, rank, actor))
     except BaseException:  # noqa: B902: any exception, SystemExit too, leaves it unhandled
         return False
     return True

@@ -9,8 +9,9 @@ something in baton act on it:
                                       TCP between hosts
 
 The timeouts are the runtime's, fixed as it starts (at the program's first mesh): set them
-before. Every other key is kept, so that get_global_config() shows it, and reported once, on
-standard error, as ignored by baton."""
+before. Every other key of Monarch's is kept, so that get_global_config() shows it, and
+reported once, on standard error, as ignored by baton. A key Monarch does not have raises
+ValueError (naming the nearest one), and a value of the wrong kind TypeError, as in Monarch."""
 
 import contextlib
 import re
@@ -27,6 +28,84 @@ _TIMEOUTS = {
     "process_exit_timeout": "exit_wait_ms",
 }
 _KNOWN = {*_TIMEOUTS, "enable_log_forwarding", "default_transport"}
+
+# Monarch's configuration keys, each with the kind of value it takes and its default (baton's
+# own where baton acts on the key). A key not here is refused (ValueError), a value of the wrong
+# kind too (TypeError), as Monarch does.
+_DURATION, _BOOL, _INT, _FLOAT, _TEXT, _ANY = "duration", "bool", "int", "float", "str", "any"
+_KEYS = {
+    "codec_max_frame_length": (_INT, 10 * 1024**3),
+    "default_transport": (_ANY, "unix"),
+    "message_delivery_timeout": (_DURATION, "30s"),
+    "host_spawn_ready_timeout": (_DURATION, "30s"),
+    "mesh_proc_spawn_max_idle": (_DURATION, "30s"),
+    "process_exit_timeout": (_DURATION, "2s"),
+    "stop_actor_timeout": (_DURATION, "5s"),
+    "cleanup_timeout": (_DURATION, "3s"),
+    "actor_spawn_max_idle": (_DURATION, "30s"),
+    "get_actor_state_max_idle": (_DURATION, "1m"),
+    "supervision_watchdog_timeout": (_DURATION, "2m"),
+    "proc_stop_max_idle": (_DURATION, "30s"),
+    "get_proc_state_max_idle": (_DURATION, "1m"),
+    "mesh_terminate_timeout": (_DURATION, "5s"),
+    "mesh_orphan_timeout": (_DURATION, None),
+    "mesh_attach_config_timeout": (_DURATION, "10s"),
+    "message_ack_time_interval": (_DURATION, "500ms"),
+    "split_max_buffer_age": (_DURATION, "50ms"),
+    "channel_net_rx_buffer_full_check_interval": (_DURATION, "5s"),
+    "enable_log_forwarding": (_BOOL, True),
+    "enable_file_capture": (_BOOL, False),
+    "force_file_log": (_BOOL, False),
+    "prefix_with_rank": (_BOOL, True),
+    "enable_dest_actor_reordering_buffer": (_BOOL, True),
+    "mesh_bootstrap_enable_pdeathsig": (_BOOL, True),
+    "remote_alloc_bind_to_inaddr_any": (_BOOL, False),
+    "rdma_allow_tcp_fallback": (_BOOL, True),
+    "rdma_disable_ibverbs": (_BOOL, False),
+    "tail_log_lines": (_INT, 0),
+    "read_log_buffer": (_INT, 100),
+    "message_ack_every_n_messages": (_INT, 1000),
+    "message_ttl_default": (_INT, 64),
+    "split_max_buffer_size": (_INT, 5),
+    "mesh_terminate_concurrency": (_INT, 16),
+    "small_write_threshold": (_INT, 256),
+    "max_cast_dimension_size": (_INT, 16),
+    "rdma_max_chunk_size_mb": (_INT, None),
+    "message_latency_sampling_rate": (_FLOAT, 0.01),
+    "default_encoding": (_ANY, "multipart"),
+    "mesh_admin_addr": (_TEXT, "[::]:1729"),
+    "remote_alloc_bootstrap_addr": (_TEXT, None),
+    "remote_alloc_allowed_port_range": (_ANY, None),
+    "rdma_ibverbs_target": (_TEXT, None),
+    "rdma_peer_device_affinity": (_TEXT, None),
+}
+
+
+def _check_key(key, value):
+    """Refuses a key Monarch does not have (ValueError, naming the nearest) and a value of the
+    wrong kind (TypeError)."""
+    if key not in _KEYS:
+        import difflib
+
+        near = difflib.get_close_matches(key, _KEYS, n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else " (see monarch.config's keys)"
+        raise ValueError(f"unknown config key {key!r}{hint}")
+    kind = _KEYS[key][0]
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    ok = {
+        _DURATION: isinstance(value, str) or number,
+        _BOOL: isinstance(value, bool),
+        _INT: isinstance(value, int) and not isinstance(value, bool),
+        _FLOAT: number,
+        _TEXT: isinstance(value, str),
+        _ANY: True,
+    }[kind]
+    if not ok:
+        want = {_DURATION: "a duration such as '30s'", _BOOL: "True or False",
+                _INT: "an int", _FLOAT: "a number", _TEXT: "a str"}[kind]
+        raise TypeError(f"config key {key!r} takes {want}, not {type(value).__name__} "
+                        f"{value!r}")
+
 
 _UNITS = {"ms": 0.001, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600}
 
@@ -78,6 +157,7 @@ def _sync():
 
 def _check(keys):
     for k in keys:
+        _check_key(k, keys[k])
         if k in _TIMEOUTS:
             # A bad duration is refused before anything is set.
             if isinstance(keys[k], bool) or seconds(keys[k]) < 0:
@@ -93,8 +173,10 @@ def configure(**kwargs):
 
 
 def get_global_config():
-    """Every key set so far."""
-    return dict(_settings)
+    """Every key: its default, overridden by what was set."""
+    merged = {k: default for k, (_, default) in _KEYS.items() if default is not None}
+    merged.update(_settings)
+    return merged
 
 
 def get_runtime_config():

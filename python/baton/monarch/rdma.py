@@ -31,22 +31,45 @@ def _bytes(obj):
     return obj
 
 
+# Monarch's default bound on a transfer, in seconds.
+_TIMEOUT = 60
+
+
+def _prefix(memory, n):
+    """The first `n` bytes of `memory` (a byte view), without a copy."""
+    if len(memory) <= n:
+        return memory
+    if hasattr(memory, "element_size"):  # a torch tensor: a view of it
+        return memory[:n]
+    return memoryview(memory).cast("B")[:n]
+
+
 class RDMABuffer:
     """Memory of this process (a tensor, bytearray, memoryview or numpy array) registered so that
-    any process given this handle reads and writes it. `timeout` bounds a transfer in seconds."""
+    any process given this handle reads and writes it. `timeout` bounds a transfer in seconds
+    (60 by default, as in Monarch); `owner` is the actor (or client) that registered it."""
 
     def __init__(self, data):
+        from .. import _context
+
         self._buffer = _rdma.RdmaBuffer(_bytes(data))
+        self._owner = _context.current_actor_name()
 
     def size(self):
         """Its length in bytes."""
         return self._buffer.size
 
-    def read_into(self, dst, offset=0, timeout=3):
-        """Copies len(dst) bytes of this buffer at `offset` into `dst` (a Future)."""
-        return _bounded(self._buffer.read_into(_bytes(dst), offset), timeout)
+    @property
+    def owner(self):
+        return self._owner
 
-    def write_from(self, src, offset=0, timeout=3):
+    def read_into(self, dst, offset=0, timeout=_TIMEOUT):
+        """Copies this buffer's bytes from `offset` into `dst` (a Future): as many as `dst`
+        holds, up to the buffer's end (a larger `dst` keeps its bytes past them)."""
+        dst = _bytes(dst)
+        return _bounded(self._buffer.read_into(_prefix(dst, self.size() - offset), offset), timeout)
+
+    def write_from(self, src, offset=0, timeout=_TIMEOUT):
         """Copies `src` into this buffer at `offset` (a Future)."""
         return _bounded(self._buffer.write_from(_bytes(src), offset), timeout)
 
@@ -55,12 +78,13 @@ class RDMABuffer:
         return self._buffer.drop()
 
     def __reduce__(self):
-        return (_from_buffer, (self._buffer,))
+        return (_from_buffer, (self._buffer, self._owner))
 
 
-def _from_buffer(buffer):
+def _from_buffer(buffer, owner=""):
     b = RDMABuffer.__new__(RDMABuffer)
     b._buffer = buffer
+    b._owner = owner
     return b
 
 
@@ -70,8 +94,9 @@ def _bounded(future, timeout):
 
 
 class RDMAAction:
-    """A batch of transfers submitted together: add read_into/write_from steps, then
-    submit() is a Future of them all."""
+    """A batch of transfers submitted together: add steps (read_remote(dst, buffer) and
+    write_remote(buffer, src), as Monarch spells them, or read_into(buffer, dst) and
+    write_from(buffer, src)), then submit() is a Future of them all."""
 
     def __init__(self):
         self._steps = []
@@ -88,10 +113,17 @@ class RDMAAction:
         self._steps.append(("write", dst, src, offset))
         return self
 
-    def submit(self, timeout=3):
+    def read_remote(self, dst, src):
+        """Queues a read of the RDMABuffer `src` into local memory `dst`."""
+        return self.read_into(src, dst)
+
+    def write_remote(self, dst, src):
+        """Queues a write of local memory `src` into the RDMABuffer `dst`."""
+        return self.write_from(dst, src)
+
+    def submit(self, timeout=_TIMEOUT):
         futures = [
-            b._buffer.read_into(_bytes(m), off) if kind == "read" else b._buffer.write_from(
-                _bytes(m), off)
+            b.read_into(m, off, timeout) if kind == "read" else b.write_from(m, off, timeout)
             for kind, b, m, off in self._steps
         ]
 
