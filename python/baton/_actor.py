@@ -48,7 +48,7 @@ def endpoint(
     if fn is None:
         return lambda f: endpoint(f, explicit_response_port=explicit_response_port)
     if not callable(fn):
-        raise TypeError("@baton.endpoint marks a method")
+        raise TypeError("@endpoint marks a method")
     setattr(fn, "_baton_endpoint", True)  # plain or async: the worker looks at what a call returns
     setattr(fn, "_baton_explicit_port", bool(explicit_response_port))
     return fn

@@ -40,7 +40,7 @@ def _endpoint(instance, method):
     if fn is None or not getattr(fn, "_baton_endpoint", False):
         raise AttributeError(
             f"{type(instance).__qualname__} has no endpoint {method!r} "
-            "(mark its methods with @baton.endpoint)"
+            "(mark its methods with @endpoint)"
         )
     return getattr(instance, method)
 

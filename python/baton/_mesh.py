@@ -179,7 +179,7 @@ class NotAnEndpoint:
     def _refuse(self, *args, **kwargs):
         raise AttributeError(
             f"{self._mesh._cls.__qualname__}.{self._name} is not an endpoint: mark it with "
-            f"@baton.endpoint to call it through the mesh (or call as_endpoint(mesh."
+            f"@endpoint to call it through the mesh (or call as_endpoint(mesh."
             f"{self._name}))"
         )
 
@@ -579,7 +579,9 @@ def _check_spawn(name, cls):
     if cls is None:
         return
     if not (isinstance(cls, type) and issubclass(cls, Actor)):
-        raise UsageError(f"spawn: {cls!r} is not a subclass of baton.Actor")
+        raise UsageError(
+            f"spawn: {cls!r} is not a subclass of Actor (baton.Actor, or monarch.actor.Actor)"
+        )
     endpoints = endpoints_of(cls)
     private = [n for n in endpoints if n.startswith("_")]
     if private:

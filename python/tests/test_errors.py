@@ -129,6 +129,8 @@ def test_an_exception_with_no_caller_to_take_it_reaches_supervision_with_its_tra
     report = failure_after(before, "errors-broadcast")
     assert report is not None, f"the failure never reached the hook (it heard {FAILURES[before:]})"
     assert "nobody waits for this" in report and "raise ValueError(text)" in report
+    # Named by the Python method, not by the runtime's endpoint that runs them all.
+    assert "Counter.fail threw with no caller to tell" in report, report
 
 
 def test_an_actor_owns_the_procs_it_spawns_and_supervises_them(procs):

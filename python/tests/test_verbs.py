@@ -77,7 +77,7 @@ def test_order_per_sender_holds_through_broadcasts(procs):
 def test_an_unknown_endpoint_says_which_there_are(procs):
     counters = procs.spawn("unknown", Counter, 0)
     with pytest.raises(AttributeError, match="not_an_endpoint is not an endpoint: mark it with "
-                       "@baton.endpoint"):
+                       "@endpoint"):
         counters.not_an_endpoint.call()
     with pytest.raises(AttributeError, match="no endpoint 'nope' .*incr"):
         counters.nope

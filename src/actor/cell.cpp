@@ -380,8 +380,10 @@ void Cell::handle_call(Message& m) {
   try {
     result = ep.fn(*actor_, m.body);
   } catch (...) {
+    // Named as its actor names it where it runs others by name (a Python actor's method).
+    const std::string* named = running_name_.load(std::memory_order_acquire);
     handler_ended();
-    threw(std::current_exception(), m.reply, ep.name);
+    threw(std::current_exception(), m.reply, named != nullptr ? std::string_view(*named) : ep.name);
     return;
   }
   if (result.task.valid()) {
@@ -403,11 +405,12 @@ void Cell::after_resume() {
 }
 
 void Cell::finish_task() {
+  const std::string* named = running_name_.load(std::memory_order_acquire);
   handler_ended();
   awaiting_ = false;
   task_serial_.store(0, std::memory_order_release);
   auto reply = std::move(task_reply_);
-  const std::string_view endpoint = task_endpoint_;
+  const std::string_view endpoint = named != nullptr ? std::string_view(*named) : task_endpoint_;
   Task<Body> task = std::move(task_);
   try {
     Body body = task.take();
