@@ -14,7 +14,7 @@ from ._actor import Actor, endpoint, endpoints_of
 from ._errors import ActorError, SupervisionError, UndeliverableError, UsageError
 from ._future import Deferred, FailedStreamItem, Future, StreamItem, _python_advice, _seconds
 from ._pickle import dumps, dumps_call
-from ._point import Extent
+from ._point import Extent, split_plan
 from ._value_mesh import ValueMesh, _decode, _decode_mesh, _plain_mesh, _point
 
 
@@ -317,6 +317,16 @@ class _Mesh:
             core = core.rename(old, new)
         return self._view(core)
 
+    def split(self, **spec: Any) -> Any:
+        """The same members with dimensions split, as in Monarch: split(hosts=("dp", "pp"),
+        pp=4) makes hosts into dp x pp, pp of size 4 (row-major)."""
+        labels, sizes = self._core.shape()
+        plan, _, _ = split_plan(labels, sizes, spec)
+        core = self._core
+        for dim, parts in plan:
+            core = core.split(dim, parts)
+        return self._view(core)
+
     def stop(self, reason: str = "stopped by client") -> "Future[None]":
         """Stops the mesh's actors (Monarch's `reason` is accepted; baton does not keep it)."""
         return Future(self._core.stop(), lambda v: None)
@@ -372,8 +382,14 @@ class ProcMesh(_Mesh):
 
     name: Optional[str] = None  # as given to spawn_procs
 
-    def __init__(self, core: Any) -> None:
+    def __init__(self, core: Any, host_mesh: Optional["HostMesh"] = None) -> None:
         self._core = core
+        self._host_mesh = host_mesh
+
+    @property
+    def host_mesh(self) -> "HostMesh":
+        """The hosts these procs run on (this host for procs of this one)."""
+        return self._host_mesh if self._host_mesh is not None else this_host()
 
     def spawn(self, name: str, cls: Any, *args: Any, **kwargs: Any) -> Any:
         """An actor of class `cls` in every proc, made with cls(*args, **kwargs) there; or a C++
@@ -402,10 +418,10 @@ class ProcMesh(_Mesh):
         return Future(core, lambda mesh: ActorMesh(mesh, cls, self))
 
     def slice(self, **dims: Any) -> "ProcMesh":
-        return ProcMesh(self._sliced(dims))
+        return ProcMesh(self._sliced(dims), self._host_mesh)
 
     def _view(self, core: Any) -> "ProcMesh":
-        return ProcMesh(core)
+        return ProcMesh(core, self._host_mesh)
 
     def activate(self) -> Any:
         """Monarch's tensor engine (a mesh as the device of torch calls) is not part of baton."""
@@ -521,10 +537,12 @@ class HostMesh:
         if self._core is not None:
             if program:
                 raise UsageError("spawn_procs: the hosts of a job run this program's interpreter")
-            future: "Future[ProcMesh]" = Future(self._core.spawn_procs_async(pairs), ProcMesh)
+            future: "Future[ProcMesh]" = Future(self._core.spawn_procs_async(pairs),
+                                                lambda core: ProcMesh(core, self))
         else:
             program = [os.path.abspath(program[0]), *program[1:]] if program else []
-            future = Future(_baton.spawn_procs_async(pairs, program), ProcMesh)
+            future = Future(_baton.spawn_procs_async(pairs, program),
+                            lambda core: ProcMesh(core, self))
         if bootstrap is None and name is None:
             return future
 

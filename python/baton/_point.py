@@ -1,7 +1,7 @@
 """Where a member sits in its mesh (Point), and the sizes of a mesh's dimensions (Extent)."""
 
 import collections.abc
-from typing import Iterable, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 
 class Extent(collections.abc.Mapping):
@@ -57,9 +57,19 @@ class Point(collections.abc.Mapping):
     __slots__ = ("_labels", "_coords", "rank", "_sizes")
 
     def __init__(
-        self, labels: Iterable[str], coords: Iterable[int], rank: int,
-        sizes: Optional[Iterable[int]] = None,
+        self, labels: Union[Iterable[str], int], coords: Union[Iterable[int], Extent],
+        rank: Optional[int] = None, sizes: Optional[Iterable[int]] = None,
     ) -> None:
+        if isinstance(labels, int) and isinstance(coords, Extent):
+            # Monarch's Point(rank, extent): the point of that rank, row-major.
+            at, extent = labels, coords
+            if not 0 <= at < extent.nelements:
+                raise IndexError(f"rank {at} is not in a mesh of {extent.nelements}")
+            found = points_of(extent.labels, extent.sizes)[at]
+            labels, coords = extent.labels, [found[d] for d in extent]
+            rank, sizes = at, extent.sizes
+        if isinstance(labels, int) or isinstance(coords, Extent) or rank is None:
+            raise TypeError("Point(labels, coords, rank[, sizes]) or Point(rank, extent)")
         self._labels = tuple(labels)
         self._coords = tuple(coords)
         self.rank = rank
@@ -117,3 +127,49 @@ def points_of(labels: Sequence[str], sizes: Sequence[int]) -> List[Point]:
             rest //= s
         out.append(Point(labels, coords[::-1], r, sizes))
     return out
+
+
+def split_plan(
+    labels: Sequence[str], sizes: Sequence[int], spec: Dict[str, Any]
+) -> Tuple[List[Tuple[str, List[Tuple[str, int]]]], List[str], List[int]]:
+    """Monarch's split(**spec) of a mesh of this shape: each dimension named in `spec` becomes
+    the dimensions it names (hosts=("dp", "pp")), sized by the other keys (pp=4); at most one
+    part of each may go unsized, and takes what is left. Returns the splits [(dim, [(part,
+    size), ...])] and the new labels and sizes."""
+    from ._errors import UsageError
+
+    parts = {k: v for k, v in spec.items() if k in labels}
+    sized = {k: v for k, v in spec.items() if k not in labels}
+    for k, v in sized.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise UsageError(f"split: {k!r} is no dimension of {list(labels)}; as a new "
+                             f"dimension's size it takes an int of 1 or more, not {v!r}")
+    plan, new_labels, new_sizes, used = [], [], [], set()
+    for dim, size in zip(labels, sizes):
+        if dim not in parts:
+            new_labels.append(dim)
+            new_sizes.append(size)
+            continue
+        names = parts[dim]
+        if isinstance(names, str) or not names:
+            raise UsageError(f"split: {dim}= takes the names of its parts, e.g. ('dp', 'pp'), "
+                             f"not {names!r}")
+        unsized = [n for n in names if n not in sized]
+        if len(unsized) > 1:
+            raise UsageError(f"split of {dim!r}: size all but one of {list(names)} (e.g. "
+                             f"{unsized[-1]}=2)")
+        known = 1
+        for n in names:
+            known *= sized.get(n, 1)
+        if size % known != 0:
+            raise UsageError(f"split of {dim!r} (size {size}): its parts' sizes do not divide "
+                             f"it ({known})")
+        each = [(n, sized.get(n, size // known)) for n in names]
+        used.update(names)
+        plan.append((dim, each))
+        new_labels += [n for n, _ in each]
+        new_sizes += [k for _, k in each]
+    stray = set(sized) - used
+    if stray:
+        raise UsageError(f"split: {sorted(stray)} name no part of a dimension being split")
+    return plan, new_labels, new_sizes

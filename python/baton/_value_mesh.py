@@ -3,7 +3,7 @@
 from typing import Any, Dict, Generic, Iterator, List, Sequence, Tuple, TypeVar
 
 from ._pickle import loads
-from ._point import Extent, Point
+from ._point import Extent, Point, points_of, split_plan
 
 T = TypeVar("T")
 
@@ -73,6 +73,16 @@ class ValueMesh(Generic[T]):
         n = len(self._items)
         return ValueMesh([name], [n], [(Point([name], [r], r, [n]), v)
                                        for r, (_, v) in enumerate(self._items)])
+
+    def split(self, **spec: Any) -> "ValueMesh[T]":
+        """The same values with dimensions split, as a mesh's split() does."""
+        _, labels, sizes = split_plan(self.labels, self.sizes, spec)
+        points = points_of(labels, sizes)
+        return ValueMesh(labels, sizes, [(p, v) for p, (_, v) in zip(points, self._items)])
+
+    def get(self, rank: int) -> T:
+        """The value of the member of rank `rank`."""
+        return self._items[rank][1]
 
     def rename(self, **names: str) -> "ValueMesh[T]":
         """The same values with dimensions renamed: rename(hosts="dp", gpus="tp")."""

@@ -41,6 +41,28 @@ class Plain(baton.Actor):
         return dict(mactor.current_rank())
 
 
+def test_split_gives_monarchs_dimensions_over_the_same_members():
+    procs = mactor.this_host().spawn_procs(per_host={"gpus": 4})
+    plain = procs.spawn("split", Plain)
+    grid = plain.split(gpus=("dp", "tp"), tp=2)
+    assert grid.extent == baton.Extent(["dp", "tp"], [2, 2])
+    got = grid.where.call().get(timeout=60)
+    assert [dict(p) for p, _ in got.items()] == [
+        {"dp": 0, "tp": 0}, {"dp": 0, "tp": 1}, {"dp": 1, "tp": 0}, {"dp": 1, "tp": 1}]
+    assert got.values() == [{"gpus": g} for g in range(4)]  # the same members, row-major
+    assert grid.slice(dp=1).where.call().get(timeout=60).values() == [{"gpus": 2}, {"gpus": 3}]
+    assert procs.split(gpus=("dp", "tp"), dp=2).extent == baton.Extent(["dp", "tp"], [2, 2])
+    assert got.split(dp=("x", "y"), y=1).extent == baton.Extent(["x", "y", "tp"], [2, 1, 2])
+    assert got.get(3) == {"gpus": 3}
+    assert isinstance(procs.host_mesh, mactor.HostMesh)
+    assert dict(mactor.Point(3, baton.Extent(["dp", "tp"], [2, 2]))) == {"dp": 1, "tp": 1}
+    with pytest.raises(baton.UsageError, match="size all but one of"):
+        plain.split(gpus=("a", "b"))
+    with pytest.raises(baton.UsageError, match="do not divide it"):
+        plain.split(gpus=("a", "b"), b=3)
+    procs.stop().get(timeout=60)
+
+
 def test_as_endpoint_calls_a_method_that_is_not_one():
     mesh = baton.this_host().spawn_procs(per_host={"gpus": 3}).spawn("plain", Plain)
     assert mactor.as_endpoint(mesh.add).call(10).get(timeout=30).values() == [10, 11, 12]

@@ -97,6 +97,7 @@ void bind_exposed(py::module_& m) {
   py::class_<Exposed>(m, "ExposedMesh")
       .def("shape", [](const Exposed& a) { return shape(a.shape()); })
       .def("flatten", &Exposed::flatten)
+      .def("split", &Exposed::split)
       .def("rename", &Exposed::rename)
       .def("size", &Exposed::size)
       .def("slice",

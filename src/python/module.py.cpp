@@ -442,6 +442,7 @@ PYBIND11_MODULE(_baton, m) {
            })
       .def("slice", [](const Mesh& a, const std::vector<Select>& s) { return a.slice(selects(s)); })
       .def("flatten", &Mesh::flatten)
+      .def("split", &Mesh::split)
       .def("rename", &Mesh::rename)
       .def("call", verb([](const Mesh& a, const std::string& method, Pickled args) {
              return wrap(a.call(&PyActor::invoke, method, std::move(args)),
@@ -525,6 +526,7 @@ PYBIND11_MODULE(_baton, m) {
       .def("slice",
            [](const ProcMesh& p, const std::vector<Select>& s) { return p.slice(selects(s)); })
       .def("flatten", &ProcMesh::flatten)
+      .def("split", &ProcMesh::split)
       .def("rename", &ProcMesh::rename)
       .def("proc_names",
            [](const ProcMesh& p) {

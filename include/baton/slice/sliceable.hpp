@@ -1,13 +1,14 @@
 #pragma once
 
 // The views every mesh offers by its shape (proc meshes, actor meshes, value meshes): slice,
-// flatten and rename, written once. A mesh derives from Sliceable<itself> and gives it shape()
-// and a private view(const Shape&) (befriending Sliceable) that makes the mesh of a shape over
-// some of its locations.
+// flatten, rename and split, written once. A mesh derives from Sliceable<itself> and gives it
+// shape() and a private view(const Shape&) (befriending Sliceable) that makes the mesh of a shape
+// over some of its locations.
 
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "baton/slice/slice.hpp"
@@ -36,6 +37,12 @@ class Sliceable {
   /// The same members with dimension `from` called `to`.
   Mesh rename(std::string_view from, std::string to) const {
     return self().view(self().shape().rename(from, std::move(to)));
+  }
+  /// The same members with dimension `dim` as several whose sizes multiply to its size, row
+  /// major: split("hosts", {{"dp", 2}, {"pp", 4}}) (see Shape::split).
+  Mesh split(std::string_view dim,
+             const std::vector<std::pair<std::string, std::size_t>>& into) const {
+    return self().view(self().shape().split(dim, into));
   }
 
  private:
