@@ -230,6 +230,13 @@ class Parent(baton.Actor):
         return baton.this_host().spawn_procs({"kids": 1})
 
 
+class BrokenSupervisor(Parent):
+    """A Parent whose __supervise__ raises."""
+
+    def __supervise__(self, failure):
+        raise ValueError("this supervisor is broken")
+
+
 class Refuses(baton.Actor):
     """An actor whose constructor raises."""
 

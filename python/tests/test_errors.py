@@ -103,6 +103,22 @@ def test_the_procs_of_an_owner_that_died_are_said_to_have_gone_with_it():
     procs.stop().get(timeout=60)
 
 
+def test_a_supervise_that_raises_fails_its_actor_and_its_owner_hears_what_it_raised():
+    from conftest import FAILURES, failure_after
+
+    from actors import BrokenSupervisor
+
+    procs = baton.this_host().spawn_procs({"supervisors": 1})
+    parent = procs.spawn("broken-supervisor", BrokenSupervisor)
+    pids = parent.start.call_one().get(timeout=60)
+    before = len(FAILURES)
+    os.kill(pids[0], signal.SIGKILL)
+    report = failure_after(before, "this supervisor is broken")
+    assert report is not None, f"no report of what __supervise__ raised: {FAILURES[before:]}"
+    assert "broken-supervisor" in report and "SIGKILL" in report, report
+    procs.stop().get(timeout=60)
+
+
 def test_choose_passes_over_a_member_whose_proc_is_known_to_have_died():
     from conftest import FAILURES, failure_after
 

@@ -267,8 +267,8 @@ bool PyActor::supervise(const MeshFailure& failure) {
                            failure.actor.to_string())
         .cast<bool>();
   } catch (const py::error_already_set& e) {
-    detail::log_error("{}.__supervise__ raised: {}", id().to_string(), e.what());
-    return false;
+    // The actor fails saying what its __supervise__ raised, and that failure climbs to its owner.
+    throw std::runtime_error("__supervise__ raised: " + remote_text(e));
   }
 }
 
