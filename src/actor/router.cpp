@@ -2,6 +2,8 @@
 // of them died; dialling on first use (the links themselves are made in dial.cpp).
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "actor/directory.hpp"
 #include "actor/failures.hpp"
@@ -159,18 +161,31 @@ std::optional<std::string> RemoteRouter::probe(const std::string& peer, LostSinc
   return p(peer, since);
 }
 
+namespace {
+
+/// The procs that started `proc`, nearest first: a proc started by another is named after it
+/// ("procs0.0-procs1.2" by procs0.0) and dies with it, a worker's own children by
+/// PR_SET_PDEATHSIG, those on other hosts by their agent, which stops a client's procs when its
+/// link goes.
+std::vector<std::string> starters_of(const std::string& proc) {
+  std::vector<std::string> out;
+  for (auto dash = proc.rfind('-'); dash != std::string::npos && dash > 0;
+       dash = proc.rfind('-', dash - 1)) {
+    out.push_back(proc.substr(0, dash));
+  }
+  return out;
+}
+
+}  // namespace
+
 std::optional<std::string> RemoteRouter::failure_of(const std::string& proc) {
   if (!any_failed.load(std::memory_order_acquire)) return std::nullopt;
   std::lock_guard lock(failures_mu);
   auto it = failures.find(proc);
   if (it != failures.end()) return it->second;
-  // A proc started by another is named after it ("procs0.0-procs1.2" by procs0.0) and dies
-  // with it: a worker's own children by PR_SET_PDEATHSIG, those on other hosts by their agent,
-  // which stops a client's procs when its link goes. So the nearest of its owners known dead
-  // says what became of it.
-  for (auto dash = proc.rfind('-'); dash != std::string::npos && dash > 0;
-       dash = proc.rfind('-', dash - 1)) {
-    it = failures.find(proc.substr(0, dash));
+  // Else the nearest of the procs that started it known dead says what became of it.
+  for (const auto& starter : starters_of(proc)) {
+    it = failures.find(starter);
     if (it != failures.end()) {
       return "proc " + proc + " went with the proc that started it: " + it->second;
     }
@@ -425,15 +440,12 @@ std::optional<std::string> await_proc_failure(const ProcId& id, LostSince since)
   }
   // It may have gone with the proc that started it (see failure_of), whose death this process
   // may not have taken in yet: that proc's link closed too if so.
-  const std::string& name = id.name;
-  for (auto dash = name.rfind('-'); dash != std::string::npos && dash > 0;
-       dash = name.rfind('-', dash - 1)) {
-    const std::string owner = name.substr(0, dash);
-    const auto closed = r->closed_at(owner);
+  for (const auto& starter : starters_of(id.name)) {
+    const auto closed = r->closed_at(starter);
     if (!closed) continue;
-    if (auto owner_died = r->probe(owner, std::min(since, *closed))) {
-      r->mark_failed(owner, *owner_died);
-      return r->failure_of(name);
+    if (auto starter_died = r->probe(starter, std::min(since, *closed))) {
+      r->mark_failed(starter, *starter_died);
+      return r->failure_of(id.name);
     }
   }
   return std::nullopt;
