@@ -24,6 +24,9 @@ constexpr auto kDefaultWindow = std::chrono::microseconds(200);
 // core run (sched_yield), and how often at the machine's load.
 constexpr int kPollEvery = 32;  // pauses: a microsecond or two
 constexpr auto kLoadEvery = std::chrono::microseconds(10);
+std::int64_t steady_ns(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
 
 std::chrono::microseconds window_from_env() {
   const char* v = std::getenv("BATON_SPIN_US");
@@ -95,9 +98,30 @@ void Spinners::set_for_tests(std::chrono::microseconds window, bool force) {
   force_ = force;
 }
 
+void Spinners::load_from_for_tests(const std::string& path, std::chrono::nanoseconds busy_held) {
+  if (loadavg_fd_ >= 0) ::close(loadavg_fd_);
+  loadavg_fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  busy_held_ns_ = busy_held.count();
+  busy_until_ns_ = 0;
+}
+
+bool Spinners::may_have_room() const {
+  return force_ || steady_ns(Clock::now()) >= busy_until_ns_.load(std::memory_order_relaxed);
+}
+
 bool Spinners::machine_has_room() {
   if (force_) return true;
   if (loadavg_fd_ < 0) return false;
+  const bool room = machine_has_room_now();
+  if (!room) {
+    busy_until_ns_.store(steady_ns(Clock::now()) + busy_held_ns_.load(std::memory_order_relaxed),
+                         std::memory_order_relaxed);
+  }
+  return room;
+}
+
+bool Spinners::machine_has_room_now() {
+  load_looks_.fetch_add(1, std::memory_order_relaxed);
   // "0.10 0.20 0.30 R/T LAST": R threads runnable now, this one among them.
   char buf[128];
   const ssize_t n = ::pread(loadavg_fd_, buf, sizeof(buf) - 1, 0);
@@ -120,6 +144,7 @@ std::size_t Spinners::spin(asio::io_context& ctx, const Clock::time_point* deadl
     std::atomic<bool>& flag;
     ~Done() { flag.store(false); }
   } done{spinning_};
+  if (!may_have_room()) return 0;
   if (std::size_t ran = ctx.poll_one(); ran > 0) return ran;
   watched_.clear();
   held_.clear();

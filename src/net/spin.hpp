@@ -29,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "net/asio.hpp"
@@ -69,6 +70,12 @@ class SpinBudget {
 /// The spin targets of one event loop (an Asio service of its io_context).
 class Spinners : public asio::execution_context::service {
  public:
+  /// How long a look that found every core busy is believed. On a small machine under load (the
+  /// case it saves) the waits it spares come every few tens of microseconds, and each would
+  /// otherwise poll its event loop and read /proc/loadavg before sleeping: two system calls of
+  /// a microsecond or more each, in a virtual machine.
+  static constexpr std::chrono::milliseconds kBusyHeld{1};
+
   using key_type = Spinners;
   static inline asio::execution_context::id id;
   explicit Spinners(asio::execution_context& ctx);
@@ -94,19 +101,28 @@ class Spinners : public asio::execution_context::service {
 
   /// Tests: spins whatever the machine's load (`force`), with this window.
   void set_for_tests(std::chrono::microseconds window, bool force);
+  /// Tests: the machine's load is read from `path` (as /proc/loadavg reads), and a look that
+  /// finds it busy is believed for `busy_held`.
+  void load_from_for_tests(const std::string& path, std::chrono::nanoseconds busy_held);
   /// Spins that caught a frame, spins that ran out, and targets watched now.
   struct Stats {
     std::uint64_t caught = 0;
     std::uint64_t ran_out = 0;
     int hot = 0;
+    std::uint64_t load_looks = 0;  // reads of the machine's load
   };
   Stats stats() const {
-    return {caught_.load(), ran_out_.load(), hot_.load(std::memory_order_relaxed)};
+    return {caught_.load(), ran_out_.load(), hot_.load(std::memory_order_relaxed),
+            load_looks_.load(std::memory_order_relaxed)};
   }
 
  private:
   void shutdown() override {}
   bool machine_has_room();
+  /// False while a look at the machine's load found no core to spare less than kBusyHeld ago
+  /// (busy_held_ns_): a spin is not tried then, at the cost of no system call.
+  bool may_have_room() const;
+  bool machine_has_room_now();  // reads /proc/loadavg
 
   mutable std::mutex mu_;
   std::vector<std::shared_ptr<SpinTarget>> targets_;
@@ -118,6 +134,10 @@ class Spinners : public asio::execution_context::service {
   std::atomic<bool> force_{false};
   int cpus_;
   int loadavg_fd_ = -1;
+  std::atomic<std::int64_t> busy_until_ns_{0};  // steady clock: the last look found no room
+  std::atomic<std::int64_t> busy_held_ns_{
+      std::chrono::duration_cast<std::chrono::nanoseconds>(kBusyHeld).count()};
+  std::atomic<std::uint64_t> load_looks_{0};
   std::atomic<bool> spinning_{false};                 // one spinner at a time
   std::vector<std::shared_ptr<SpinTarget>> watched_;  // the spinner's
   std::vector<std::shared_ptr<void>> held_;           // their links, held while watched

@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <memory>
+#include <string>
 
 #include "net/spin.hpp"
 
@@ -105,6 +107,53 @@ TEST(SpinBudget, TheSpinnersOfAnEventLoopStopSpinningWhenTheirSpinsMiss) {
   const std::uint64_t taken = spins_taken(320, false);
   EXPECT_GE(taken, 4u);
   EXPECT_LE(taken, 4u + 320 / SpinBudget::kProbeEvery);
+}
+
+/// A spinner over one hot ring, reading the machine's load from a file of the test's.
+struct LoadedSpinner {
+  explicit LoadedSpinner(const std::string& load) : path(::testing::TempDir() + "loadavg") {
+    set_load(load);
+    spinners.load_from_for_tests(path, std::chrono::hours(1));
+    target->owner = owner;
+    target->control = &control;
+    target->resume = [] {};
+    spinners.add(target);
+  }
+  void set_load(const std::string& load) const { std::ofstream(path) << load; }
+  std::size_t spin() {
+    spinners.set_hot(*target, true);
+    return spinners.spin(ctx, nullptr);
+  }
+
+  std::string path;
+  asio::io_context ctx;
+  asio::executor_work_guard<asio::io_context::executor_type> busy = asio::make_work_guard(ctx);
+  Spinners& spinners = asio::use_service<Spinners>(ctx);
+  shm::RingControl control{};
+  std::shared_ptr<int> owner = std::make_shared<int>(0);
+  std::shared_ptr<SpinTarget> target = std::make_shared<SpinTarget>();
+};
+
+TEST(Spinners, AMachineFoundBusyIsNotLookedAtAgainUntilTheVerdictIsOld) {
+  // Three hundred threads runnable: no core to spare for a spin.
+  LoadedSpinner s("2.00 1.50 1.00 300/900 4242\n");
+  EXPECT_EQ(s.spin(), 0u);
+  EXPECT_EQ(s.spinners.stats().load_looks, 1u);
+  EXPECT_EQ(s.spinners.stats().caught + s.spinners.stats().ran_out, 0u);  // it did not spin
+  // The machine is idle now, but the busy verdict (held for an hour here) still stands: no
+  // look, no spin.
+  s.set_load("0.00 0.00 0.00 1/900 4242\n");
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(s.spin(), 0u);
+  EXPECT_EQ(s.spinners.stats().load_looks, 1u);
+  EXPECT_EQ(s.spinners.stats().caught + s.spinners.stats().ran_out, 0u);
+}
+
+TEST(Spinners, AMachineWithRoomIsLookedAtForEverySpin) {
+  LoadedSpinner s("0.00 0.00 0.00 1/900 4242\n");
+  s.spinners.set_for_tests(std::chrono::microseconds(1), false);  // short spins that run out
+  for (int i = 0; i < 3; ++i) s.spin();
+  EXPECT_GE(s.spinners.stats().load_looks, 3u);
+  EXPECT_GE(s.spinners.stats().ran_out, 1u);  // it spun
 }
 
 }  // namespace
