@@ -11,6 +11,11 @@ from ._point import Point
 
 # The running actor, for each message (set in the message's own contextvars context).
 _current: "contextvars.ContextVar[Any]" = contextvars.ContextVar("baton.actor", default=None)
+# The message's point in the view of the mesh it was sent to, where that is not the mesh as
+# spawned (else None: the actor's own point).
+_message_point: "contextvars.ContextVar[Optional[Point]]" = contextvars.ContextVar(
+    "baton.message_point", default=None
+)
 
 
 def monarch_semantics() -> bool:
@@ -63,14 +68,17 @@ class Instance:
 
 class Context:
     """What context() gives: the running actor (actor_instance) and the message's point in the
-    mesh it was sent to (message_rank). Slices send to the members of the full mesh, so the
-    message's point is the actor's own."""
+    mesh it was sent to (message_rank): in a slice (or a renamed, flattened or split view), the
+    actor's place there, as in Monarch; else the actor's own point."""
 
-    def __init__(self, instance: Instance) -> None:
+    def __init__(self, instance: Instance, message_point: Optional[Point] = None) -> None:
         self.actor_instance = instance
+        self._message_point = message_point
 
     @property
     def message_rank(self) -> Point:
+        if self._message_point is not None:
+            return self._message_point
         return self.actor_instance.rank
 
     def __repr__(self):
@@ -86,16 +94,17 @@ def context() -> Context:
     if actor is None:
         return _CLIENT
     actor_id, mesh, _, point, _ = actor._baton_where
-    return Context(Instance(actor_id, mesh, point, actor))
+    return Context(Instance(actor_id, mesh, point, actor), _message_point.get())
 
 
 def current_rank() -> Point:
-    """The running actor's point in its mesh (rank=0 with no dimensions outside actors)."""
+    """The running message's point in the mesh it was sent to (a slice's: the actor's place in
+    the slice); rank=0 with no dimensions outside actors."""
     return context().message_rank
 
 
 def current_size() -> Dict[str, int]:
-    """The size of each dimension of the running actor's mesh: {"gpus": 4}."""
+    """The size of each dimension of the mesh the running message was sent to: {"gpus": 4}."""
     return dict(context().message_rank.extent)
 
 
@@ -105,5 +114,12 @@ def current_actor_name() -> str:
 
 
 def enter(actor):
-    """Sets the running actor for the message now starting (in its own context)."""
+    """Sets the running actor for the message now starting (in its own context), at its own
+    point until set_message_point says otherwise."""
     _current.set(actor)
+    _message_point.set(None)
+
+
+def set_message_point(point: Optional[Point]) -> None:
+    """The running message's point in the view of the mesh it was sent to."""
+    _message_point.set(point)

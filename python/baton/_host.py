@@ -9,7 +9,7 @@ from . import _baton
 from . import _context
 from . import _debug
 from ._errors import MeshFailure, _user_frames, encode_exception
-from ._point import Point
+from ._point import Point, point_in_view
 from ._pickle import dumps, dumps_result, loads
 
 _loop = None
@@ -50,18 +50,36 @@ def invoke(instance, method, data, buffers):
     BaseException that is not an Exception (SystemExit) fails the actor, as in Monarch."""
     try:
         _context.enter(instance)
-        args, kwargs = loads(data, buffers)
+        call = loads(data, buffers)
+        args, kwargs = call[0], call[1]
+        point = None
+        if len(call) > 2:  # sent to a view of the mesh: the member's point there
+            point = point_in_view(instance._baton_where[2], call[2])
+            _context.set_message_point(point)
         try:
             result = _endpoint(instance, method)(*args, **kwargs)
         finally:
             _debug.endpoint_returned()
         if isinstance(result, types.CoroutineType):
-            return (PENDING, result)
+            return (PENDING, result if point is None else _at_point(result, point))
         return (VALUE, dumps_result(method, result))
     except Exception as e:  # what an endpoint raises goes to its caller
         return (ERROR, encode_exception(e))
     except BaseException as e:  # noqa: B902: and SystemExit fails the actor too
         return (FATAL, _fatal_text(e))
+
+
+def _at_point(coroutine, point):
+    """`coroutine`, run with `point` as its message's point (in its task's own context)."""
+
+    async def at_point():
+        _context.set_message_point(point)
+        return await coroutine
+
+    wrapped = at_point()
+    wrapped.__name__ = coroutine.__name__  # what its errors and results are named by
+    wrapped.__qualname__ = coroutine.__qualname__
+    return wrapped
 
 
 def _fatal_text(error):

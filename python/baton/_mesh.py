@@ -105,6 +105,9 @@ class Endpoint:
         # What the controller's metrics, stall reports and errors call it: "Class.method".
         self.label = f"{mesh._cls.__qualname__}.{name.lstrip('*')}"
 
+    def _args(self, args, kwargs):
+        return dumps_call(args, kwargs, self._mesh._message_view())
+
     def __call__(self, *args, **kwargs):
         raise UsageError(
             f"an endpoint of a mesh is not called directly: use mesh.{self._name}.call(...) "
@@ -117,7 +120,7 @@ class Endpoint:
             return _per_rank.call(self, each, "call")
         if self._explicit:
             return _reply.call(self, args, kwargs, "call")
-        core = self._mesh._core.call(self._name, dumps_call(args, kwargs), self.label)
+        core = self._mesh._core.call(self._name, self._args(args, kwargs), self.label)
         return Future(core, _decode_mesh, self._name, self._mesh)
 
     def call_one(self, *args: Any, **kwargs: Any) -> "Future[Any]":
@@ -126,7 +129,7 @@ class Endpoint:
             return _per_rank.call(self, each, "call_one")
         if self._explicit:
             return _reply.call(self, args, kwargs, "call_one")
-        core = self._mesh._core.call_one(self._name, dumps_call(args, kwargs), self.label)
+        core = self._mesh._core.call_one(self._name, self._args(args, kwargs), self.label)
         return Future(core, _decode, self._name, self._mesh)
 
     def choose(self, *args: Any, **kwargs: Any) -> "Future[Any]":
@@ -135,7 +138,7 @@ class Endpoint:
             return _per_rank.call(self, each, "choose")
         if self._explicit:
             return _reply.call(self, args, kwargs, "choose")
-        core = self._mesh._core.choose(self._name, dumps_call(args, kwargs), self.label)
+        core = self._mesh._core.choose(self._name, self._args(args, kwargs), self.label)
         return Future(core, _decode, self._name, self._mesh)
 
     def reduce(self, fn: Callable[[Any, Any], Any], *args: Any, **kwargs: Any) -> "Future[Any]":
@@ -145,7 +148,7 @@ class Endpoint:
         data, buffers = dumps(fn)
         if buffers:
             raise UsageError("reduce: the function must pickle without out-of-band buffers")
-        core = self._mesh._core.reduce(data, self._name, dumps_call(args, kwargs), self.label)
+        core = self._mesh._core.reduce(data, self._name, self._args(args, kwargs), self.label)
         return Future(core, _decode, self._name, self._mesh)
 
     def broadcast(self, *args: Any, **kwargs: Any) -> None:
@@ -154,7 +157,7 @@ class Endpoint:
             return _per_rank.call(self, each, "broadcast")
         if self._explicit:
             return _reply.call(self, args, kwargs, "broadcast")
-        self._mesh._core.broadcast(self._name, dumps_call(args, kwargs), self.label)
+        self._mesh._core.broadcast(self._name, self._args(args, kwargs), self.label)
 
     def stream(self, *args: Any, timeout: Optional[float] = None, **kwargs: Any) -> Any:
         """Every member; an iterator of (point, value) as replies arrive. A member's failure is
@@ -164,7 +167,7 @@ class Endpoint:
             return _per_rank.call(self, each, "stream")
         if self._explicit:
             return _reply.call(self, args, kwargs, "stream")
-        core = self._mesh._core.stream(self._name, dumps_call(args, kwargs), self.label)
+        core = self._mesh._core.stream(self._name, self._args(args, kwargs), self.label)
         return Stream(core, timeout, self._name)
 
 
@@ -257,8 +260,8 @@ class Stream:
             return None
 
 
-def _mesh_from_wire(head, parts, cls):
-    return ActorMesh(_baton.ActorMesh.from_wire(head, parts), cls)
+def _mesh_from_wire(head, parts, cls, view=False):
+    return ActorMesh(_baton.ActorMesh.from_wire(head, parts), cls, view=view)
 
 
 class _Mesh:
@@ -347,14 +350,26 @@ class ActorMesh(_Mesh, Generic[A]):
     actor, a plain endpoint may block on get() (the actor handles one message at a time
     meanwhile), an `async def` endpoint awaits the future."""
 
-    def __init__(self, core: Any, cls: type, procs: Optional["ProcMesh"] = None) -> None:
+    def __init__(
+        self, core: Any, cls: type, procs: Optional["ProcMesh"] = None, view: bool = False
+    ) -> None:
         self._core = core
         self._cls = cls
         self._procs = procs  # held: the procs live at least as long as their actors' handle
+        self._is_view = view  # sliced, renamed, flattened or split from the mesh as spawned
 
     def __reduce__(self):
         head, parts = self._core.to_wire()
-        return (_mesh_from_wire, (head, parts, self._cls))
+        return (_mesh_from_wire, (head, parts, self._cls, self._is_view))
+
+    def _message_view(self) -> Optional[tuple]:
+        """What a call to a view carries, for its members' message_rank (their point in the
+        view): its dimensions, sizes and where its members are in the mesh as spawned."""
+        if not self._is_view:
+            return None
+        labels, sizes = self._core.shape()
+        offset, strides = self._core.locations()
+        return (tuple(labels), tuple(sizes), offset, tuple(strides))
 
     def __getattr__(self, name: str) -> Endpoint:
         if name.startswith("_"):
@@ -374,7 +389,7 @@ class ActorMesh(_Mesh, Generic[A]):
         return self._view(self._sliced(dims))
 
     def _view(self, core: Any) -> "ActorMesh[A]":
-        return ActorMesh(core, self._cls, self._procs)
+        return ActorMesh(core, self._cls, self._procs, view=True)
 
 
 class ProcMesh(_Mesh):

@@ -99,13 +99,18 @@ def dumps(obj):
     return f.getvalue(), buffers
 
 
-def dumps_call(args, kwargs):
+def dumps_call(args, kwargs, view=None):
+    """A call's arguments, and the view of the mesh it was sent to where that is not the mesh
+    as spawned (see _point.message_point): (args, kwargs) or (args, kwargs, view)."""
     if not kwargs and all(type(a) in _PLAIN for a in args):  # most calls: no Pickler to make
-        return pickle.dumps((args, {}), protocol=5), []
+        call = (args, {}) if view is None else (args, {}, view)
+        return pickle.dumps(call, protocol=5), []
     try:
-        return dumps(
-            (tuple(wrap_bytes(a) for a in args), {k: wrap_bytes(v) for k, v in kwargs.items()})
+        wrapped = (
+            tuple(wrap_bytes(a) for a in args),
+            {k: wrap_bytes(v) for k, v in kwargs.items()},
         )
+        return dumps(wrapped if view is None else (*wrapped, view))
     except (pickle.PicklingError, TypeError, AttributeError) as e:
         raise TypeError(f"the call's arguments cannot be sent (pickled): {e}") from None
 

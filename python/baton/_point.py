@@ -129,6 +129,28 @@ def points_of(labels: Sequence[str], sizes: Sequence[int]) -> List[Point]:
     return out
 
 
+def point_in_view(location: int, view: Tuple[Any, ...]) -> Optional[Point]:
+    """The point, in a view of a mesh (labels, sizes, offset, strides: where its members are in
+    the mesh as spawned), of the member at `location` there; None if the view leaves it out."""
+    labels, sizes, offset, strides = view
+    rest = location - offset
+    coords = [0] * len(sizes)
+    # Largest stride first: a view's dimensions do not interleave, so each coordinate is the
+    # number of whole strides left (a dimension of size 1 is at 0 whatever its stride).
+    for d in sorted(range(len(sizes)), key=lambda i: -strides[i]):
+        if sizes[d] == 1 or rest < 0:
+            continue
+        coords[d], rest = divmod(rest, strides[d])
+        if coords[d] >= sizes[d]:
+            return None
+    if rest != 0:
+        return None
+    rank = 0
+    for c, s in zip(coords, sizes):
+        rank = rank * s + c
+    return Point(labels, coords, rank, sizes)
+
+
 def split_plan(
     labels: Sequence[str], sizes: Sequence[int], spec: Dict[str, Any]
 ) -> Tuple[List[Tuple[str, List[Tuple[str, int]]]], List[str], List[int]]:

@@ -56,10 +56,12 @@ def call(endpoint, args, kwargs, mode):
 
     mesh, name = endpoint._mesh, endpoint._name
     if mode == "broadcast":
-        mesh._core.broadcast(name, _dumps(ReplyPort(None, name), args, kwargs), endpoint.label)
+        mesh._core.broadcast(
+            name, _dumps(ReplyPort(None, name), args, kwargs, mesh._message_view()), endpoint.label
+        )
         return None
     port, receiver = open_port()
-    data = _dumps(ReplyPort(port, name), args, kwargs)
+    data = _dumps(ReplyPort(port, name), args, kwargs, mesh._message_view())
     if mode in ("call_one", "choose"):
         started = Future(getattr(mesh._core, mode)(name, data, endpoint.label), _decode, name)
 
@@ -106,5 +108,5 @@ def _place(item, members):
     return members.index(item[1])
 
 
-def _dumps(reply, args, kwargs):
-    return dumps_call((reply, *args), kwargs)
+def _dumps(reply, args, kwargs, view=None):
+    return dumps_call((reply, *args), kwargs, view)

@@ -102,11 +102,11 @@ out["value_mesh_arg"] = whole.values()
 
 
 async def bridged():
-    return await shards.slice(w=0).work.call_one().as_asyncio()
+    return await shards.slice(w=slice(0, 1)).work.call_one().as_asyncio()
 
 out["as_asyncio"] = asyncio.run(bridged())
 try:
-    shards.slice(w=0).work.call_one().get(timeout=-1)
+    shards.slice(w=slice(0, 1)).work.call_one().get(timeout=-1)
 except ValueError as e:
     out["bad_timeout"] = type(e).__name__
 out["stop_reason"] = ranks.stop("done here").get(timeout=60) is None

@@ -183,6 +183,17 @@ class Placed(baton.Actor):
     async def where_async(self):
         return dict(mactor.current_rank()), mactor.current_size()
 
+    @baton.endpoint
+    def seen_at(self):
+        """(the message's point, its rank, and this actor's own rank)."""
+        c = mactor.context()
+        return dict(c.message_rank), c.message_rank.rank, c.actor_instance.rank.rank
+
+    @baton.endpoint
+    def ask(self, mesh):
+        """What `mesh` (a view handed to this actor) says when this actor calls it."""
+        return mesh.seen_at.call().get(timeout=30).values()
+
 
 def test_context_and_rank_helpers_inside_actors_and_at_the_client():
     procs = baton.this_host().spawn_procs(per_host={"hosts": 2, "gpus": 2})
@@ -194,8 +205,26 @@ def test_context_and_rank_helpers_inside_actors_and_at_the_client():
         assert point == {"hosts": r // 2, "gpus": r % 2} and rank == r
         assert "/placed[" in name and at_init[2] == name
     assert len({name for *_, name in got}) == 4
+    # A call to a slice (or a renamed, flattened or split view) gives each member its place in
+    # that view as message_rank and current_rank(), as in Monarch; actor_instance.rank stays
+    # the actor's own. Async endpoints too, and a member sliced down to no dimensions is at {}.
     point, size = placed.slice(hosts=1, gpus=0).where_async.call_one().get(timeout=30)
-    assert point == {"hosts": 1, "gpus": 0} and size == {"hosts": 2, "gpus": 2}
+    assert point == {} and size == {}
+    assert placed.slice(hosts=1).seen_at.call().get(timeout=30).values() == [
+        ({"gpus": 0}, 0, 2), ({"gpus": 1}, 1, 3)]
+    assert placed.slice(gpus=slice(1, 2)).seen_at.call().get(timeout=30).values() == [
+        ({"hosts": 0, "gpus": 0}, 0, 1), ({"hosts": 1, "gpus": 0}, 1, 3)]
+    assert placed.slice(hosts=slice(1, 2)).rename(gpus="g").seen_at.call().get(
+        timeout=30).values() == [({"hosts": 0, "g": 0}, 0, 2), ({"hosts": 0, "g": 1}, 1, 3)]
+    assert placed.flatten("all").seen_at.call().get(timeout=30).values() == [
+        ({"all": r}, r, r) for r in range(4)]
+    assert placed.slice(gpus=1).split(hosts=("a", "b"), b=1).seen_at.call().get(
+        timeout=30).values() == [({"a": a, "b": 0}, a, 2 * a + 1) for a in range(2)]
+    assert placed.seen_at.call().get(timeout=30).values() == [
+        ({"hosts": r // 2, "gpus": r % 2}, r, r) for r in range(4)]
+    # A view handed to an actor is still a view when that actor calls it.
+    asked = placed.slice(hosts=0, gpus=0).ask.call_one(placed.slice(gpus=1)).get(timeout=30)
+    assert asked == [({"hosts": 0}, 0, 1), ({"hosts": 1}, 1, 3)]
     client = mactor.context()
     assert mactor.current_rank().rank == 0 and dict(mactor.current_rank()) == {}
     assert mactor.current_actor_name() == "client" and client.actor_instance.actor is None
@@ -209,25 +238,30 @@ def test_handle_types_are_generic_at_run_time():
         assert t is not None
 
 
+def _own_rank():
+    """The running actor's own rank (current_rank() is its place in the slice called)."""
+    return mactor.context().actor_instance.rank.rank
+
+
 class Reporter(baton.Actor):
     @baton.endpoint
     def report(self, port, text):
-        port.send((mactor.current_rank().rank, text))
+        port.send((_own_rank(), text))
         return len(text)
 
     @baton.endpoint
     def value(self):
-        return 10 + mactor.current_rank().rank
+        return 10 + _own_rank()
 
     @baton.endpoint
     def refuse_on_zero(self):
-        if mactor.current_rank().rank == 0:
+        if _own_rank() == 0:
             raise ValueError("rank 0 refuses")
-        return 10 + mactor.current_rank().rank
+        return 10 + _own_rank()
 
     @baton.endpoint
     def report_error(self, port):
-        port.exception(KeyError(f"from rank {mactor.current_rank().rank}"))
+        port.exception(KeyError(f"from rank {_own_rank()}"))
 
 
 def test_send_to_a_port_delivers_the_live_replies_and_each_failure_in_its_place():

@@ -21,7 +21,7 @@ class Plain(baton.Actor):
         self.seen = []
 
     def add(self, x):  # not an endpoint
-        return x + mactor.current_rank().rank
+        return x + mactor.context().actor_instance.rank.rank
 
     @baton.endpoint
     def take(self, value, scale=1):
@@ -38,7 +38,13 @@ class Plain(baton.Actor):
 
     @baton.endpoint
     def where(self):
+        """The message's point, in the mesh or view called."""
         return dict(mactor.current_rank())
+
+    @baton.endpoint
+    def own(self):
+        """The actor's own point, in the mesh it was spawned as."""
+        return dict(mactor.context().actor_instance.rank)
 
 
 def test_split_gives_monarchs_dimensions_over_the_same_members():
@@ -46,11 +52,13 @@ def test_split_gives_monarchs_dimensions_over_the_same_members():
     plain = procs.spawn("split", Plain)
     grid = plain.split(gpus=("dp", "tp"), tp=2)
     assert grid.extent == baton.Extent(["dp", "tp"], [2, 2])
-    got = grid.where.call().get(timeout=60)
-    assert [dict(p) for p, _ in got.items()] == [
+    got = grid.own.call().get(timeout=60)
+    points = [dict(p) for p, _ in got.items()]
+    assert points == [
         {"dp": 0, "tp": 0}, {"dp": 0, "tp": 1}, {"dp": 1, "tp": 0}, {"dp": 1, "tp": 1}]
     assert got.values() == [{"gpus": g} for g in range(4)]  # the same members, row-major
-    assert grid.slice(dp=1).where.call().get(timeout=60).values() == [{"gpus": 2}, {"gpus": 3}]
+    assert grid.where.call().get(timeout=60).values() == points  # each called at its point
+    assert grid.slice(dp=1).own.call().get(timeout=60).values() == [{"gpus": 2}, {"gpus": 3}]
     assert procs.split(gpus=("dp", "tp"), dp=2).extent == baton.Extent(["dp", "tp"], [2, 2])
     assert got.split(dp=("x", "y"), y=1).extent == baton.Extent(["x", "y", "tp"], [2, 1, 2])
     assert got.get(3) == {"gpus": 3}
@@ -78,7 +86,7 @@ def test_meshes_and_value_meshes_flatten_and_rename():
     mesh = procs.spawn("names", Plain)
     flat = mesh.flatten("rank")
     assert flat.extent == baton.Extent(["rank"], [4])
-    assert flat.slice(rank=3).where.call_one().get(timeout=30) == {"hosts": 1, "gpus": 1}
+    assert flat.slice(rank=3).own.call_one().get(timeout=30) == {"hosts": 1, "gpus": 1}
     renamed = procs.rename(hosts="dp", gpus="tp")
     assert renamed.extent == baton.Extent(["dp", "tp"], [2, 2])
     assert renamed.spawn("renamed", Plain).where.call().get(timeout=30).values() == [

@@ -433,6 +433,13 @@ PYBIND11_MODULE(_baton, m) {
       .def("shape", [](const Mesh& a) { return shape(a.shape()); })
       .def("size", &Mesh::size)
       .def("point", [](const Mesh& a, std::size_t r) { return point(a.shape().point(r)); })
+      .def("locations",
+           [](const Mesh& a) {
+             // Where the view's members are in the mesh as spawned (whose rank is their
+             // location): (offset, strides), one stride per dimension of shape().
+             const Slice& s = a.shape().slice();
+             return py::make_tuple(s.offset(), s.strides());
+           })
       .def("members",
            [](const Mesh& a) {
              std::vector<std::string> ids;  // in rank order
