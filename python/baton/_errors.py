@@ -75,10 +75,11 @@ class ActorError(BatonError):
 
     @property
     def exception(self):
-        """The remote exception, remade here: of its own class where that is one of Python's
-        built-in exceptions, else an Exception; its text is the remote message."""
-        kind = getattr(builtins, self.remote_type, None)
-        if isinstance(kind, type) and issubclass(kind, BaseException):
+        """The remote exception, remade here with the remote message: of its own class where
+        that is one of Python's built-in exceptions or a class of a module this process has
+        imported (the program's own, `__main__` included), else an Exception that names it."""
+        kind = _exception_class(self.remote_type)
+        if kind is not None:
             try:
                 return kind(self.remote_message)
             except Exception:  # noqa: BLE001: a constructor with other arguments
@@ -99,6 +100,30 @@ class ActorError(BatonError):
         # Sent on as it is (to a port, or as a result): remade from its parts, not its text.
         return (ActorError, (self.actor, self.endpoint, self.where, self.remote_type,
                              self.remote_message, self.remote_traceback, self.point))
+
+
+def _exception_class(name):
+    """The exception class named `name` as encode_exception writes it ("KeyError",
+    "module.Outer.Inner"), if this process has it: never imports anything."""
+    import sys
+
+    found = None
+    if "." not in name:
+        found = getattr(builtins, name, None)
+    else:
+        # The module is the longest prefix that names one already imported.
+        parts = name.split(".")
+        for i in range(len(parts) - 1, 0, -1):
+            owner = sys.modules.get(".".join(parts[:i]))
+            if owner is None:
+                continue
+            found = owner
+            for attr in parts[i:]:
+                found = getattr(found, attr, None)
+            break
+    if isinstance(found, type) and issubclass(found, BaseException):
+        return found
+    return None
 
 
 # How a Python exception raised in an actor travels as the runtime's error text, readable where

@@ -238,6 +238,10 @@ def test_handle_types_are_generic_at_run_time():
         assert t is not None
 
 
+class Refused(ValueError):
+    """An exception class of the program's own, raised in an actor."""
+
+
 def _own_rank():
     """The running actor's own rank (current_rank() is its place in the slice called)."""
     return mactor.context().actor_instance.rank.rank
@@ -258,6 +262,10 @@ class Reporter(baton.Actor):
         if _own_rank() == 0:
             raise ValueError("rank 0 refuses")
         return 10 + _own_rank()
+
+    @baton.endpoint
+    def refuse(self, why):
+        raise Refused(why)
 
     @baton.endpoint
     def report_error(self, port):
@@ -331,6 +339,12 @@ def test_extents_value_meshes_and_remote_exceptions():
     assert isinstance(e.exception, KeyError)
     assert str(baton.ActorError("a", "ep", None, "my.Own", "boom", "").exception) == (
         "my.Own: boom")
+    # An exception class of the program's own comes back as itself, with its message.
+    with pytest.raises(baton.ActorError) as refused:
+        procs.spawn("refusers", Reporter).slice(hosts=1, gpus=2).refuse.call_one("no").get(
+            timeout=30)
+    assert refused.value.remote_type == f"{__name__}.Refused"
+    assert type(refused.value.exception) is Refused and str(refused.value.exception) == "no"
     procs.stop().get(timeout=60)
 
 
