@@ -52,12 +52,12 @@ from ._errors import (
 )
 from ._context import Context, context, current_actor_name, current_rank, current_size
 from ._future import Future
+from ._endpoint import as_endpoint
 from ._mesh import (
     ActorMesh,
     CppActorMesh,
     HostMesh,
     ProcMesh,
-    as_endpoint,
     attach,
     cpp,
     this_host,

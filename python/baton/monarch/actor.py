@@ -16,12 +16,11 @@ from .._context import Context, context, current_actor_name, current_rank, curre
 from .._context import _current as _current_actor
 from .._errors import ActorError, MeshFailure, UsageError
 from .._future import Deferred, Future
+from .._endpoint import Endpoint, as_endpoint  # noqa: F401
 from .._mesh import (  # noqa: F401
     ActorMesh,
-    Endpoint,
     HostMesh,
     ProcMesh,
-    as_endpoint,
     this_host,
     this_proc,
 )
