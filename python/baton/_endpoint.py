@@ -19,6 +19,9 @@ def _mesh_arg(args: tuple, kwargs: dict) -> bool:
     return bool(kwargs) and any(isinstance(v, ValueMesh) for v in kwargs.values())
 
 
+_PLAIN = object()  # a call that no ValueMesh argument or reply port routes
+
+
 class Endpoint:
     """An endpoint of every member of an actor mesh."""
 
@@ -38,32 +41,33 @@ class Endpoint:
             f"(every member), .call_one(...), .choose(...), .broadcast(...) or .stream(...)"
         )
 
+    def _routed(self, verb, args, kwargs):
+        """The call by `verb` with a ValueMesh argument split per member, or through a reply
+        port (explicit_response_port); _PLAIN for a plain call, which the verb makes."""
+        if _mesh_arg(args, kwargs) and (each := _per_rank.split(self, args, kwargs)) is not None:
+            return _per_rank.call(self, each, verb)
+        if self._explicit:
+            return _reply.call(self, args, kwargs, verb)
+        return _PLAIN
+
+    def _verb(self, verb, decode, args, kwargs):
+        routed = self._routed(verb, args, kwargs)
+        if routed is not _PLAIN:
+            return routed
+        core = getattr(self._mesh._core, verb)(self._name, self._args(args, kwargs), self.label)
+        return Future(core, decode, self._name, self._mesh)
+
     def call(self, *args: Any, **kwargs: Any) -> "Future[ValueMesh[Any]]":
         """Every member; a Future of a ValueMesh of the results."""
-        if _mesh_arg(args, kwargs) and (each := _per_rank.split(self, args, kwargs)) is not None:
-            return _per_rank.call(self, each, "call")
-        if self._explicit:
-            return _reply.call(self, args, kwargs, "call")
-        core = self._mesh._core.call(self._name, self._args(args, kwargs), self.label)
-        return Future(core, _decode_mesh, self._name, self._mesh)
+        return self._verb("call", _decode_mesh, args, kwargs)
 
     def call_one(self, *args: Any, **kwargs: Any) -> "Future[Any]":
         """The mesh's one member (a mesh of one, else UsageError)."""
-        if _mesh_arg(args, kwargs) and (each := _per_rank.split(self, args, kwargs)) is not None:
-            return _per_rank.call(self, each, "call_one")
-        if self._explicit:
-            return _reply.call(self, args, kwargs, "call_one")
-        core = self._mesh._core.call_one(self._name, self._args(args, kwargs), self.label)
-        return Future(core, _decode, self._name, self._mesh)
+        return self._verb("call_one", _decode, args, kwargs)
 
     def choose(self, *args: Any, **kwargs: Any) -> "Future[Any]":
         """One member, chosen by the runtime."""
-        if _mesh_arg(args, kwargs) and (each := _per_rank.split(self, args, kwargs)) is not None:
-            return _per_rank.call(self, each, "choose")
-        if self._explicit:
-            return _reply.call(self, args, kwargs, "choose")
-        core = self._mesh._core.choose(self._name, self._args(args, kwargs), self.label)
-        return Future(core, _decode, self._name, self._mesh)
+        return self._verb("choose", _decode, args, kwargs)
 
     def reduce(self, fn: Callable[[Any, Any], Any], *args: Any, **kwargs: Any) -> "Future[Any]":
         """Every member, the replies folded with fn(a, b) along the cast tree (in each worker
@@ -77,20 +81,16 @@ class Endpoint:
 
     def broadcast(self, *args: Any, **kwargs: Any) -> None:
         """Every member, no reply."""
-        if _mesh_arg(args, kwargs) and (each := _per_rank.split(self, args, kwargs)) is not None:
-            return _per_rank.call(self, each, "broadcast")
-        if self._explicit:
-            return _reply.call(self, args, kwargs, "broadcast")
-        self._mesh._core.broadcast(self._name, self._args(args, kwargs), self.label)
+        if self._routed("broadcast", args, kwargs) is _PLAIN:
+            self._mesh._core.broadcast(self._name, self._args(args, kwargs), self.label)
 
     def stream(self, *args: Any, timeout: Optional[float] = None, **kwargs: Any) -> Any:
         """Every member; an iterator of (point, value) as replies arrive. A member's failure is
         raised where its reply would be, and a reply not there within `timeout` seconds raises
         TimeoutError; either way the stream goes on with the next reply on the next next()."""
-        if _mesh_arg(args, kwargs) and (each := _per_rank.split(self, args, kwargs)) is not None:
-            return _per_rank.call(self, each, "stream")
-        if self._explicit:
-            return _reply.call(self, args, kwargs, "stream")
+        routed = self._routed("stream", args, kwargs)
+        if routed is not _PLAIN:
+            return routed
         core = self._mesh._core.stream(self._name, self._args(args, kwargs), self.label)
         return Stream(core, timeout, self._name)
 
