@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -17,6 +18,11 @@
 #include <vector>
 
 namespace baton::test {
+
+/// Whether process `pid` exists (a zombie included).
+inline bool running(int pid) {
+  return ::kill(pid, 0) == 0;
+}
 
 /// Child processes of `parent` (this process by default; zombies included), from /proc.
 inline std::vector<int> children(int parent = ::getpid()) {
