@@ -54,7 +54,9 @@ class DataLoader(Actor):
     @endpoint
     def example(self) -> str:
         self.i += 1
-        return f"<data {self.i} from {current_rank().rank}>"
+        # The loader's own rank: called through a one-member slice, the
+        # message's rank (current_rank()) would be 0 in every loader.
+        return f"<data {self.i} from {context().actor_instance.rank.rank}>"
 
 
 class Trainer(Actor):
