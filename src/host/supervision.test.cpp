@@ -33,7 +33,7 @@
 #include "baton/baton.hpp"
 #include "host/children.test.hpp"
 #include "host/self_spawn.test.hpp"
-#include "mesh/host_fanout.test.hpp"
+#include "host/supervision.test.hpp"
 
 namespace baton {
 [[noreturn]] void run_unsupervised_controller();
@@ -42,71 +42,14 @@ namespace {
 
 using namespace std::chrono_literals;
 using test::children;
+using test::expect_member_died;
+using test::kBound;
+using test::Releaser;
 using test::running;
+using test::seen;
+using test::Worker;
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-// A bound on every wait below, so a broken build fails instead of hanging; never reached when
-// things work, and nothing is asserted about time.
-constexpr auto kBound = 30s;
-
-int my_rank() {
-  const char* r = std::getenv("BATON_RANK");
-  return r != nullptr ? std::atoi(r) : -1;
-}
-
-// What a blocked endpoint waits for, in its worker process; a Releaser there sets it.
-std::mutex g_mu;
-std::condition_variable g_cv;
-bool g_released = false;
-
-class Worker : public Actor {
- public:
-  explicit Worker(int refuse_rank) {
-    if (my_rank() == refuse_rank) {
-      throw std::runtime_error("cannot load shard " + std::to_string(refuse_rank));
-    }
-  }
-  int value() { return value_; }
-  void incr(int by) { value_ += by; }
-  int pid() { return static_cast<int>(::getpid()); }
-  int refuse(const std::string& why) { throw std::runtime_error(why); }
-  void boom(int rank) {
-    if (my_rank() == rank) throw std::runtime_error("boom on rank " + std::to_string(rank));
-  }
-  int crash(int how) {
-    rlimit none{0, 0};
-    ::setrlimit(RLIMIT_CORE, &none);  // no core files from these tests
-    std::fprintf(stderr, "rank %d going down (%d)\n", my_rank(), how);
-    std::fflush(stderr);
-    if (how == 0) std::_Exit(7);
-    if (how == 1) {
-      ::signal(SIGSEGV, SIG_DFL);  // the default action, even under a sanitizer's handler
-      ::raise(SIGSEGV);
-    }
-    std::abort();
-  }
-  int block() {
-    std::unique_lock lock(g_mu);
-    g_cv.wait(lock, [] { return g_released; });
-    return value_;
-  }
-  void ignore_sigterm() { ::signal(SIGTERM, SIG_IGN); }
-  /// Takes memory a page at a time until the kernel's out-of-memory killer ends this process.
-  int hog() {
-    std::vector<std::unique_ptr<char[]>> held;
-    for (;;) {
-      held.emplace_back(new char[16 << 20]);
-      for (std::size_t i = 0; i < (16 << 20); i += 4096) held.back()[i] = 1;
-    }
-  }
-  static constexpr auto endpoints =
-      baton::endpoints<&Worker::value, &Worker::incr, &Worker::pid, &Worker::refuse, &Worker::boom,
-                       &Worker::crash, &Worker::block, &Worker::ignore_sigterm, &Worker::hog>();
-
- private:
-  int value_ = 0;
-};
 
 /// Hands out a port whose handler runs on this actor and refuses negative values.
 class Listener : public Actor {
@@ -118,18 +61,6 @@ class Listener : public Actor {
   }
   int alive() { return 1; }
   static constexpr auto endpoints = baton::endpoints<&Listener::port, &Listener::alive>();
-};
-
-class Releaser : public Actor {
- public:
-  void release() {
-    {
-      std::lock_guard lock(g_mu);
-      g_released = true;
-    }
-    g_cv.notify_all();
-  }
-  static constexpr auto endpoints = baton::endpoints<&Releaser::release>();
 };
 
 /// Sends one-way messages and says what came back.
@@ -187,53 +118,6 @@ class Mid : public Actor {
   ActorMesh<Leaf> leaves_;
   std::vector<int> pids_;
 };
-
-/// Failures that reached the controller's supervise hook (installed in main()).
-struct Seen {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<MeshFailure> events;
-
-  MeshFailure next() {
-    std::unique_lock lock(mu);
-    if (!cv.wait_for(lock, kBound, [&] { return !events.empty(); })) {
-      throw std::runtime_error("no supervision event reached the controller");
-    }
-    MeshFailure f = std::move(events.front());
-    events.erase(events.begin());
-    return f;
-  }
-  /// The next `n` events (one per actor mesh a dead proc hosted), sorted by mesh name.
-  std::vector<MeshFailure> next(std::size_t n) {
-    std::vector<MeshFailure> out;
-    for (std::size_t i = 0; i < n; ++i) out.push_back(next());
-    std::sort(out.begin(), out.end(),
-              [](const MeshFailure& a, const MeshFailure& b) { return a.mesh < b.mesh; });
-    return out;
-  }
-  std::size_t count() {
-    std::lock_guard lock(mu);
-    return events.size();
-  }
-};
-
-/// Checks that `f` reports the death of the proc that hosted member `rank` of the actor mesh
-/// `mesh`, naming that member (its actor, rank and point), not the runtime's agent.
-void expect_member_died(const MeshFailure& f, const std::string& mesh, std::int64_t rank,
-                        const std::string& point) {
-  EXPECT_EQ(f.mesh, mesh);
-  EXPECT_EQ(f.rank, rank);
-  EXPECT_THAT(f.actor.to_string(),
-              ::testing::MatchesRegex("procs[0-9]+\\.[0-9]+/" + mesh + "\\[0\\]"));
-  EXPECT_THAT(f.message, HasSubstr("member " + point + " lost: its proc procs"));
-  EXPECT_THAT(f.to_string(), HasSubstr("(rank " + std::to_string(rank) + " of mesh '" + mesh +
-                                       "'): member " + point));
-  EXPECT_THAT(f.to_string(), ::testing::Not(HasSubstr("agent")));
-}
-Seen& seen() {
-  static Seen s;
-  return s;
-}
 
 TEST(Supervision, AnEndpointThrowFailsOnlyThatCallAndNamesTheActor) {
   auto procs = this_host().spawn_procs({{"gpus", 3}});
@@ -461,129 +345,6 @@ TEST(Supervision, TwentyKillsDuringABroadcastNeverHangAndLeaveNoProcess) {
     procs.stop().get();
     EXPECT_EQ(children().size(), before) << "run " << run << " left a process behind";
   }
-}
-
-TEST(Supervision, AGatherReportsADeadMemberWithoutWaitingForTheSlowestLiveOne) {  // CA-1
-  const test_support::HostFanOut fanout(8);  // a tree on one host
-  // 12 members: rank 2 is reached through rank 1, rank 0 directly; every live member stays
-  // blocked (a long training step) until after the gather and the reduce have failed.
-  auto procs = this_host().spawn_procs({{"gpus", 12}});
-  auto workers = procs.spawn<Worker>("slow", -1);
-  auto releasers = procs.spawn<Releaser>("releasers");
-  const int pid = workers.slice("gpus", 2).call_one(&Worker::pid).get();
-  Future<ValueMesh<int>> all = workers.call(&Worker::block);
-  Future<int> total = workers.reduce(sum, &Worker::block);
-  ASSERT_EQ(::kill(pid, SIGKILL), 0);
-  for (Future<void> f :
-       {std::move(all).then([](const ValueMesh<int>&) {}), std::move(total).then([](int) {})}) {
-    try {
-      f.get(kBound);  // before CA-1 this waited for the blocked members: a TimeoutError
-      ADD_FAILURE() << "expected SupervisionError";
-    } catch (const SupervisionError& e) {
-      EXPECT_THAT(e.what(), HasSubstr("SIGKILL"));
-    }
-  }
-  for (const auto& f : seen().next(2)) EXPECT_EQ(f.rank, 2);  // releasers and slow
-  // Sticky: frees both waits. Calls, not broadcasts: a forwarded release could arrive after
-  // the stop, which would then wait for its grace.
-  releasers.slice("gpus", 0, 2).call(&Releaser::release).get(kBound);
-  releasers.slice("gpus", 3, 12).call(&Releaser::release).get(kBound);
-  procs.stop().get();
-}
-
-TEST(Supervision, ADeadForwarderNeverCutsOffTheMembersBehindIt) {  // CA-4
-  const test_support::HostFanOut fanout(8);                        // a tree on one host
-  // 20 members: the controller sends to 8 heads; rank 2 forwards to ranks 3 and 4.
-  auto procs = this_host().spawn_procs({{"gpus", 20}});
-  auto workers = procs.spawn<Worker>("behind", -1);
-  workers.broadcast(&Worker::incr, 1);
-  // Every member has it (a broadcast in flight through rank 2 would die with it).
-  ASSERT_EQ(workers.call(&Worker::value).get(kBound).values(), std::vector<int>(20, 1));
-  const int pid = workers.slice("gpus", 2).call_one(&Worker::pid).get();
-  ASSERT_EQ(::kill(pid, SIGKILL), 0);
-  expect_member_died(seen().next(), "behind", 2, "{gpus: 2}");
-  // Everything that excludes rank 2 keeps working, through the tree or to one member.
-  EXPECT_EQ(workers.slice("gpus", 3).call_one(&Worker::value).get(kBound), 1);
-  EXPECT_EQ(workers.slice("gpus", 4).call_one(&Worker::value).get(kBound), 1);
-  EXPECT_EQ(workers.slice("gpus", 3, 20).call(&Worker::value).get(kBound).values(),
-            std::vector<int>(17, 1));
-  workers.slice("gpus", 3, 5).broadcast(&Worker::incr, 10);
-  EXPECT_EQ(workers.slice("gpus", 3, 5).reduce(sum, &Worker::value).get(kBound), 22);
-  // What includes rank 2 fails at once, naming it.
-  try {
-    workers.call(&Worker::value).get(kBound);
-    FAIL() << "expected SupervisionError";
-  } catch (const SupervisionError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("rank 2 of"));
-  }
-  procs.stop().get();
-}
-
-TEST(Supervision, AMemberLostBehindAForwarderIsReportedWithHowItsProcDied) {
-  const test_support::HostFanOut fanout(8);  // a tree on one host
-  // 12 members: the controller sends to 8 heads; rank 2 is reached through rank 1.
-  auto procs = this_host().spawn_procs({{"gpus", 12}});
-  auto workers = procs.spawn<Worker>("deep", -1);
-  auto releasers = procs.spawn<Releaser>("releasers");
-  const int pid = workers.slice("gpus", 2).call_one(&Worker::pid).get();
-  Future<ValueMesh<int>> all = workers.call(&Worker::block);
-  ASSERT_EQ(::kill(pid, SIGKILL), 0);
-  releasers.slice("gpus", 0, 2).broadcast(&Releaser::release);
-  releasers.slice("gpus", 3, 12).broadcast(&Releaser::release);
-  try {
-    all.get();
-    FAIL() << "expected SupervisionError";
-  } catch (const SupervisionError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("rank 2 of"));
-    EXPECT_THAT(e.what(), HasSubstr("was killed by signal SIGKILL"));
-  }
-  for (const auto& f : seen().next(2)) EXPECT_EQ(f.rank, 2);  // deep and releasers
-  procs.stop().get();
-}
-
-TEST(Supervision, AStreamYieldsALostMemberAtOnceAndThenEveryOtherMemberOnce) {  // CA-1
-  const test_support::HostFanOut fanout(8);  // a tree on one host
-  // 12 members: the controller sends to rank 3 directly; rank 2 is reached through rank 1.
-  // Every live member stays blocked until both lost members came out of the stream.
-  auto procs = this_host().spawn_procs({{"gpus", 12}});
-  auto workers = procs.spawn<Worker>("streamed", -1);
-  auto releasers = procs.spawn<Releaser>("releasers");
-  const int pid2 = workers.slice("gpus", 2).call_one(&Worker::pid).get();
-  const int pid3 = workers.slice("gpus", 3).call_one(&Worker::pid).get();
-  auto s = workers.stream(&Worker::block);
-  ASSERT_EQ(::kill(pid2, SIGKILL), 0);
-  ASSERT_EQ(::kill(pid3, SIGKILL), 0);
-  std::set<std::string> lost;
-  for (int i = 0; i < 2; ++i) {
-    try {
-      auto item = s.next(kBound);
-      ADD_FAILURE() << "a blocked member answered first: "
-                    << (item ? item->first.to_string() : std::string("the end"));
-    } catch (const SupervisionError& e) {
-      lost.insert(e.where());
-      EXPECT_THAT(e.what(), HasSubstr(e.where() + ": proc "));
-      EXPECT_THAT(e.what(), HasSubstr("was killed by signal SIGKILL"));
-    } catch (const TimeoutError&) {
-      ADD_FAILURE() << "the lost member waited for the blocked ones";  // before the fix
-    }
-  }
-  EXPECT_EQ(lost, (std::set<std::string>{"rank 2 {gpus: 2}", "rank 3 {gpus: 3}"}));
-  for (const auto& f : seen().next(4)) {  // each dead proc hosted a streamed and a releaser
-    EXPECT_TRUE(f.rank == 2 || f.rank == 3) << f.to_string();
-  }
-  // Calls, not broadcasts: a forwarded release could arrive after the stop.
-  releasers.slice("gpus", 0, 2).call(&Releaser::release).get(kBound);
-  releasers.slice("gpus", 4, 12).call(&Releaser::release).get(kBound);
-  std::set<std::size_t> answered;
-  for (int i = 0; i < 10; ++i) {
-    auto item = s.next(kBound);
-    ASSERT_TRUE(item.has_value());
-    EXPECT_EQ(item->second, 0);
-    answered.insert(item->first.rank);
-  }
-  EXPECT_EQ(answered, (std::set<std::size_t>{0, 1, 4, 5, 6, 7, 8, 9, 10, 11}));
-  EXPECT_FALSE(s.next(kBound).has_value());  // one item per member, no more
-  procs.stop().get();
 }
 
 TEST(Supervision, ANestedFailureClimbsToTheControllerWithItsChain) {
@@ -836,15 +597,7 @@ int main(int argc, char** argv) {
   }
   baton::RuntimeOptions options;
   if (std::getenv("BATON_TEST_UNSUPERVISED") == nullptr && oom_cgroup == nullptr) {
-    options.supervise = [](const baton::MeshFailure& f) {
-      auto& s = baton::seen();
-      {
-        std::lock_guard lock(s.mu);
-        s.events.push_back(f);
-      }
-      s.cv.notify_all();
-      return true;
-    };
+    options = baton::test::record_failures();
   }
   baton::Runtime rt(argc, argv, options);  // a worker serves here and never returns
   if (std::getenv("BATON_TEST_UNSUPERVISED") != nullptr) baton::run_unsupervised_controller();

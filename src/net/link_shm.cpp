@@ -249,9 +249,10 @@ void StreamLink::watch_spins() {
   s.spinners->add(s.spin);
 }
 
-/// Waits for the peer's wake-up: a read of the eventfd takes its count, and the next read waits
-/// with no system call (Asio marks the descriptor drained), where a wait on the socket cost a
-/// byte sent, a byte read and a re-arm of epoll per wake-up.
+/// Waits for the peer's wake-up: a read of the eventfd takes its count, where a wait on the
+/// socket cost a byte sent, a byte read and a re-arm of epoll per wake-up. (Asio tries the next
+/// read at once, which finds the eventfd empty: one read that returns EAGAIN per wake-up, the
+/// price of an edge-triggered reactor that cannot tell an eventfd was drained.)
 void StreamLink::watch_bell(std::uint64_t epoch) {
   shm_->bell_in.async_read_some(
       asio::buffer(shm_->bell_read),
