@@ -37,6 +37,7 @@
 #include "net/shm_ring.hpp"
 #include "net/spin.hpp"
 #include "net/tls_session.hpp"
+#include "net/wake_group.hpp"
 #include "net/wake_ups.hpp"
 #include "net/watchdog.hpp"
 
@@ -100,7 +101,8 @@ constexpr std::string_view kReason = "baton.link.reason";  // a bye's header: wh
 // Shared memory (link_shm.cpp): the dialler offers a memfd and two eventfds for wake-ups (the
 // fds follow the frame, with one byte, as SCM_RIGHTS) and writes to its ring from then on; the
 // listener answers, as the last frame on the socket, that it reads and writes the rings from then
-// on.
+// on (with 2: its wake group's eventfd follows, one byte as SCM_RIGHTS, before any slab's memfd;
+// see wake_group.hpp).
 constexpr std::string_view kShmOffer = "shm";
 constexpr std::string_view kShmTaken = "shm-taken";
 
@@ -170,6 +172,12 @@ class StreamLink final : public Link {
   // link_reader.cpp
   void pause_reading() override { pause_requested_.store(true, std::memory_order_release); }
   void resume_reading() override;
+
+  // link_shm.cpp
+  /// The wake group a held wake-up may go to: the peer watches it. Null: ring the link's bell.
+  WakeGroup* armed_group() const;
+  /// Whether the peer's reader says it sleeps now (a shared-memory link; tests wait for it).
+  bool peer_sleeps() const;
 
   // link_writer.cpp
   std::size_t queued_bytes() const override;
@@ -271,6 +279,12 @@ class StreamLink final : public Link {
     std::mutex bell_mu;
     int bell_out = -1;                         // (bell_mu)
     std::array<std::uint64_t, 2> bell_read{};  // a read of bell_in takes its count (8 bytes)
+    // The wake group: the listener's own (handed to the peer, rung for a cast); the dialler
+    // watches the peer's through `group_in` (an epoll), once its eventfd came (`group_pending`).
+    std::shared_ptr<WakeGroup> group;
+    asio::posix::stream_descriptor group_in;
+    bool group_pending = false;
+    bool group_counted = false;    // this link is one of its group's (strand)
     std::size_t switch_after = 0;  // control frames to write on the socket before `writing`
     // A read or write in progress. One that must wait for the peer puts its handler (which
     // holds the link) in a slot that a timer's wait owns, a wait that only a cancel ends: an
@@ -308,7 +322,7 @@ class StreamLink final : public Link {
     std::optional<std::size_t> slab_part;   // a part waits for its memfd (strand)
     std::uint64_t slab_epoch = 0;
     explicit Shm(const asio::strand<asio::io_context::executor_type>& strand)
-        : bell_in(strand), read_op(strand), write_op(strand) {}
+        : bell_in(strand), group_in(strand), read_op(strand), write_op(strand) {}
     /// Maps the two rings of `region`: the dialler writes the first, the listener the second.
     void attach_rings(bool dialler);
     /// Closes both wake-up descriptors (the link closes).
@@ -319,9 +333,11 @@ class StreamLink final : public Link {
   };
   bool offer_shm();
   void take_shm(std::uint64_t epoch);
-  void shm_taken(std::uint64_t epoch);
+  void shm_taken(std::uint64_t epoch, std::uint64_t group);
   void watch_shm(std::uint64_t epoch);
   void watch_bell(std::uint64_t epoch);
+  void take_group(std::uint64_t epoch);
+  void watch_group(std::uint64_t epoch);
   void watch_spins();
   void on_socket(std::uint64_t epoch, const asio::error_code& ec);
   void shm_read(asio::mutable_buffer buffer, IoHandler handler);
@@ -336,6 +352,7 @@ class StreamLink final : public Link {
   void ring_bell();
   friend class baton::net::HeldWakeUps;
   friend void ring_held_wake_ups();
+  friend void ring_all(std::vector<std::shared_ptr<StreamLink>>& held);
   void ring_broke(const std::string& why);
   void writes_switched_locked();
   std::size_t shm_write_now(const Frame& frame);

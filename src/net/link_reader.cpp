@@ -165,7 +165,7 @@ void StreamLink::on_control(std::uint64_t epoch, const std::string& kind) {
   } else if (kind == kShmOffer) {
     return take_shm(epoch);
   } else if (kind == kShmTaken) {
-    return shm_taken(epoch);
+    return shm_taken(epoch, a);
   } else if (kind == kHello) {
     if (a == 0) return fail("a hello with no session");
     if (redial_) {

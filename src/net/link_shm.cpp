@@ -9,14 +9,17 @@
 //             all on the socket as the first things written; every later frame goes to its ring.
 //   listener: reads the offer, then the byte and the fds; maps the region and reads the
 //             dialler's ring from then on; writes "taken" as its last frame on the socket, and
-//             its frames to its ring after it.
-//   dialler:  reads the socket until "taken", and its ring after it.
+//             its frames to its ring after it; then one byte carrying its wake group's eventfd
+//             (wake_group.hpp), if "taken" said one follows, before any slab's memfd.
+//   dialler:  reads the socket until "taken", and its ring after it; watches the wake group
+//             once its eventfd comes.
 // The listener rings only once its writes are past the switch.
 
 #include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -110,7 +113,7 @@ bool StreamLink::send_slabs(Frame& frame) {
 /// socket (or waits for the watcher to bring it).
 void StreamLink::read_slab(std::uint64_t epoch, std::size_t i) {
   Shm& s = *shm_;
-  if (s.fds.empty()) {
+  if (s.fds.empty() || s.group_pending) {  // the first memfd to come is the group's eventfd
     if (s.peer_gone) return broken(epoch, asio::error::eof);
     s.slab_part = i;
     s.slab_epoch = epoch;
@@ -191,6 +194,7 @@ void StreamLink::take_shm(std::uint64_t epoch) {
   }
   if (offered.region < 0) return fail(error);
   auto s = std::make_unique<Shm>(strand_);
+  s->group = asio::use_service<WakeGroups>(ctx_).group();
   s->bell_in.assign(offered.listener_bell);
   s->bell_out = offered.dialler_bell;
   error = shm::Region::map(offered.region, s->region);
@@ -200,7 +204,7 @@ void StreamLink::take_shm(std::uint64_t epoch) {
   {
     std::lock_guard lock(mu_);
     shm_ = std::move(s);
-    ctl_.push_back(control_frame(kShmTaken, 1));
+    ctl_.push_back(control_frame(kShmTaken, shm_->group ? 2 : 1));
     shm_->switch_after = ctl_.size();
     start_writer_locked();
   }
@@ -211,12 +215,15 @@ void StreamLink::take_shm(std::uint64_t epoch) {
 }
 
 /// The dialler, on the strand: the listener's frames come from its ring from now on.
-void StreamLink::shm_taken(std::uint64_t epoch) {
-  if (!shm_ || shm_->reading) return fail("an unexpected shared-memory answer");
+void StreamLink::shm_taken(std::uint64_t epoch, std::uint64_t group) {
+  if (!shm_ || shm_->reading || (group != 1 && group != 2)) {
+    return fail("an unexpected shared-memory answer");
+  }
   {
     std::lock_guard lock(mu_);  // transport() reads it
     shm_->reading = true;
   }
+  shm_->group_pending = group == 2;  // its eventfd comes on the socket: see on_socket()
   watch_spins();
   watch_shm(epoch);
   watch_bell(epoch);
@@ -226,6 +233,18 @@ void StreamLink::shm_taken(std::uint64_t epoch) {
 /// The listener's writer, after the control frame that ends the socket's stream (strand).
 void StreamLink::writes_switched_locked() {
   shm_->writing = true;
+  if (shm_->group) {
+    // The group's eventfd, before any slab's memfd (those go only to the ring's frames).
+    const std::string error = shm::send_fd(socket_.native_handle(), shm_->group->fd,
+                                           static_cast<int>(options_.dead_after.count()), 'g');
+    if (error.empty()) {
+      shm_->group->links.fetch_add(1, std::memory_order_relaxed);
+      shm_->group_counted = true;
+    } else {  // the socket is broken: the peer, waiting for the eventfd, sees it end
+      log_line(options_, detail::LogLevel::debug,
+               "link " + description_ + ": cannot hand over the wake group: " + error);
+    }
+  }
   if (shm_->owe_doorbell) {
     shm_->owe_doorbell = false;
     doorbell();
@@ -266,6 +285,42 @@ void StreamLink::watch_bell(std::uint64_t epoch) {
       }));
 }
 
+/// The dialler (strand): the peer's wake group came, the first memfd on the socket after the
+/// switch. Watched from now on, and the peer told so in the ring (group_armed): it may wake this
+/// side with the group from then on, and the watch is armed before it can.
+void StreamLink::take_group(std::uint64_t epoch) {
+  Shm& s = *shm_;
+  const int event = s.fds.front();
+  s.fds.pop_front();
+  s.group_pending = false;
+  std::string error;
+  const int watcher = open_group_watcher(event, error);
+  if (watcher < 0) return ring_broke(error);
+  asio::error_code ec;
+  s.group_in.assign(watcher, ec);
+  if (ec) {
+    ::close(watcher);
+    return ring_broke("cannot watch its wake group: " + ec.message());
+  }
+  s.in.control()->group_armed.store(1, std::memory_order_seq_cst);
+  watch_group(epoch);
+}
+
+/// Waits for a wake-up through the peer's wake group: it is taken, then the ring read.
+void StreamLink::watch_group(std::uint64_t epoch) {
+  shm_->group_in.async_wait(
+      asio::posix::stream_descriptor::wait_read,
+      asio::bind_executor(strand_, [self = shared(), epoch](asio::error_code ec) {
+        if (epoch != self->epoch_ || self->closed()) return;
+        if (ec) return self->ring_broke("its wake group stopped: " + ec.message());
+        take_group_wake_ups(self->shm_->group_in.native_handle());
+        self->serve_read();
+        if (self->closed()) return;
+        self->serve_write();
+        if (!self->closed()) self->watch_group(epoch);
+      }));
+}
+
 /// Waits for the socket: slabs' memfds, or its end (the peer is gone).
 void StreamLink::watch_shm(std::uint64_t epoch) {
   socket_.async_wait(Protocol::socket::wait_read,
@@ -287,6 +342,10 @@ void StreamLink::on_socket(std::uint64_t epoch, const asio::error_code& ec) {
       return ring_broke("the peer sent more memfds than its frames use");
     }
     s.peer_gone = s.peer_gone || d.eof;
+    if (s.group_pending && !s.fds.empty()) {
+      take_group(epoch);
+      if (closed()) return;
+    }
   }
   if (s.slab_part && (!s.fds.empty() || s.peer_gone)) {
     const std::size_t i = *std::exchange(s.slab_part, std::nullopt);
@@ -318,6 +377,8 @@ void StreamLink::ring_bell() {
 void StreamLink::Shm::close_bells() {
   asio::error_code ignored;
   bell_in.close(ignored);  // its wait ends, and with it its hold on the link
+  group_in.close(ignored);
+  if (std::exchange(group_counted, false)) group->links.fetch_sub(1, std::memory_order_relaxed);
   const std::lock_guard lock(bell_mu);
   if (bell_out >= 0) ::close(std::exchange(bell_out, -1));
 }
@@ -481,8 +542,11 @@ std::size_t StreamLink::shm_write_now(const Frame& frame) {
     if (const std::uint32_t slept_on = s.out.reader_wants_waking()) {
       // Asleep on this thread's core, the peer runs only once this thread stops: while a cast
       // is sent, its wake-up waits for the end of it (wake_ups.hpp).
+      // A peer that watches this side's wake group waits too: the end of the cast may wake it
+      // with others in one write.
       if (held_wake_ups != nullptr &&
-          slept_on - 1 == static_cast<std::uint32_t>(::sched_getcpu())) {
+          (slept_on - 1 == static_cast<std::uint32_t>(::sched_getcpu()) ||
+           armed_group() != nullptr)) {
         held_wake_ups->push_back(shared());
       } else {
         doorbell();
@@ -494,9 +558,53 @@ std::size_t StreamLink::shm_write_now(const Frame& frame) {
 
 thread_local std::vector<std::shared_ptr<StreamLink>>* held_wake_ups = nullptr;
 
+WakeGroup* StreamLink::armed_group() const {
+  if (!shm_ || !shm_->group) return nullptr;
+  if (shm_->out.control()->group_armed.load(std::memory_order_acquire) == 0) return nullptr;
+  return shm_->group.get();
+}
+
+bool StreamLink::peer_sleeps() const {
+  return shm_ && shm_->out.control()->reader_sleeps.load(std::memory_order_acquire) != 0;
+}
+
+void ring_all(std::vector<std::shared_ptr<StreamLink>>& held) {
+  // How many of the held wake-ups each group could carry (a cast reaches few groups: one per
+  // event loop of this process that accepted its members' links).
+  std::vector<std::pair<WakeGroup*, std::size_t>> groups;
+  for (const auto& link : held) {
+    WakeGroup* g = link->armed_group();
+    if (g == nullptr) continue;
+    auto at =
+        std::find_if(groups.begin(), groups.end(), [&](const auto& e) { return e.first == g; });
+    if (at == groups.end()) {
+      groups.emplace_back(g, 1);
+    } else {
+      ++at->second;
+    }
+  }
+  // A group worth its write: two wake-ups or more, and its peers not among them fewer than
+  // those (each wakes in vain if it sleeps).
+  for (auto& [g, n] : groups) {
+    if (n < 2 || g->links.load(std::memory_order_relaxed) > 2 * n) {
+      n = 0;
+    } else {
+      g->ring();
+    }
+  }
+  for (const auto& link : held) {
+    WakeGroup* g = link->armed_group();
+    const auto at = std::find_if(groups.begin(), groups.end(),
+                                 [&](const auto& e) { return e.first == g && e.second > 0; });
+    if (g == nullptr || at == groups.end()) link->ring_bell();
+  }
+  held.clear();
+}
+
 void ring_held_wake_ups() {
   if (held_wake_ups == nullptr) return;
-  for (const auto& link : std::exchange(*held_wake_ups, {})) link->ring_bell();
+  auto held = std::exchange(*held_wake_ups, {});
+  ring_all(held);
 }
 
 }  // namespace internal
@@ -505,7 +613,7 @@ HeldWakeUps::HeldWakeUps() : outer_(std::exchange(internal::held_wake_ups, &held
 
 HeldWakeUps::~HeldWakeUps() {
   internal::held_wake_ups = outer_;
-  for (const auto& link : held_) link->ring_bell();
+  internal::ring_all(held_);
 }
 
 }  // namespace baton::net

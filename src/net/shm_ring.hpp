@@ -30,6 +30,7 @@ struct RingControl {
   alignas(64) std::atomic<std::uint64_t> tail;           // bytes ever read (the reader's)
   alignas(64) std::atomic<std::uint32_t> reader_sleeps;  // the reader waits (asleep_here())
   std::atomic<std::uint32_t> writer_waits;               // the writer waits for room
+  std::atomic<std::uint32_t> group_armed;  // the reader watches the writer's wake group too
 };
 
 /// What a sleeping reader writes in `reader_sleeps`: 1 + the core it goes to sleep on (1 if
@@ -45,7 +46,7 @@ struct RegionHeader {
 };
 
 constexpr std::uint64_t kMagic = 0x62'61'74'6f'6e'73'68'6dULL;  // "batonshm"
-constexpr std::uint32_t kVersion = 1;
+constexpr std::uint32_t kVersion = 2;
 /// Each ring's data: enough for a stream of calls without a wait, small beside a proc's heap.
 constexpr std::size_t kDefaultCapacity = std::size_t{1} << 20;
 

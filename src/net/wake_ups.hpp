@@ -22,6 +22,10 @@ extern thread_local std::vector<std::shared_ptr<StreamLink>>* held_wake_ups;
 /// Rings this thread's held wake-ups now: it is about to wait (for room on a full link, or for
 /// a reply), or to run an actor, and a peer it has not woken may be what that waits for.
 void ring_held_wake_ups();
+/// Rings `held` and empties it: one write for each wake group that at least two of them go to
+/// (wake_group.hpp), where that wakes fewer peers in vain than it wakes on purpose; each other
+/// link's own bell.
+void ring_all(std::vector<std::shared_ptr<StreamLink>>& held);
 }  // namespace internal
 
 /// While one lives, wake-ups that this thread's sends owe to same-host peers asleep on this
