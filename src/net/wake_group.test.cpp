@@ -1,13 +1,20 @@
 // Wake groups (wake_group.hpp): a thread that sends one message to several sleeping same-host
 // peers wakes them all with one write of its event loop's group, each peer watching it, and
-// rings each peer's own bell where a group would wake more peers in vain than on purpose.
+// rings each peer's own bell where a group would wake more peers in vain than on purpose; a
+// peer that hands over something else as its group loses the link, which says why.
 
 #include "net/wake_group.hpp"
 
 #include <gtest/gtest.h>
 
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -18,11 +25,14 @@
 #include "net/inbox.test.hpp"
 #include "net/io_thread.hpp"
 #include "net/link_impl.hpp"
+#include "net/raw_shm.test.hpp"
+#include "net/shm_ring.hpp"
 #include "net/wake_ups.hpp"
 
 namespace baton::net {
 namespace {
 
+using testing::control;
 using testing::Inbox;
 using testing::kDeadline;
 using testing::make;
@@ -148,6 +158,42 @@ TEST_F(Groups, APeerThatLeavesIsNoLongerCountedInItsGroup) {
   ASSERT_TRUE(in[0].wait_envelopes(1));
   ASSERT_TRUE(in[1].wait_envelopes(1));
   EXPECT_EQ(group->rings.load(), rings + 1);
+}
+
+/// A listener written by hand: it answers a real dialler's offer with "taken, a wake group
+/// follows" and then hands over a descriptor that is no eventfd (a pipe's end).
+TEST(HostileGroups, APeerWhoseWakeGroupIsNoEventfdLosesItsLinkSayingWhy) {
+  const std::string path = "/tmp/baton-test-groups-hostile-" + std::to_string(::getpid()) + ".sock";
+  ::unlink(path.c_str());
+  const int server = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(server, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(::bind(server, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(server, 1), 0);
+
+  Inbox in;
+  IoThread io;
+  auto link = Link::connect(io, Address::parse("unix://" + path), in.handler());
+  ASSERT_TRUE(link->send(make(1)));  // the dialler writes its hello and offer first
+  pollfd p{server, POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, static_cast<int>(std::chrono::milliseconds(kDeadline).count())), 1);
+  const int conn = ::accept4(server, nullptr, nullptr, SOCK_CLOEXEC);
+  ASSERT_GE(conn, 0);
+  ASSERT_EQ(shm::send_all(conn, control("hello", 9) + control("shm-taken", 2), 1000), "");
+  int pipe_ends[2];
+  ASSERT_EQ(::pipe2(pipe_ends, O_CLOEXEC), 0);
+  ASSERT_EQ(shm::send_fd(conn, pipe_ends[0], 1000, 'g'), "");
+
+  const std::string why = in.wait_closed();
+  EXPECT_NE(why.find("wake group is not an eventfd"), std::string::npos) << why;
+  EXPECT_TRUE(link->closed());
+  ::close(pipe_ends[0]);
+  ::close(pipe_ends[1]);
+  ::close(conn);
+  ::close(server);
+  ::unlink(path.c_str());
 }
 
 }  // namespace
