@@ -19,7 +19,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -556,64 +555,6 @@ std::size_t StreamLink::shm_write_now(const Frame& frame) {
   return total;
 }
 
-thread_local std::vector<std::shared_ptr<StreamLink>>* held_wake_ups = nullptr;
-
-WakeGroup* StreamLink::armed_group() const {
-  if (!shm_ || !shm_->group) return nullptr;
-  if (shm_->out.control()->group_armed.load(std::memory_order_acquire) == 0) return nullptr;
-  return shm_->group.get();
-}
-
-bool StreamLink::peer_sleeps() const {
-  return shm_ && shm_->out.control()->reader_sleeps.load(std::memory_order_acquire) != 0;
-}
-
-void ring_all(std::vector<std::shared_ptr<StreamLink>>& held) {
-  // How many of the held wake-ups each group could carry (a cast reaches few groups: one per
-  // event loop of this process that accepted its members' links).
-  std::vector<std::pair<WakeGroup*, std::size_t>> groups;
-  for (const auto& link : held) {
-    WakeGroup* g = link->armed_group();
-    if (g == nullptr) continue;
-    auto at =
-        std::find_if(groups.begin(), groups.end(), [&](const auto& e) { return e.first == g; });
-    if (at == groups.end()) {
-      groups.emplace_back(g, 1);
-    } else {
-      ++at->second;
-    }
-  }
-  // A group worth its write: two wake-ups or more, and its peers not among them fewer than
-  // those (each wakes in vain if it sleeps).
-  for (auto& [g, n] : groups) {
-    if (n < 2 || g->links.load(std::memory_order_relaxed) > 2 * n) {
-      n = 0;
-    } else {
-      g->ring();
-    }
-  }
-  for (const auto& link : held) {
-    WakeGroup* g = link->armed_group();
-    const auto at = std::find_if(groups.begin(), groups.end(),
-                                 [&](const auto& e) { return e.first == g && e.second > 0; });
-    if (g == nullptr || at == groups.end()) link->ring_bell();
-  }
-  held.clear();
-}
-
-void ring_held_wake_ups() {
-  if (held_wake_ups == nullptr) return;
-  auto held = std::exchange(*held_wake_ups, {});
-  ring_all(held);
-}
-
 }  // namespace internal
-
-HeldWakeUps::HeldWakeUps() : outer_(std::exchange(internal::held_wake_ups, &held_)) {}
-
-HeldWakeUps::~HeldWakeUps() {
-  internal::held_wake_ups = outer_;
-  internal::ring_all(held_);
-}
 
 }  // namespace baton::net

@@ -29,7 +29,7 @@ void ring_all(std::vector<std::shared_ptr<StreamLink>>& held);
 }  // namespace internal
 
 /// While one lives, wake-ups that this thread's sends owe to same-host peers asleep on this
-/// thread's core are held back; they are rung when it goes.
+/// thread's core, or watching a wake group, are held back; they are rung when it goes.
 class HeldWakeUps {
  public:
   HeldWakeUps();
