@@ -81,6 +81,20 @@ struct Wakes : ::testing::Test {
   void asleep_on(std::uint32_t core) const {
     raw->control_to_dialler->reader_sleeps.store(core + 1);
   }
+  /// Waits until a send writes the ring from the sending thread, which only a send made while
+  /// the link's writer is idle does (just after the switch it may still be finishing): only
+  /// such a write holds its wake-up. The probes go to an awake reader, so they ring nothing.
+  bool writes_directly() const {
+    raw->control_to_dialler->reader_sleeps.store(0);
+    const auto until = std::chrono::steady_clock::now() + kDeadline;
+    for (std::uint64_t i = 1000; std::chrono::steady_clock::now() < until; ++i) {
+      const std::uint64_t head = raw->control_to_dialler->head.load();
+      if (!link->send(make(i, 1))) return false;
+      if (raw->control_to_dialler->head.load() != head) return true;
+      std::this_thread::yield();  // its writer writes it: the next may go directly
+    }
+    return false;
+  }
 
   LinkOptions options_;
   std::mutex mu;
@@ -96,6 +110,7 @@ struct Wakes : ::testing::Test {
 TEST_F(Wakes, APeerAsleepOnThisCoreIsWokenOnlyOnceTheSendsAreDone) {
   const Pinned pinned;
   ASSERT_TRUE(pinned.ok());
+  ASSERT_TRUE(writes_directly()) << "no send wrote the ring itself";
   asleep_on(static_cast<std::uint32_t>(::sched_getcpu()));
   {
     const HeldWakeUps held;
@@ -112,6 +127,7 @@ TEST_F(Wakes, APeerAsleepOnThisCoreIsWokenOnlyOnceTheSendsAreDone) {
 TEST_F(Wakes, APeerAsleepOnAnotherCoreIsWokenAtOnce) {
   const Pinned pinned;
   ASSERT_TRUE(pinned.ok());
+  ASSERT_TRUE(writes_directly()) << "no send wrote the ring itself";
   const auto here = static_cast<std::uint32_t>(::sched_getcpu());
   const HeldWakeUps held;
   // Another core, and values a hostile peer could write: each is only a hint.
@@ -136,6 +152,7 @@ struct WakesFull : Wakes {
 TEST_F(WakesFull, HeldWakeUpsAreRungBeforeASendWaitsForRoom) {
   const Pinned pinned;
   ASSERT_TRUE(pinned.ok());
+  ASSERT_TRUE(writes_directly()) << "no send wrote the ring itself";
   asleep_on(static_cast<std::uint32_t>(::sched_getcpu()));
   const HeldWakeUps held;
   ASSERT_TRUE(link->send(make(0, 10)));
