@@ -29,33 +29,31 @@ void ring_all(std::vector<std::shared_ptr<StreamLink>>& held) {
   struct Carried {
     WakeGroup* group;
     std::size_t wake_ups;
+    bool rung;
   };
   std::vector<Carried> groups;
   std::vector<WakeGroup*> group_of(held.size());
+  const auto carried = [&groups](WakeGroup* g) {
+    return std::find_if(groups.begin(), groups.end(),
+                        [g](const Carried& c) { return c.group == g; });
+  };
   for (std::size_t i = 0; i < held.size(); ++i) {
     WakeGroup* g = group_of[i] = held[i]->armed_group();
     if (g == nullptr) continue;
-    const auto at =
-        std::find_if(groups.begin(), groups.end(), [g](const Carried& c) { return c.group == g; });
-    if (at == groups.end()) {
-      groups.push_back({g, 1});
-    } else {
+    if (const auto at = carried(g); at != groups.end()) {
       ++at->wake_ups;
+    } else {
+      groups.push_back({g, 1, false});
     }
   }
   // A group is worth its write for two wake-ups or more, where no more of its other peers than
   // those (each of which wakes in vain if it sleeps).
-  std::vector<WakeGroup*> rung;
-  for (const Carried& c : groups) {
-    if (c.wake_ups >= 2 && c.group->links.load(std::memory_order_relaxed) <= 2 * c.wake_ups) {
-      c.group->ring();
-      rung.push_back(c.group);
-    }
+  for (Carried& c : groups) {
+    c.rung = c.wake_ups >= 2 && c.group->links.load(std::memory_order_relaxed) <= 2 * c.wake_ups;
+    if (c.rung) c.group->ring();
   }
   for (std::size_t i = 0; i < held.size(); ++i) {
-    if (group_of[i] == nullptr || std::find(rung.begin(), rung.end(), group_of[i]) == rung.end()) {
-      held[i]->ring_bell();
-    }
+    if (group_of[i] == nullptr || !carried(group_of[i])->rung) held[i]->ring_bell();
   }
   held.clear();
 }
