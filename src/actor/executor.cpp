@@ -4,6 +4,7 @@
 
 #include "net/io_thread.hpp"
 #include "net/watchdog.hpp"
+#include "wire/cpus.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -41,7 +42,7 @@ bool wants_another(std::size_t queued, std::size_t sleeping, bool stopping, std:
 }  // namespace
 
 ThreadPool::ThreadPool(std::size_t threads) {
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const std::size_t cores = wire::usable_cpus();
   if (threads == 0) threads = cores;
   target_ = threads;
   max_spinners_ = cores / kCoresPerSpinner;

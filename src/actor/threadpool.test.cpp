@@ -6,11 +6,15 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <latch>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "baton/actor/executor.hpp"
 #include "baton/actor/proc.hpp"
+#include "wire/cpus.hpp"
+#include "wire/cpus.test.hpp"
 
 namespace baton {
 namespace {
@@ -190,6 +194,46 @@ TEST(ThreadPool, CallsAfterTheProcIsGoneFailClearly) {
   auto f = echo.call(&Echo::echo, 4);
   ASSERT_TRUE(f.ready());
   EXPECT_THROW(f.get(), UndeliverableError);
+}
+
+/// A strand that says it runs, then waits until it is let go.
+struct Held final : Runnable {
+  void run() override {
+    running.count_down();
+    go.wait();
+  }
+  std::latch running{1};
+  std::latch go{1};
+};
+
+/// The workers a pool made with the default size starts for two strands that run at once, the
+/// pool made on a thread that may run on `cores` of this thread's cores (all: 0).
+std::size_t workers_for_two(std::size_t cores) {
+  std::size_t workers = 0;
+  std::thread([&] {
+    if (cores != 0) {
+      ASSERT_TRUE(wire::testing::bind_to_cores(cores));
+    }
+    ThreadPool pool;
+    Held first;
+    Held second;
+    pool.schedule(&first);
+    first.running.wait();
+    pool.schedule(&second);  // a second worker starts here, if the pool may have one
+    workers = pool.size();
+    first.go.count_down();
+    second.running.wait();  // it runs, on whichever worker
+    second.go.count_down();
+  }).join();
+  return workers;
+}
+
+TEST(ThreadPool, ByDefaultStartsAsManyWorkersAsTheCoresTheProcMayRunOn) {
+  if (wire::usable_cpus() < 2) GTEST_SKIP() << "this machine lets the test run on one core only";
+  // Bound to one core (taskset, a scheduler's CPU binding), however many the machine has: one
+  // worker, the second strand waiting for it.
+  EXPECT_EQ(workers_for_two(1), 1u);
+  EXPECT_EQ(workers_for_two(0), 2u);
 }
 
 }  // namespace

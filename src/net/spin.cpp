@@ -12,6 +12,7 @@
 #include <cstdlib>
 
 #include "log/log.hpp"
+#include "wire/cpus.hpp"
 
 namespace baton::net {
 
@@ -73,7 +74,7 @@ Spinners::Spinners(asio::execution_context& ctx)
     : asio::execution_context::service(ctx),
       window_us_(window_from_env().count()),
       cpus_(get_nprocs()) {
-  if (cpus_ < 2) window_us_ = 0;
+  if (cpus_ < 2 || wire::usable_cpus() < 2) window_us_ = 0;
   loadavg_fd_ = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
 }
 

@@ -15,7 +15,10 @@
 //     again), so an idle proc never spins;
 //   - for at most the window (BATON_SPIN_US, 200 microseconds by default; 0 never spins);
 //   - only while the machine has no more runnable threads than cores (/proc/loadavg, looked at
-//     when a spin starts and every 10 microseconds during it), and never on one core;
+//     when a spin starts and every 10 microseconds during it), and never where the thread that
+//     makes the event loop's spinner may run on one core only (a machine of one core, or a
+//     process bound to one, as taskset or a scheduler's CPU binding does): there the peer it
+//     waits for could only run once the spin ended;
 //   - only while its spins pay (SpinBudget): an event loop whose spins mostly end with no frame
 //     (many procs sharing few cores take turns, and a spin that the load cuts short spent a
 //     core for nothing) stops spinning, and tries again now and then.

@@ -6,8 +6,11 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "net/spin.hpp"
+#include "wire/cpus.hpp"
+#include "wire/cpus.test.hpp"
 
 namespace baton::net {
 namespace {
@@ -154,6 +157,31 @@ TEST(Spinners, AMachineWithRoomIsLookedAtForEverySpin) {
   for (int i = 0; i < 3; ++i) s.spin();
   EXPECT_GE(s.spinners.stats().load_looks, 3u);
   EXPECT_GE(s.spinners.stats().ran_out, 1u);  // it spun
+}
+
+/// The spin window of an event loop whose spinner is made on a thread bound to `cpus` of the
+/// cores this one may run on (all of them: -1).
+std::chrono::microseconds window_bound_to(int cpus) {
+  std::chrono::microseconds window{-1};
+  std::thread([&] {
+    if (cpus >= 0) {
+      ASSERT_TRUE(wire::testing::bind_to_cores(static_cast<std::size_t>(cpus)));
+      ASSERT_EQ(wire::usable_cpus(), static_cast<std::size_t>(cpus));
+    }
+    asio::io_context ctx;
+    window = asio::use_service<Spinners>(ctx).window();
+  }).join();
+  return window;
+}
+
+TEST(Spinners, AnEventLoopBoundToOneCoreNeverSpins) {
+  if (wire::usable_cpus() < 2) GTEST_SKIP() << "this machine lets the test run on one core only";
+  // Bound to one core (taskset, a scheduler's CPU binding), the peer a spin waits for could
+  // only run once the spin ended: no window.
+  EXPECT_EQ(window_bound_to(1).count(), 0);
+  // Two cores, or all of them: the default window.
+  EXPECT_GT(window_bound_to(2).count(), 0);
+  EXPECT_GT(window_bound_to(-1).count(), 0);
 }
 
 }  // namespace

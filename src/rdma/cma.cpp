@@ -15,6 +15,7 @@
 #include "log/log.hpp"
 #include "rdma/transfer.hpp"
 #include "rdma/ucx.hpp"
+#include "wire/cpus.hpp"
 
 namespace baton::rdma_detail {
 namespace {
@@ -44,8 +45,7 @@ int cma_copy_parallel(pid_t pid, std::uint64_t remote, void* local, std::size_t 
                       bool refuse) {
   constexpr std::size_t kPart = std::size_t{8} << 20;  // the least worth a thread
   constexpr std::size_t kMostParts = 4;
-  const std::size_t parts = std::min<std::size_t>(
-      {std::max(1u, std::thread::hardware_concurrency()), kMostParts, size / kPart});
+  const std::size_t parts = std::min<std::size_t>({wire::usable_cpus(), kMostParts, size / kPart});
   if (parts <= 1) return cma_copy(pid, remote, local, size, reading, refuse);
   std::vector<int> errors(parts, 0);
   std::vector<std::thread> helpers;

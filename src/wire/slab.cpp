@@ -15,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "wire/cpus.hpp"
+
 namespace baton::wire {
 
 namespace {
@@ -126,8 +128,8 @@ void populate_for_read(const Bytes& b) {
 
 void copy_out(const Bytes& b, std::byte* to) {
   constexpr std::size_t kMostParts = 4;
-  const std::size_t parts = std::min<std::size_t>(
-      {std::max(1U, std::thread::hardware_concurrency()), kMostParts, b.size() / (kSlabBytes / 2)});
+  const std::size_t parts =
+      std::min<std::size_t>({usable_cpus(), kMostParts, b.size() / (kSlabBytes / 2)});
   if (parts <= 1 || !in_slab(b)) {
     populate_for_read(b);
     if (b.size() != 0) std::memcpy(to, b.data(), b.size());

@@ -54,7 +54,7 @@ class ThreadPool final : public Executor {
  public:
   static constexpr std::size_t kMaxSpare = 64;
 
-  /// `threads == 0` means one per hardware thread.
+  /// `threads == 0` means one per core the constructing thread may run on (its affinity mask).
   explicit ThreadPool(std::size_t threads = 0);
   ~ThreadPool() override;
   ThreadPool(const ThreadPool&) = delete;

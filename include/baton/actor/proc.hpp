@@ -41,7 +41,8 @@ ProcState& state_of(Proc& proc);
 struct ProcOptions {
   /// The proc's name, unique in this process; actor ids start with it.
   std::string name = "local";
-  /// Worker threads of the default pool (0: one per hardware thread).
+  /// Worker threads of the default pool (0: one per core the proc may run on, as its affinity
+  /// mask says: taskset, a scheduler's CPU binding or a container's cpuset narrow it).
   std::size_t threads = 0;
   /// Messages an actor handles before yielding its thread to others.
   std::size_t max_batch = 64;
