@@ -74,7 +74,7 @@ Spinners::Spinners(asio::execution_context& ctx)
     : asio::execution_context::service(ctx),
       window_us_(window_from_env().count()),
       cpus_(get_nprocs()) {
-  if (cpus_ < 2 || wire::usable_cpus() < 2) window_us_ = 0;
+  if (wire::usable_cpus() < 2) window_us_ = 0;  // the peer a spin waits for needs a core
   loadavg_fd_ = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
 }
 
