@@ -5,6 +5,8 @@
 // idle proc burns.
 
 #include <linux/futex.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -181,6 +183,72 @@ std::vector<double> futex_ping_pong(int n) {
   return us;
 }
 
+/// The futex ping-pong's turns, each side woken as a shared-memory link's reader is: the peer
+/// writes its eventfd, and it waits in an edge-triggered epoll_wait, then reads the count and
+/// reads again as Asio does when it waits once more (which finds the count taken). What a call
+/// costs beyond this is the runtime's own path, not its wake-ups.
+std::vector<double> eventfd_ping_pong(int n) {
+  void* mem = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) throw std::runtime_error("mmap");
+  auto* ping = new (mem) std::atomic<std::uint32_t>(0);
+  auto* pong = new (static_cast<char*>(mem) + 128) std::atomic<std::uint32_t>(0);
+  const int bells[2] = {::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC),
+                        ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)};
+  if (bells[0] < 0 || bells[1] < 0) throw std::runtime_error("eventfd");
+  const int total = n + n / 10;
+  // Side `me` waits for `word` to reach `i`, woken through its own bell.
+  auto wait_for = [&](int me, int ep, std::atomic<std::uint32_t>* word, std::uint32_t i) {
+    while (word->load() < i) {
+      epoll_event ev{};
+      ::epoll_wait(ep, &ev, 1, -1);
+      std::uint64_t count = 0;
+      while (::read(bells[me], &count, sizeof count) > 0) {
+      }
+    }
+  };
+  auto ring = [&](int peer) {
+    const std::uint64_t one = 1;
+    if (::write(bells[peer], &one, sizeof one) != sizeof one) throw std::runtime_error("ring");
+  };
+  auto watch = [&](int me) {
+    const int ep = ::epoll_create1(EPOLL_CLOEXEC);
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLET;
+    if (ep < 0 || ::epoll_ctl(ep, EPOLL_CTL_ADD, bells[me], &ev) != 0) {
+      throw std::runtime_error("epoll");
+    }
+    return ep;
+  };
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int ep = watch(1);
+    for (std::uint32_t i = 1; i <= static_cast<std::uint32_t>(total); ++i) {
+      wait_for(1, ep, ping, i);
+      pong->store(i);
+      ring(0);
+    }
+    ::_exit(0);
+  }
+  const int ep = watch(0);
+  std::vector<double> us;
+  for (std::uint32_t i = 1; i <= static_cast<std::uint32_t>(total); ++i) {
+    const auto t0 = Clock::now();
+    ping->store(i);
+    ring(1);
+    wait_for(0, ep, pong, i);
+    const auto t1 = Clock::now();
+    if (static_cast<int>(i) > n / 10) {
+      us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    }
+  }
+  ::waitpid(pid, nullptr, 0);
+  ::close(ep);
+  ::close(bells[0]);
+  ::close(bells[1]);
+  ::munmap(mem, 4096);
+  return us;
+}
+
 /// One-way sends per second from the controller to `echo`, in order, until the last is handled.
 /// One-way sends to the actor (its ActorRef's send), or broadcasts to its one-member mesh (each a
 /// cast), per second.
@@ -268,6 +336,7 @@ int run_rtt() {
   double socket_cpu_ns = 0;
   const std::vector<double> socket = socket_ping_pong(kCalls, socket_cpu_ns);
   const std::vector<double> futexes = futex_ping_pong(kCalls);
+  const std::vector<double> eventfds = eventfd_ping_pong(kCalls);
   auto procs = this_host().spawn_procs({{"procs", 1}});
   auto echo = procs.spawn<Echo>("echo");
   const auto callee = static_cast<pid_t>(echo.call_one(&Echo::pid).get());
@@ -336,6 +405,8 @@ int run_rtt() {
   print_figure("futex_rtt_p50", futex_p50, "us");
   print_figure("proc_rtt_shm_p50", p50, "us");
   print_figure("proc_rtt_shm_futex_ratio", p50 / futex_p50, "x");
+  print_figure("eventfd_rtt_p50", percentile(eventfds, 0.5), "us");
+  print_figure("proc_rtt_shm_eventfd_ratio", p50 / percentile(eventfds, 0.5), "x");
   print_figure("proc_rtt_unix_p50", unix_p50, "us");
   print_figure("proc_throughput_shm", throughput, "msg/s");
   print_figure("proc_throughput_unix", unix_throughput, "msg/s");
