@@ -150,9 +150,12 @@ long futex(std::atomic<std::uint32_t>* word, int op, std::uint32_t value) {
                    0);
 }
 
-// The floor for shared memory: a ping-pong between this process and a child through two words
-// of shared memory, each side sleeping in the kernel (FUTEX_WAIT) until the other wakes it.
-std::vector<double> futex_ping_pong(int n) {
+/// Turns between this process (side 0) and a child (side 1) through two words of shared memory:
+/// side 0 raises `ping` to i and wakes side 1, which waits for it, raises `pong` and wakes side 0.
+/// `Wakes` says how: wake(peer, word) after a word is raised, wait(me, word, i) until it is i.
+/// The round trips of side 0, the first tenth left out.
+template <class Wakes>
+std::vector<double> turns(int n, Wakes& wakes) {
   void* mem = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) throw std::runtime_error("mmap");
   auto* ping = new (mem) std::atomic<std::uint32_t>(0);
@@ -160,19 +163,21 @@ std::vector<double> futex_ping_pong(int n) {
   const int total = n + n / 10;
   const pid_t pid = ::fork();
   if (pid == 0) {
+    wakes.start(1);
     for (std::uint32_t i = 1; i <= static_cast<std::uint32_t>(total); ++i) {
-      while (ping->load() < i) futex(ping, FUTEX_WAIT, i - 1);
+      wakes.wait(1, ping, i);
       pong->store(i);
-      futex(pong, FUTEX_WAKE, INT_MAX);
+      wakes.wake(0, pong);
     }
     ::_exit(0);
   }
+  wakes.start(0);
   std::vector<double> us;
   for (std::uint32_t i = 1; i <= static_cast<std::uint32_t>(total); ++i) {
     const auto t0 = Clock::now();
     ping->store(i);
-    futex(ping, FUTEX_WAKE, INT_MAX);
-    while (pong->load() < i) futex(pong, FUTEX_WAIT, i - 1);
+    wakes.wake(1, ping);
+    wakes.wait(0, pong, i);
     const auto t1 = Clock::now();
     if (static_cast<int>(i) > n / 10) {
       us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
@@ -183,21 +188,52 @@ std::vector<double> futex_ping_pong(int n) {
   return us;
 }
 
-/// The futex ping-pong's turns, each side woken as a shared-memory link's reader is: the peer
-/// writes its eventfd, and it waits in an edge-triggered epoll_wait, then reads the count and
-/// reads again as Asio does when it waits once more (which finds the count taken). What a call
-/// costs beyond this is the runtime's own path, not its wake-ups.
-std::vector<double> eventfd_ping_pong(int n) {
-  void* mem = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (mem == MAP_FAILED) throw std::runtime_error("mmap");
-  auto* ping = new (mem) std::atomic<std::uint32_t>(0);
-  auto* pong = new (static_cast<char*>(mem) + 128) std::atomic<std::uint32_t>(0);
-  const int bells[2] = {::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC),
-                        ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)};
-  if (bells[0] < 0 || bells[1] < 0) throw std::runtime_error("eventfd");
-  const int total = n + n / 10;
-  // Side `me` waits for `word` to reach `i`, woken through its own bell.
-  auto wait_for = [&](int me, int ep, std::atomic<std::uint32_t>* word, std::uint32_t i) {
+/// The floor for shared memory: each side sleeps in the kernel (FUTEX_WAIT) on the word it waits
+/// for until the other wakes it.
+struct FutexWakes {
+  void start(int /*me*/) {}
+  void wake(int /*peer*/, std::atomic<std::uint32_t>* word) { futex(word, FUTEX_WAKE, INT_MAX); }
+  void wait(int /*me*/, std::atomic<std::uint32_t>* word, std::uint32_t i) {
+    while (word->load() < i) futex(word, FUTEX_WAIT, i - 1);
+  }
+};
+
+std::vector<double> futex_ping_pong(int n) {
+  FutexWakes wakes;
+  return turns(n, wakes);
+}
+
+/// Each side woken as a shared-memory link's reader is: the peer writes its eventfd, and it waits
+/// in an edge-triggered epoll_wait, then reads the count and reads again as Asio does when it
+/// waits once more (which finds the count taken). What a call costs beyond this is the runtime's
+/// own path, not its wake-ups.
+struct EventfdWakes {
+  EventfdWakes()
+      : bells{::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC), ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)} {
+    if (bells[0] < 0 || bells[1] < 0) throw std::runtime_error("eventfd");
+  }
+  ~EventfdWakes() {
+    if (ep >= 0) ::close(ep);
+    for (const int fd : bells) {
+      if (fd >= 0) ::close(fd);
+    }
+  }
+  EventfdWakes(const EventfdWakes&) = delete;
+  EventfdWakes& operator=(const EventfdWakes&) = delete;
+  /// After the fork: this side's epoll, watching its own bell.
+  void start(int me) {
+    ep = ::epoll_create1(EPOLL_CLOEXEC);
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLET;
+    if (ep < 0 || ::epoll_ctl(ep, EPOLL_CTL_ADD, bells[me], &ev) != 0) {
+      throw std::runtime_error("epoll");
+    }
+  }
+  void wake(int peer, std::atomic<std::uint32_t>* /*word*/) {
+    const std::uint64_t one = 1;
+    if (::write(bells[peer], &one, sizeof one) != sizeof one) throw std::runtime_error("ring");
+  }
+  void wait(int me, std::atomic<std::uint32_t>* word, std::uint32_t i) {
     while (word->load() < i) {
       epoll_event ev{};
       ::epoll_wait(ep, &ev, 1, -1);
@@ -205,48 +241,14 @@ std::vector<double> eventfd_ping_pong(int n) {
       while (::read(bells[me], &count, sizeof count) > 0) {
       }
     }
-  };
-  auto ring = [&](int peer) {
-    const std::uint64_t one = 1;
-    if (::write(bells[peer], &one, sizeof one) != sizeof one) throw std::runtime_error("ring");
-  };
-  auto watch = [&](int me) {
-    const int ep = ::epoll_create1(EPOLL_CLOEXEC);
-    epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLET;
-    if (ep < 0 || ::epoll_ctl(ep, EPOLL_CTL_ADD, bells[me], &ev) != 0) {
-      throw std::runtime_error("epoll");
-    }
-    return ep;
-  };
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    const int ep = watch(1);
-    for (std::uint32_t i = 1; i <= static_cast<std::uint32_t>(total); ++i) {
-      wait_for(1, ep, ping, i);
-      pong->store(i);
-      ring(0);
-    }
-    ::_exit(0);
   }
-  const int ep = watch(0);
-  std::vector<double> us;
-  for (std::uint32_t i = 1; i <= static_cast<std::uint32_t>(total); ++i) {
-    const auto t0 = Clock::now();
-    ping->store(i);
-    ring(1);
-    wait_for(0, ep, pong, i);
-    const auto t1 = Clock::now();
-    if (static_cast<int>(i) > n / 10) {
-      us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-    }
-  }
-  ::waitpid(pid, nullptr, 0);
-  ::close(ep);
-  ::close(bells[0]);
-  ::close(bells[1]);
-  ::munmap(mem, 4096);
-  return us;
+  int bells[2];
+  int ep = -1;
+};
+
+std::vector<double> eventfd_ping_pong(int n) {
+  EventfdWakes wakes;
+  return turns(n, wakes);
 }
 
 /// One-way sends per second from the controller to `echo`, in order, until the last is handled.
