@@ -52,6 +52,42 @@ TEST(Future, FirstCompletionWins) {
   EXPECT_EQ(p.get_future().get(), 1);
 }
 
+/// The message of what `f` throws.
+std::string thrown(Future<int> f) {
+  try {
+    f.get();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "nothing thrown";
+}
+
+TEST(Future, FailuresArePassedThroughTheRenameBeforeAnyoneSeesThem) {
+  const auto named = [](std::exception_ptr e) {
+    try {
+      std::rethrow_exception(std::move(e));
+    } catch (const std::exception& x) {
+      return std::make_exception_ptr(std::runtime_error(std::string("rank 3: ") + x.what()));
+    }
+  };
+  // Renamed first, failed after (the reply comes later): the rename applies as it fails.
+  Promise<int> later;
+  later.get_future().state()->rename_failures(named);
+  later.set_exception(std::make_exception_ptr(std::runtime_error("boom")));
+  EXPECT_EQ(thrown(later.get_future()), "rank 3: boom");
+  // Failed first (a reply that came before the caller named it): renamed at once.
+  Promise<int> sooner;
+  sooner.set_exception(std::make_exception_ptr(std::runtime_error("boom")));
+  sooner.get_future().state()->rename_failures(named);
+  EXPECT_EQ(thrown(sooner.get_future()), "rank 3: boom");
+  // A value is left alone, before or after.
+  Promise<int> fine;
+  fine.get_future().state()->rename_failures(named);
+  fine.set_value(5);
+  fine.get_future().state()->rename_failures(named);
+  EXPECT_EQ(fine.get_future().get(), 5);
+}
+
 TEST(Future, ThenChainsAndSkipsOnFailure) {
   Promise<int> p;
   int calls = 0;

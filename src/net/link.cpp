@@ -250,8 +250,7 @@ void StreamLink::close_and_wait(const std::string& reason) {
 }
 
 bool StreamLink::closed() const {
-  std::lock_guard lock(mu_);
-  return closed_;
+  return closed_.load(std::memory_order_acquire);  // the strand asks once or twice a frame
 }
 
 std::string StreamLink::transport() const {
@@ -414,7 +413,7 @@ void StreamLink::shutdown(const std::string& reason, LinkEnd end, bool tell_peer
       const std::size_t n = write_now(bye);
       if (!unix_) bye_rest = unwritten_locked(bye, n);
     }
-    closed_ = true;
+    closed_.store(true, std::memory_order_release);
     connected_ = false;
     unsent.swap(out_);
     out_bytes_ = 0;

@@ -449,8 +449,8 @@ class StreamLink final : public Link {
   std::optional<std::string> close_after_write_;  // close() waits for the write in flight
   bool writing_ = false;
   bool connected_ = true;
-  bool closed_ = false;
-  std::unique_ptr<Shm> shm_;  // set once the link uses shared memory (under mu_)
+  std::atomic<bool> closed_{false};  // set under mu_; closed() reads it without the lock
+  std::unique_ptr<Shm> shm_;         // set once the link uses shared memory (under mu_)
 };
 
 }  // namespace internal

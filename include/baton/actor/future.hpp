@@ -114,8 +114,19 @@ class StateBase {
   virtual void set_exception(std::exception_ptr e) {
     std::unique_lock lock(mu_);
     if (ready_) return;  // first completion wins; a late duplicate is dropped
-    error_ = std::move(e);
+    error_ = rename_ ? rename_(std::move(e)) : std::move(e);
     finish(lock);
+  }
+  /// Each failure of this state is passed through `rename` before anyone sees it (a mesh names
+  /// the member it called); one set already is renamed now. Only while no one else holds the
+  /// state's future: its continuations would have seen the failure as it was.
+  void rename_failures(std::function<std::exception_ptr(std::exception_ptr)> rename) {
+    std::lock_guard lock(mu_);
+    if (ready_) {
+      if (error_) error_ = rename(std::move(error_));
+      return;
+    }
+    rename_ = std::move(rename);
   }
   /// Completes the state from a serialized reply (decoding errors fail the future).
   virtual void set_body(const Body& body) = 0;
@@ -157,6 +168,7 @@ class StateBase {
   std::exception_ptr error_;
   std::function<void()> callback_;  // the first; most futures have one
   std::vector<std::function<void()>> more_callbacks_;
+  std::function<std::exception_ptr(std::exception_ptr)> rename_;  // see rename_failures
 
   std::weak_ptr<void> route_;  // see set_reply_route
 

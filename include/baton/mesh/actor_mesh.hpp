@@ -30,23 +30,13 @@ namespace detail {
 
 /// `f`, whose failure (an ActorError, SupervisionError or UndeliverableError) names the member
 /// as `where` (its rank and point in the mesh it was called through), as a cast's reply does.
+/// `f` is the only future of its state (a call's, just made).
 template <class R>
 Future<R> naming_member(Future<R> f, Point where) {
-  auto next = std::make_shared<State<R>>();
-  const auto& src = f.state();
-  src->on_ready([src, next, where = std::move(where)] {
-    try {
-      if constexpr (std::is_void_v<R>) {
-        src->value();
-        next->set_value();
-      } else {
-        next->set_value(std::move(src->value()));  // the caller's future is gone: ours alone
-      }
-    } catch (...) {
-      next->set_exception(name_member(std::current_exception(), where));
-    }
+  f.state()->rename_failures([where = std::move(where)](std::exception_ptr e) {
+    return name_member(std::move(e), where);
   });
-  return Future<R>(std::move(next));
+  return f;
 }
 
 /// Turns the gathered items of a cast into a ValueMesh; the lowest-ranked failure wins.
