@@ -31,6 +31,9 @@ InprocFigures caf_inproc(std::size_t rtt_iterations, std::size_t throughput_mess
 
 /// `baton-bench rtt`: cross-process call_one round trips against a raw socket ping-pong.
 int run_rtt();
+/// The call loop of `rtt` alone, for profiling (perf, strace, uprobes): BATON_BENCH_CALLS
+/// (100000 by default) 64-byte calls to an actor in another proc of this host, no baseline.
+int run_calls();
 /// One-way sends to an actor in another proc of this host, three times (for profiling).
 int run_throughput();
 /// Part of `rtt`: a call's round trip over TCP with TLS against the same without it.

@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
   try {
     if (which == "inproc") return run_inproc();
     if (which == "rtt") return baton::bench::run_rtt();
+    if (which == "calls") return baton::bench::run_calls();
     if (which == "throughput") return baton::bench::run_throughput();
     if (which == "tls") {  // the TLS part of `rtt` alone
       baton::bench::run_tls_rtt();
@@ -91,9 +92,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "baton-bench: %s\n", e.what());
     return 1;
   }
-  std::fprintf(
-      stderr,
-      "usage: baton-bench "
-      "inproc|rtt|throughput|tls|cast|spawn|failure|rdma|allreduce|ddp|hosts|scale|store|all\n");
+  std::fprintf(stderr,
+               "usage: baton-bench "
+               "inproc|rtt|calls|throughput|tls|cast|spawn|failure|rdma|allreduce|ddp|hosts|scale|"
+               "store|all\n");
   return 2;
 }

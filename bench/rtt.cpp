@@ -333,6 +333,22 @@ void observed_rtt(const ActorMesh<Echo>& echo) {
   print_figure("proc_rtt_traced_ratio", percentile(traced, 0.5) / percentile(off, 0.5), "x");
 }
 
+int run_calls() {
+  int n = 100000;
+  if (const char* v = std::getenv("BATON_BENCH_CALLS")) n = std::atoi(v);
+  if (n <= 0) throw std::runtime_error("BATON_BENCH_CALLS must be a number of calls above 0");
+  auto procs = this_host().spawn_procs({{"procs", 1}});
+  auto echo = procs.spawn<Echo>("echo");
+  const auto callee = static_cast<pid_t>(echo.call_one(&Echo::pid).get());
+  std::fprintf(stderr, "baton-bench calls: this process is %d, the callee %d\n",
+               static_cast<int>(::getpid()), static_cast<int>(callee));
+  const std::vector<double> us = time_calls(echo, 64, n);
+  procs.stop().get();
+  print_figure("proc_rtt_p50", percentile(us, 0.5), "us");
+  print_figure("proc_rtt_p99", percentile(us, 0.99), "us");
+  return 0;
+}
+
 int run_rtt() {
   constexpr int kCalls = 20000;
   double socket_cpu_ns = 0;
