@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <climits>
 #include <cstdlib>
@@ -335,8 +336,14 @@ void observed_rtt(const ActorMesh<Echo>& echo) {
 
 int run_calls() {
   int n = 100000;
-  if (const char* v = std::getenv("BATON_BENCH_CALLS")) n = std::atoi(v);
-  if (n <= 0) throw std::runtime_error("BATON_BENCH_CALLS must be a number of calls above 0");
+  if (const char* v = std::getenv("BATON_BENCH_CALLS")) {
+    const std::string_view text(v);
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+    if (ec != std::errc() || end != text.data() + text.size() || n <= 0) {
+      throw std::runtime_error("BATON_BENCH_CALLS=" + std::string(text) +
+                               " is not a number of calls above 0 (unset: 100000)");
+    }
+  }
   auto procs = this_host().spawn_procs({{"procs", 1}});
   auto echo = procs.spawn<Echo>("echo");
   const auto callee = static_cast<pid_t>(echo.call_one(&Echo::pid).get());
