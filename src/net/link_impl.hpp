@@ -34,6 +34,7 @@
 
 #include "baton/net/link.hpp"
 #include "log/log.hpp"
+#include "net/edge_watch.hpp"
 #include "net/shm_ring.hpp"
 #include "net/spin.hpp"
 #include "net/tls_session.hpp"
@@ -271,18 +272,19 @@ class StreamLink final : public Link {
     bool writing = false;       // frames go to `out` (set under mu_ on the strand)
     bool peer_gone = false;     // the socket ended: the peer closed or died (strand)
     bool owe_doorbell = false;  // a wake-up waits for `writing` (strand)
-    // Wake-ups: the peer writes `bell_in` to wake this side, this side writes `bell_out` (two
-    // eventfds the dialler made and sent with the memfd). The link's close closes both at once,
-    // not when the last handler that holds the link lets go: `bell_mu` keeps a wake-up's write
-    // from meeting that close (a wake-up is rare beside the frames, so the lock costs nothing).
-    asio::posix::stream_descriptor bell_in;
+    // Wake-ups: the peer writes `bell_in` to wake this side (never read: edge_watch.hpp), this
+    // side writes `bell_out` (two eventfds the dialler made and sent with the memfd). The link's
+    // close closes both at once, not when the last handler that holds the link lets go:
+    // `bell_mu` keeps a wake-up's write from meeting that close (a wake-up is rare beside the
+    // frames, so the lock costs nothing).
+    EdgeWatch bell_in;
     std::mutex bell_mu;
-    int bell_out = -1;                         // (bell_mu)
-    std::array<std::uint64_t, 2> bell_read{};  // a read of bell_in takes its count (8 bytes)
+    int bell_out = -1;  // (bell_mu)
     // The wake group: the listener's own (handed to the peer, rung for a cast); the dialler
-    // watches the peer's through `group_in` (an epoll), once its eventfd came (`group_pending`).
+    // watches the peer's in `group_in` (never read either), once its eventfd came
+    // (`group_pending`).
     std::shared_ptr<WakeGroup> group;
-    asio::posix::stream_descriptor group_in;
+    EdgeWatch group_in;
     bool group_pending = false;
     bool group_counted = false;    // this link is one of its group's (strand)
     std::size_t switch_after = 0;  // control frames to write on the socket before `writing`
@@ -321,8 +323,8 @@ class StreamLink final : public Link {
     std::deque<int> fds;                    // the memfds of slabs the peer sent, in order (strand)
     std::optional<std::size_t> slab_part;   // a part waits for its memfd (strand)
     std::uint64_t slab_epoch = 0;
-    explicit Shm(const asio::strand<asio::io_context::executor_type>& strand)
-        : bell_in(strand), group_in(strand), read_op(strand), write_op(strand) {}
+    Shm(asio::io_context& ctx, const asio::strand<asio::io_context::executor_type>& strand)
+        : bell_in(ctx), group_in(ctx), read_op(strand), write_op(strand) {}
     /// Maps the two rings of `region`: the dialler writes the first, the listener the second.
     void attach_rings(bool dialler);
     /// Closes both wake-up descriptors (the link closes).
@@ -335,9 +337,8 @@ class StreamLink final : public Link {
   void take_shm(std::uint64_t epoch);
   void shm_taken(std::uint64_t epoch, std::uint64_t group);
   void watch_shm(std::uint64_t epoch);
-  void watch_bell(std::uint64_t epoch);
+  void watch_wake_ups(EdgeWatch Shm::*watch, std::uint64_t epoch);
   void take_group(std::uint64_t epoch);
-  void watch_group(std::uint64_t epoch);
   void watch_spins();
   void on_socket(std::uint64_t epoch, const asio::error_code& ec);
   void shm_read(asio::mutable_buffer buffer, IoHandler handler);

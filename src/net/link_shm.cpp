@@ -132,7 +132,7 @@ void StreamLink::read_slab(std::uint64_t epoch, std::size_t i) {
 /// it could not (the link goes on over the socket, or closed with the reason).
 bool StreamLink::offer_shm() {
   if (!unix_ || !options_.shared_memory || shm_) return false;
-  auto s = std::make_unique<Shm>(strand_);
+  auto s = std::make_unique<Shm>(ctx_, strand_);
   try {
     s->region = shm::Region::create();
   } catch (const std::exception& e) {
@@ -145,8 +145,11 @@ bool StreamLink::offer_shm() {
   std::string error;
   const int dialler_bell = shm::make_bell(error);
   if (dialler_bell >= 0) {
-    s->bell_in.assign(dialler_bell);
-    s->bell_out = shm::make_bell(error);
+    if (const std::error_code ec = s->bell_in.assign(dialler_bell); ec) {
+      error = "cannot watch an eventfd: " + ec.message();
+    } else {
+      s->bell_out = shm::make_bell(error);
+    }
   }
   if (!error.empty()) {
     log_line(options_, detail::LogLevel::debug,
@@ -192,10 +195,13 @@ void StreamLink::take_shm(std::uint64_t epoch) {
     return;
   }
   if (offered.region < 0) return fail(error);
-  auto s = std::make_unique<Shm>(strand_);
+  auto s = std::make_unique<Shm>(ctx_, strand_);
   s->group = asio::use_service<WakeGroups>(ctx_).group();
-  s->bell_in.assign(offered.listener_bell);
   s->bell_out = offered.dialler_bell;
+  if (const std::error_code ec = s->bell_in.assign(offered.listener_bell); ec) {
+    ::close(offered.region);
+    return fail("cannot watch the eventfd the peer sent: " + ec.message());
+  }
   error = shm::Region::map(offered.region, s->region);
   if (!error.empty()) return fail("cannot use the shared memory the peer offered: " + error);
   s->attach_rings(false);
@@ -209,7 +215,7 @@ void StreamLink::take_shm(std::uint64_t epoch) {
   }
   watch_spins();
   watch_shm(epoch);
-  watch_bell(epoch);
+  watch_wake_ups(&Shm::bell_in, epoch);
   read_prefix(epoch);
 }
 
@@ -225,7 +231,7 @@ void StreamLink::shm_taken(std::uint64_t epoch, std::uint64_t group) {
   shm_->group_pending = group == 2;  // its eventfd comes on the socket: see on_socket()
   watch_spins();
   watch_shm(epoch);
-  watch_bell(epoch);
+  watch_wake_ups(&Shm::bell_in, epoch);
   read_prefix(epoch);
 }
 
@@ -267,21 +273,24 @@ void StreamLink::watch_spins() {
   s.spinners->add(s.spin);
 }
 
-/// Waits for the peer's wake-up: a read of the eventfd takes its count, where a wait on the
-/// socket cost a byte sent, a byte read and a re-arm of epoll per wake-up. (Asio tries the next
-/// read at once, which finds the eventfd empty: one read that returns EAGAIN per wake-up, the
-/// price of an edge-triggered reactor that cannot tell an eventfd was drained.)
-void StreamLink::watch_bell(std::uint64_t epoch) {
-  shm_->bell_in.async_read_some(
-      asio::buffer(shm_->bell_read),
-      asio::bind_executor(strand_, [self = shared(), epoch](asio::error_code ec, std::size_t) {
-        if (epoch != self->epoch_ || self->closed()) return;
-        if (ec) return self->ring_broke("its wake-ups stopped: " + ec.message());
-        self->serve_read();
-        if (self->closed()) return;
-        self->serve_write();
-        if (!self->closed()) self->watch_bell(epoch);
-      }));
+/// Waits for the peer's next wake-up through `watch`: its bell, or its wake group (eventfds
+/// never read, edge_watch.hpp); then serves the ring. A wake-up that comes while the ring is
+/// served, before the wait is armed again, ends that wait at once.
+void StreamLink::watch_wake_ups(EdgeWatch Shm::*watch, std::uint64_t epoch) {
+  (*shm_.*watch).async_wait([self = shared(), watch, epoch](asio::error_code ec) {
+    asio::dispatch(self->strand_, [self, watch, epoch, ec] {
+      if (epoch != self->epoch_ || self->closed()) return;
+      if (ec) {
+        return self->ring_broke(
+            std::string(watch == &Shm::bell_in ? "its wake-ups" : "its wake group") +
+            " stopped: " + ec.message());
+      }
+      self->serve_read();
+      if (self->closed()) return;
+      self->serve_write();
+      if (!self->closed()) self->watch_wake_ups(watch, epoch);
+    });
+  });
 }
 
 /// The dialler (strand): the peer's wake group came, the first memfd on the socket after the
@@ -292,32 +301,15 @@ void StreamLink::take_group(std::uint64_t epoch) {
   const int event = s.fds.front();
   s.fds.pop_front();
   s.group_pending = false;
-  std::string error;
-  const int watcher = open_group_watcher(event, error);
-  if (watcher < 0) return ring_broke(error);
-  asio::error_code ec;
-  s.group_in.assign(watcher, ec);
-  if (ec) {
-    ::close(watcher);
+  if (!shm::is_eventfd(event)) {
+    ::close(event);
+    return ring_broke("the peer's wake group is not an eventfd");
+  }
+  if (const std::error_code ec = s.group_in.assign(event); ec) {
     return ring_broke("cannot watch its wake group: " + ec.message());
   }
   s.in.control()->group_armed.store(1, std::memory_order_seq_cst);
-  watch_group(epoch);
-}
-
-/// Waits for a wake-up through the peer's wake group: it is taken, then the ring read.
-void StreamLink::watch_group(std::uint64_t epoch) {
-  shm_->group_in.async_wait(
-      asio::posix::stream_descriptor::wait_read,
-      asio::bind_executor(strand_, [self = shared(), epoch](asio::error_code ec) {
-        if (epoch != self->epoch_ || self->closed()) return;
-        if (ec) return self->ring_broke("its wake group stopped: " + ec.message());
-        take_group_wake_ups(self->shm_->group_in.native_handle());
-        self->serve_read();
-        if (self->closed()) return;
-        self->serve_write();
-        if (!self->closed()) self->watch_group(epoch);
-      }));
+  watch_wake_ups(&Shm::group_in, epoch);
 }
 
 /// Waits for the socket: slabs' memfds, or its end (the peer is gone).
@@ -374,9 +366,8 @@ void StreamLink::ring_bell() {
 }
 
 void StreamLink::Shm::close_bells() {
-  asio::error_code ignored;
-  bell_in.close(ignored);  // its wait ends, and with it its hold on the link
-  group_in.close(ignored);
+  bell_in.close();  // its wait ends, and with it its hold on the link
+  group_in.close();
   if (std::exchange(group_counted, false)) group->links.fetch_sub(1, std::memory_order_relaxed);
   const std::lock_guard lock(bell_mu);
   if (bell_out >= 0) ::close(std::exchange(bell_out, -1));

@@ -210,18 +210,25 @@ TEST_P(ShmHostile, AFrameWhoseWakeUpWasLostIsReadAtTheNextHeartbeatsNotLeftToKil
   expect_healthy(0);
   RawShmClient raw(path);
   Inbox& victim = accepted(1);
-  raw.write(frame(0, 10));  // written, and rung
-  ASSERT_TRUE(victim.wait_envelopes(1));
-  // Once the listener has taken the wake-up and its read sleeps, the next frame goes into the
-  // ring with no wake-up: nothing but the heartbeat's look can find it.
   const auto until = std::chrono::steady_clock::now() + kDeadline;
-  auto settled = [&] {
-    return raw.wake_ups_taken() && raw.control_to_listener->reader_sleeps.load() != 0;
+  auto sleep_seen = [&](const char* when) {
+    while (raw.control_to_listener->reader_sleeps.load() == 0) {
+      ASSERT_LT(std::chrono::steady_clock::now(), until)
+          << "the listener's read never slept " << when;
+      std::this_thread::yield();
+    }
   };
-  while (!settled()) {
-    ASSERT_LT(std::chrono::steady_clock::now(), until) << "the listener's read never slept";
-    std::this_thread::yield();
-  }
+  sleep_seen("at first");
+  // Written as a real writer does: the flag taken, then the wake-up rung.
+  const std::string first = frame(0, 10);
+  ASSERT_EQ(raw.out.write(first.data(), first.size()), first.size());
+  ASSERT_NE(raw.control_to_listener->reader_sleeps.exchange(0), 0U);
+  raw.ring();
+  ASSERT_TRUE(victim.wait_envelopes(1));
+  // Asleep again, the listener has taken that wake-up (its eventfd is never read, so only its
+  // sleeping after the ring says so); the next frame goes into the ring with no wake-up:
+  // nothing but the heartbeat's look can find it.
+  sleep_seen("after the first frame");
   const std::string next = frame(1, 10);
   ASSERT_EQ(raw.out.write(next.data(), next.size()), next.size());
   ASSERT_TRUE(victim.wait_envelopes(2));  // a heartbeat or two later, well within dead_after

@@ -55,11 +55,6 @@ struct RawShmClient {
     std::uint64_t count = 0;
     return ::read(own_bell, &count, sizeof count) == sizeof count;
   }
-  /// Whether the listener has taken every wake-up rung so far.
-  bool wake_ups_taken() const {
-    pollfd p{listener_bell, POLLIN, 0};
-    return ::poll(&p, 1, 0) == 0;
-  }
   void write(const std::string& bytes) {
     std::size_t done = 0;
     while (done < bytes.size()) {

@@ -95,8 +95,8 @@ std::uint32_t asleep_here() {
 bool RingEnd::sleep_if_empty() {
   control_->reader_sleeps.store(asleep_here(), std::memory_order_seq_cst);
   if (readable() == 0 && corrupt_.empty()) return true;
-  // Bytes came (or the ring broke) meanwhile: no sleep. A writer that saw the flag rings anyway;
-  // its doorbell is drained with the next.
+  // Bytes came (or the ring broke) meanwhile: no sleep. A writer that saw the flag rings anyway:
+  // one wake-up that finds nothing to do.
   control_->reader_sleeps.store(0, std::memory_order_relaxed);
   return false;
 }

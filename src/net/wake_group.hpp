@@ -6,8 +6,8 @@
 // that reaches N sleeping members would pay N writes, and on a small machine a write that wakes
 // a peer costs the waker several microseconds. So each event loop that accepts same-host links
 // also hands each of its peers one more eventfd, the same for all of them: its wake group. A
-// peer watches it edge-triggered, through an epoll of its own (an eventfd is never read there:
-// a read by one member would take the wake-up from the others), and says in the ring that it
+// peer watches it edge-triggered, in its event loop's epoll (edge_watch.hpp), never reading it
+// (a read by one member would take the wake-up from the others), and says in the ring that it
 // does (RingControl::group_armed). A thread that sends a cast holds the wake-ups it owes
 // (wake_ups.hpp) and, where at least two of them go to one group, writes the group's eventfd
 // once instead: the kernel wakes every watcher in that one write.
@@ -55,12 +55,5 @@ class WakeGroups : public asio::execution_context::service {
   std::shared_ptr<WakeGroup> group_;
   bool tried_ = false;
 };
-
-/// The watching side of a group a peer handed over: an epoll holding the group's eventfd,
-/// edge-triggered, which is readable while a wake-up has not been taken. Takes `event` (closes
-/// it on failure). -1 and `error` if it cannot be made or `event` is not an eventfd.
-int open_group_watcher(int event, std::string& error);
-/// Takes the wake-ups the epoll `watcher` holds (it is not readable after, until the next).
-void take_group_wake_ups(int watcher);
 
 }  // namespace baton::net::internal
