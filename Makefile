@@ -78,9 +78,9 @@ test-tsan:
 # sanitizers, in CI's time: only their targets are built.
 CORE_TESTS := test_actor_proc test_actor_remote test_actor_threadpool test_net_link test_net_auth \
   test_net_link_shm test_net_wake_ups test_net_io_thread test_host_mesh test_host_mesh_spawn \
-  test_host_runtime test_host_spawn test_host_supervision test_host_cast_failures test_host_stop test_host_lifecycle test_rdma_lifecycle test_net_work_queue test_net_wake_group \
+  test_host_runtime test_host_spawn test_host_supervision test_host_cast_failures test_host_stop test_host_lifecycle test_rdma_lifecycle test_net_work_queue test_net_wake_group test_net_edge_watch \
   test_collective_collective
-CORE_REGEX := ^(actor\.proc|actor\.remote|actor\.threadpool|net\.link|net\.link_shm|net\.wake_ups|net\.io_thread|net\.auth|net\.work_queue|net\.wake_group|host\.mesh|host\.mesh_spawn|host\.runtime|host\.spawn|host\.supervision|host\.cast_failures|host\.stop|host\.lifecycle|rdma\.lifecycle|collective\.collective)$$
+CORE_REGEX := ^(actor\.proc|actor\.remote|actor\.threadpool|net\.link|net\.link_shm|net\.wake_ups|net\.io_thread|net\.auth|net\.work_queue|net\.wake_group|net\.edge_watch|host\.mesh|host\.mesh_spawn|host\.runtime|host\.spawn|host\.supervision|host\.cast_failures|host\.stop|host\.lifecycle|rdma\.lifecycle|collective\.collective)$$
 test-sanitizers-core:
 	cmake -S . -B build-asan -G Ninja -DBATON_SANITIZE=address,undefined -DBATON_BENCH=OFF \
 	  -DBATON_EXAMPLES=OFF -DBATON_HEADER_CHECK=OFF $(SAN_FLAGS) $(LAUNCHER) $(CMAKE_ARGS)
