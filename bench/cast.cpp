@@ -7,6 +7,8 @@
 // `baton-bench spawn`: spawn_procs with 16 procs to an actor mesh answering a call, against
 // starting 16 copies of this executable that exit at once.
 
+#include <dirent.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -17,6 +19,7 @@
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "baton/baton.hpp"
@@ -36,11 +39,66 @@ double thread_cpu_us() {
   return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_nsec) / 1e3;
 }
 
+/// Binds every thread of this process to `cpu` (threads started later inherit it from their
+/// starter): the number bound.
+int bind_process(int cpu) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  int bound = 0;
+  if (DIR* tasks = ::opendir("/proc/self/task")) {
+    while (const dirent* e = ::readdir(tasks)) {
+      const int tid = std::atoi(e->d_name);
+      if (tid > 0 && ::sched_setaffinity(tid, sizeof one, &one) == 0) ++bound;
+    }
+    ::closedir(tasks);
+  }
+  if (bound == 0) {
+    throw std::runtime_error("cannot bind this process to cpu " + std::to_string(cpu) +
+                             " (this machine's cpus: 0 to " +
+                             std::to_string(std::thread::hardware_concurrency() - 1) + ")");
+  }
+  return bound;
+}
+
 class CastMember : public Actor {
  public:
   int ping(int x) { return x + 1; }
-  static constexpr auto endpoints = baton::endpoints<&CastMember::ping>();
+  int bind(int cpu) { return bind_process(cpu); }
+  static constexpr auto endpoints = baton::endpoints<&CastMember::ping, &CastMember::bind>();
 };
+
+/// BATON_BENCH_CAST_CPUS=C:M1,M2,...: the cpu this process runs on, then each member's, the
+/// list repeated over the members (unset: where the scheduler puts them).
+struct Placement {
+  int caller = -1;
+  std::vector<int> members;
+};
+Placement placement() {
+  Placement p;
+  const char* text = std::getenv("BATON_BENCH_CAST_CPUS");
+  if (text == nullptr) return p;
+  const std::string all(text);
+  const auto bad = [&] {
+    return std::runtime_error("BATON_BENCH_CAST_CPUS=" + all +
+                              " is not CALLER:MEMBER,MEMBER,... (cpu numbers, e.g. 0:1,1,0,1)");
+  };
+  const auto colon = all.find(':');
+  if (colon == std::string::npos) throw bad();
+  const auto number = [&](const std::string& s) {
+    if (s.empty() || s.size() > 4 || s.find_first_not_of("0123456789") != std::string::npos) {
+      throw bad();
+    }
+    return std::stoi(s);
+  };
+  p.caller = number(all.substr(0, colon));
+  for (std::size_t at = colon + 1; at <= all.size();) {
+    const auto comma = std::min(all.find(',', at), all.size());
+    p.members.push_back(number(all.substr(at, comma - at)));
+    at = comma + 1;
+  }
+  return p;
+}
 
 }  // namespace
 
@@ -60,9 +118,14 @@ int run_cast() {
       at = *end == ',' ? end + 1 : end;
     }
   }
+  const Placement where = placement();
+  if (where.caller >= 0) bind_process(where.caller);
   for (const std::size_t n : sizes) {
     auto procs = this_host().spawn_procs({{"procs", n}});
     auto mesh = procs.spawn<CastMember>("pinger");
+    for (std::size_t r = 0; r < n && !where.members.empty(); ++r) {
+      mesh.at(r).call(&CastMember::bind, where.members[r % where.members.size()]).get();
+    }
     // Enough rounds for a median steady to a percent or two: a round takes 0.1 ms at 4 members.
     const int rounds = n >= 64 ? 300 : 1000;
     double last_unicast_cpu = 0;
