@@ -8,7 +8,7 @@
 // tries at once when the next one is started finds EAGAIN (async_read_some), or the count is
 // read and epoll re-armed (async_wait, whose start re-arms epoll and so fires at once while the
 // count is not zero). On a small virtual machine a system call costs about a microsecond, and a
-// call and its reply pay four such wake-ups' worth.
+// call and its reply wake two sides: four system calls more than the wake-ups need.
 //
 // Epoll watches each descriptor edge-triggered here, and every write of an eventfd is an edge
 // of its own, whatever its count: so the count is never read (its 64 bits, one per write, never
