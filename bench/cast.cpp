@@ -118,6 +118,7 @@ int run_cast() {
       at = *end == ',' ? end + 1 : end;
     }
   }
+  print_remote_wake_figures();
   const Placement where = placement();
   if (where.caller >= 0) bind_process(where.caller);
   for (const std::size_t n : sizes) {

@@ -42,6 +42,9 @@ void run_tls_rtt();
 [[noreturn]] void run_echo_server(const char* name);
 /// `baton-bench cast`: a call on a whole mesh against N direct calls, for N = 4, 16, 64.
 int run_cast();
+/// Part of `cast`: a wake-up of a sleeping process on another cpu, after that cpu idled 20 us
+/// and 1 ms (what the machine charges the wake-ups that casts and calls make).
+void print_remote_wake_figures();
 /// `baton-bench spawn`: spawn_procs(16) to an answering actor mesh, against bare process starts.
 int run_spawn();
 /// `baton-bench failure`: kill to failed future, and stop of 16 procs, against the kernel's floor.
