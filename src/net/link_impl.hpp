@@ -15,7 +15,6 @@
 
 #include "net/asio.hpp"  // before any other Asio header: see there
 
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
